@@ -1,0 +1,1 @@
+"""The ``git-storm`` command line (installed as ``storm_git.cli``)."""

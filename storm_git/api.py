@@ -1,0 +1,25 @@
+"""Opening a repository's workspace in the mode its config names.
+
+``storm.mode`` decides what the verbs mean (DESIGN §3); callers (the CLI, the
+MCP server, scripts) use :func:`open_workspace` and the same verbs in both modes.
+"""
+from __future__ import annotations
+
+from .errors import CorruptState, NotInitialised
+from .setup import MODES
+from .shared import SharedWorkspace
+from .store import Store
+
+
+def open_workspace(path: str | None = None, *, store: Store | None = None) -> SharedWorkspace:
+    """The workspace of the repository containing ``path`` (default: cwd)."""
+    store = store or Store.discover(path)
+    mode = store.config_get("storm.mode")
+    if mode is None:
+        raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    if mode == "storm":
+        return SharedWorkspace(store)
+    if mode not in MODES:
+        raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
+                           hint="fix it with git config storm.mode storm")
+    raise NotInitialised(f"storm.mode is {mode!r}, which this version cannot open yet")

@@ -1,0 +1,113 @@
+"""Writing the shared head into the working tree (DESIGN §4).
+
+After each accepted write the changed paths are written from the *current*
+shared head, under the worktree lock, so the disk converges to the shared ref
+even when writers finish out of order. A file whose content on disk is not any
+version storm recently had for that path was edited by something else (an
+editor, a formatter): it is kept, and reported, never silently overwritten.
+"""
+from __future__ import annotations
+
+import os
+
+import pygit2
+
+from .errors import BadPath
+from .locks import flocked
+from .store import MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store
+
+WRITTEN = "written"
+CURRENT = "current"
+KEPT = "kept-unmediated"
+FAILED = "failed"
+
+HISTORY_DEPTH = 64
+
+
+def disk_oid(full: str) -> pygit2.Oid | None | bool:
+    """Blob id of the file at ``full``; None if absent; False if not a file."""
+    try:
+        if os.path.islink(full):
+            return pygit2.hash(os.fsencode(os.readlink(full)))
+        if os.path.isdir(full):
+            return False
+        return pygit2.hashfile(full)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+
+
+def known_version(store: Store, head: pygit2.Oid, path: str, oid: pygit2.Oid | None,
+                  depth: int = HISTORY_DEPTH) -> bool:
+    """Was ``oid`` (None: absent) the shared version of ``path`` recently?"""
+    c = store.commit(head)
+    for _ in range(depth):
+        if not c.parent_ids:
+            return False
+        c = store.commit(c.parent_ids[0])
+        try:
+            e = store.entry(c.tree, path)
+        except BadPath:
+            e = None
+        if (e.oid if e else None) == oid:
+            return True
+    return False
+
+
+def _write_file(store: Store, full: str, entry: Entry) -> None:
+    data = store.blob_bytes(entry.oid)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    tmp = f"{full}.storm-tmp-{os.getpid()}"
+    if entry.mode == MODE_LINK:
+        os.symlink(os.fsdecode(data), tmp)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if entry.mode == MODE_EXEC else 0o666)
+        with open(fd, "wb", closefd=True) as fh:
+            fh.write(data)
+    os.replace(tmp, full)
+
+
+def _remove_file(top: str, full: str) -> None:
+    os.unlink(full)
+    d = os.path.dirname(full)
+    while d != top and d.startswith(top):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+        d = os.path.dirname(d)
+
+
+def materialize(store: Store, paths: list[str]) -> dict[str, str]:
+    """Bring ``paths`` on disk to the current shared head; {path: outcome}."""
+    out: dict[str, str] = {}
+    top = store.main_workdir
+    with flocked(store.commondir, "worktree"):
+        head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            return out
+        tree = store.commit(head).tree
+        for path in paths:
+            try:
+                want = store.entry(tree, path)
+            except BadPath:
+                out[path] = FAILED
+                continue
+            full = os.path.join(top, path)
+            have = disk_oid(full)
+            if have == (want.oid if want else None):
+                out[path] = CURRENT
+                continue
+            if have is False or not known_version(store, head, path, have):
+                out[path] = KEPT
+                continue
+            try:
+                if want is None:
+                    _remove_file(top, full)
+                else:
+                    _write_file(store, full, want)
+                out[path] = WRITTEN
+            except OSError:
+                out[path] = FAILED
+    return out

@@ -1,0 +1,82 @@
+"""Typed errors with the exit codes of DESIGN §7.
+
+The library raises these and never prints; the CLI turns them into one line on
+stderr and the exit code. Every error says what was wrong and what to do, and is
+raised before anything is changed.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
+EXIT_REPO_STATE = 3
+
+
+class StormError(Exception):
+    """Base class: a refusal that changed nothing."""
+
+    exit_code = EXIT_USAGE
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(StormError):
+    """Bad arguments: exit 2."""
+
+    kind = "usage"
+
+
+class BadPath(UsageError):
+    """A path storm refuses to read or write."""
+
+    kind = "bad_path"
+
+
+class BadAgent(UsageError):
+    """An agent id that is not a safe ref-name component."""
+
+    kind = "bad_agent"
+
+
+class TooLarge(UsageError):
+    """Content over storm.maxFileBytes."""
+
+    kind = "too_large"
+
+
+class NotFound(UsageError):
+    """A path that is not in the shared workspace where one is needed."""
+
+    kind = "not_found"
+
+
+class RepoStateError(StormError):
+    """Repository state: not a repository, not initialised, corrupt: exit 3."""
+
+    exit_code = EXIT_REPO_STATE
+    kind = "repo_state"
+
+
+class NotARepository(RepoStateError):
+    kind = "not_a_repository"
+
+
+class NotInitialised(RepoStateError):
+    kind = "not_initialised"
+
+
+class CorruptState(RepoStateError):
+    kind = "corrupt_state"
+
+
+class Busy(RepoStateError):
+    """A lock could not be taken in time (another process is stuck holding it)."""
+
+    kind = "busy"

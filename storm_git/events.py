@@ -1,0 +1,45 @@
+"""The audit log of what is not an accepted write: rejections, merges, mode switches.
+
+Accepted writes are the shared ref's own history. Everything else that statistics
+need is appended to ``refs/storm/log``: a chain of commits with the empty tree,
+each message a one-line summary and a JSON body, so ``git log refs/storm/log``
+reads it and the log survives like any other git history. Appends are CAS moves
+made under the workspace lock.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from .store import EVENTS_REF, Store
+
+
+def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, Any]) -> None:
+    """Append one event; caller holds the workspace lock."""
+    body = dict(data, type=kind, agent=agent, time=time.time())
+    message = f"storm {kind}: {summary}\n\n{json.dumps(body, sort_keys=True)}\n"
+    empty = store.repo.TreeBuilder().write()
+    while True:
+        ref = store.ref(EVENTS_REF)
+        commit = store.make_commit(empty, [ref.target] if ref else [], agent, message)
+        if store.cas(ref, EVENTS_REF, commit, f"storm {kind}"):
+            return
+
+
+def read(store: Store, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Events, newest first."""
+    oid = store.ref_target(EVENTS_REF)
+    n = 0
+    while oid is not None and (limit is None or n < limit):
+        c = store.commit(oid)
+        _, _, body = c.message.partition("\n\n")
+        try:
+            event = json.loads(body)
+        except ValueError:
+            event = {"type": "unreadable", "summary": c.message.splitlines()[0] if c.message else ""}
+        event["id"] = str(c.id)
+        yield event
+        n += 1
+        oid = c.parent_ids[0] if c.parent_ids else None

@@ -1,0 +1,131 @@
+"""Data returned by the verbs: plain dataclasses with ``to_dict`` for ``--json``.
+
+Content is bytes in the library; in JSON it is text when it is valid UTF-8 and
+``content_base64`` otherwise, so binary files survive the round trip.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from .reservations import Reservation
+
+DIRECT_CONFLICT = "direct_conflict"
+STALE_DEPENDENCY = "stale_dependency"
+UNREAD_TARGET = "unread_target"
+RESERVED = "reserved"
+REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY, UNREAD_TARGET, RESERVED)
+
+
+def content_fields(data: bytes | None, key: str = "content") -> dict[str, Any]:
+    if data is None:
+        return {key: None}
+    try:
+        return {key: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{key}_base64": base64.b64encode(data).decode("ascii"), key: None}
+
+
+@dataclass
+class ReadResult:
+    """A file and its version at the shared head (``version`` None: absent)."""
+
+    path: str
+    version: str | None
+    head: str
+    content: bytes | None
+    mode: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.version is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"path": self.path, "version": self.version, "exists": self.exists, "head": self.head}
+        d.update(content_fields(self.content))
+        return d
+
+
+@dataclass
+class FileChange:
+    """How one file moved since an agent read it."""
+
+    path: str
+    read_version: str | None
+    current_version: str | None
+    changed_by: list[str]
+    versions_behind: int | None
+    diff: str
+    binary: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Rejection:
+    """Why a write was refused and everything needed to re-plan it."""
+
+    reason: str
+    agent: str
+    path: str
+    head: str
+    current_version: str | None
+    current_content: bytes | None
+    target: FileChange | None
+    stale: list[FileChange] = field(default_factory=list)
+    reservation: Reservation | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "reason": self.reason,
+            "agent": self.agent,
+            "path": self.path,
+            "head": self.head,
+            "message": self.message,
+            "current_version": self.current_version,
+        }
+        d.update(content_fields(self.current_content, "current_content"))
+        d["diff"] = self.target.diff if self.target else ""
+        d["changed_by"] = self.target.changed_by if self.target else []
+        d["versions_behind"] = self.target.versions_behind if self.target else None
+        d["read_version"] = self.target.read_version if self.target else None
+        d["stale"] = [s.to_dict() for s in self.stale]
+        d["reservation"] = self.reservation.to_dict() if self.reservation else None
+        return d
+
+
+@dataclass
+class WriteResult:
+    """The outcome of write/edit/rm/exec: accepted with a commit, or a rejection."""
+
+    accepted: bool
+    agent: str
+    paths: list[str]
+    head: str
+    commit: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    rejection: Rejection | None = None
+    disk: dict[str, str] = field(default_factory=dict)
+    cas_retries: int = 0
+    waited: float = 0.0
+    flags: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "accepted": self.accepted,
+            "agent": self.agent,
+            "paths": self.paths,
+            "head": self.head,
+            "commit": self.commit,
+            "versions": self.versions,
+            "disk": self.disk,
+            "cas_retries": self.cas_retries,
+            "waited": round(self.waited, 3),
+            "flags": self.flags,
+        }
+        if self.rejection is not None:
+            d["rejection"] = self.rejection.to_dict()
+        return d

@@ -1,0 +1,90 @@
+"""Reservations: after a rejection, the rejected agent holds the file briefly.
+
+So that two agents cannot keep invalidating each other, STORM gives a rejected
+writer a short exclusive claim on the target. They are kept in one commit chain
+at ``refs/storm/reservations`` (a tree of small JSON blobs, one per reserved
+path), moved by CAS under the workspace lock, so the check and the write are one
+atomic step for storm's writers. Expired entries are pruned on the next change.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import pygit2
+
+from .store import MODE_BLOB, RESERVATIONS_REF, Store
+from .readsets import path_key
+
+
+@dataclass(frozen=True)
+class Reservation:
+    path: str
+    holder: str
+    expires: float
+    since: float
+
+    def remaining(self, now: float | None = None) -> float:
+        return max(0.0, self.expires - (time.time() if now is None else now))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["expires_in"] = round(self.remaining(), 3)
+        return d
+
+
+def _tree(store: Store) -> tuple[pygit2.Reference | None, pygit2.Tree | None]:
+    ref = store.ref(RESERVATIONS_REF)
+    return ref, (store.commit(ref.target).tree if ref is not None else None)
+
+
+def _parse(store: Store, oid: pygit2.Oid) -> Reservation:
+    d = json.loads(store.blob_bytes(oid))
+    return Reservation(d["path"], d["holder"], float(d["expires"]), float(d["since"]))
+
+
+def get(store: Store, path: str, now: float | None = None) -> Reservation | None:
+    """The live reservation on ``path``, if any."""
+    _ref, tree = _tree(store)
+    if tree is None:
+        return None
+    try:
+        r = _parse(store, tree[path_key(path)].id)
+    except KeyError:
+        return None
+    return r if r.remaining(now) > 0 else None
+
+
+def active(store: Store, now: float | None = None) -> list[Reservation]:
+    _ref, tree = _tree(store)
+    if tree is None:
+        return []
+    out = [_parse(store, e.id) for e in tree]
+    return sorted((r for r in out if r.remaining(now) > 0), key=lambda r: r.path)
+
+
+def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, message: str) -> None:
+    """Set/clear reservations by path; caller holds the workspace lock."""
+    now = time.time()
+    while True:
+        ref, tree = _tree(store)
+        tb = store.repo.TreeBuilder(tree) if tree is not None else store.repo.TreeBuilder()
+        if tree is not None:
+            for e in tree:
+                if _parse(store, e.id).remaining(now) <= 0:
+                    tb.remove(e.name)
+        for path, res in changes.items():
+            key = path_key(path)
+            if res is None:
+                if tb.get(key) is not None:
+                    tb.remove(key)
+            else:
+                blob = store.write_blob(json.dumps(asdict(res), sort_keys=True).encode())
+                tb.insert(key, blob, MODE_BLOB)
+        new_tree = tb.write()
+        if tree is not None and new_tree == tree.id:
+            return
+        commit = store.make_commit(new_tree, [ref.target] if ref else [], agent, message)
+        if store.cas(ref, RESERVATIONS_REF, commit, message):
+            return

@@ -1,0 +1,52 @@
+"""``git storm init``: create the shared ref and choose the mode."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pygit2
+
+from .errors import RepoStateError, UsageError
+from .locks import flocked
+from .store import WORKSPACE_REF, Store
+
+MODES = ("storm", "worktree")
+
+
+@dataclass
+class InitResult:
+    head: str
+    created: bool
+    mode: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def resolve_commit(store: Store, rev: str) -> pygit2.Commit:
+    try:
+        obj = store.repo.revparse_single(rev)
+        return obj.peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+        raise UsageError(f"{rev!r} does not name a commit", hint="give a branch, tag or commit id") from None
+
+
+def init(store: Store, base: str | None = None) -> InitResult:
+    """Create ``refs/storm/workspace`` at ``base`` (default HEAD); idempotent."""
+    if store.repo.head_is_unborn and base is None:
+        raise RepoStateError("the repository has no commits yet",
+                             hint="make a first commit, then run git storm init")
+    mode = store.config_get("storm.mode")
+    if mode is not None and mode not in MODES:
+        raise RepoStateError(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
+                             hint="fix it with git config storm.mode storm")
+    with flocked(store.commondir, "workspace"):
+        existing = store.ref(WORKSPACE_REF)
+        created = False
+        if existing is None:
+            commit = resolve_commit(store, base or "HEAD")
+            created = store.cas(None, WORKSPACE_REF, commit.id, "storm: init")
+        head = store.ref_target(WORKSPACE_REF)
+        if mode is None:
+            mode = "storm"
+            store.config_set("storm.mode", mode)
+    return InitResult(str(head), created, mode)

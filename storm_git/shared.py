@@ -1,0 +1,447 @@
+"""Storm mode: one shared workspace, validated compare-and-swap writes.
+
+STORM's local state consistency on git: a write by agent ``a`` to ``f`` is valid
+iff every ``(g, v)`` in ``S_a ∪ {(f, v_f observed)}`` still has version ``v`` at
+the shared head. Versions are blob ids, so a file that went A → B → A is
+consistent for an agent that read A (no false conflict, never a wrong accept).
+
+The write path: blobs are written before any lock; then, under the workspace
+flock, the reservation check, the validation against head ``H``, the commit on
+``H`` and the CAS of ``refs/storm/workspace`` from ``H`` happen as one step. If
+the CAS fails (a writer outside storm's lock moved the ref) the write is
+re-validated against the new head. Provenance, the agent's read set and the
+working tree are updated afterwards under their own locks, so writers by
+different agents only serialise on the short critical section.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from . import events, readsets, reservations, trailers
+from .agents import validate_agent
+from .diffs import is_binary, unified
+from .disk import materialize
+from .errors import BadPath, NotFound, NotInitialised, TooLarge, UsageError
+from .locks import flocked
+from .paths import check_on_disk, normalize
+from .payloads import (
+    DIRECT_CONFLICT,
+    RESERVED,
+    STALE_DEPENDENCY,
+    UNREAD_TARGET,
+    FileChange,
+    ReadResult,
+    Rejection,
+    WriteResult,
+)
+from .readsets import ReadEntry
+from .reservations import Reservation
+from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, Store, hex_
+
+DEFAULT_RESERVATION_SECONDS = 30
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+HISTORY_LIMIT = 256
+
+
+class _MustReject:
+    """Content of an edit that cannot be computed: validation must refuse it."""
+
+
+MUST_REJECT = _MustReject()
+Change = "bytes | None | _MustReject"
+
+
+@dataclass
+class AgentStatus:
+    agent: str
+    reads: int
+    stale: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": self.agent, "reads": self.reads, "stale": self.stale}
+
+
+@dataclass
+class Status:
+    mode: str
+    head: str
+    agents: list[AgentStatus]
+    reservations: list[Reservation]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "mode": self.mode,
+            "head": self.head,
+            "agents": [a.to_dict() for a in self.agents],
+            "reservations": [r.to_dict() for r in self.reservations],
+        }
+        d.update(self.extra)
+        return d
+
+
+@dataclass
+class _Verdict:
+    reason: str | None
+    current: dict[str, Entry | None]
+    conflicts: list[str]
+    stale: list[str]
+
+
+class SharedWorkspace:
+    """The verbs of storm mode. Stateless apart from the repository: every call
+    re-reads the refs, so many processes can hold one of these at once."""
+
+    mode = "storm"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- settings --------------------------------------------------------------
+    @property
+    def reservation_seconds(self) -> float:
+        return float(self.store.config_int("storm.reservationSeconds", DEFAULT_RESERVATION_SECONDS))
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self.store.config_int("storm.maxFileBytes", DEFAULT_MAX_FILE_BYTES)
+
+    # -- helpers ---------------------------------------------------------------
+    def path(self, raw: str, *, for_write: bool = False) -> str:
+        """Validate a user path (relative to the caller's directory)."""
+        p = normalize(raw, self.store.prefix)
+        check_on_disk(p, self.store.main_workdir, for_write=for_write)
+        return p
+
+    def _head_ref(self) -> pygit2.Reference:
+        ref = self.store.ref(WORKSPACE_REF)
+        if ref is None:
+            raise NotInitialised("storm is not initialised in this repository",
+                                 hint="run git storm init")
+        return ref
+
+    def head(self) -> pygit2.Oid:
+        return self._head_ref().target
+
+    def _check_size(self, path: str, content: bytes) -> None:
+        limit = self.max_file_bytes
+        if len(content) > limit:
+            raise TooLarge(f"{path}: {len(content)} bytes is over storm.maxFileBytes ({limit})",
+                           hint="raise it with git config storm.maxFileBytes N if this is intended")
+
+    # -- read ------------------------------------------------------------------
+    def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
+        """Content and version of each path at the shared head, recorded in the read set."""
+        agent = validate_agent(agent)
+        norm = list(dict.fromkeys(self.path(p) for p in paths))
+        if not norm:
+            raise UsageError("no path given")
+        head = self.head()
+        tree = self.store.commit(head).tree
+        results = []
+        for p in norm:
+            e = self.store.entry(tree, p)
+            results.append(ReadResult(p, hex_(e.oid) if e else None, str(head),
+                                      self.store.blob_bytes(e.oid) if e else None, e.mode if e else None))
+        readsets.record(self.store, agent,
+                        [ReadEntry(r.path, r.version, str(head)) for r in results], why="read")
+        return results
+
+    def read_set(self, agent: str | None) -> dict[str, ReadEntry]:
+        return readsets.load(self.store, validate_agent(agent))
+
+    def forget(self, paths: Iterable[str] | None, *, agent: str | None) -> list[str]:
+        """Drop paths (all when None) from the agent's read set: a new task starts fresh."""
+        agent = validate_agent(agent)
+        norm = None if paths is None else [normalize(p, self.store.prefix) for p in paths]
+        return readsets.forget(self.store, agent, norm)
+
+    # -- writes ----------------------------------------------------------------
+    def write(self, path: str, content: bytes, *, agent: str | None, intent: str | None = None,
+              deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+        """Validated write of one file (see module docstring)."""
+        agent = validate_agent(agent)
+        p = self.path(path, for_write=True)
+        self._check_size(p, content)
+        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="write")
+
+    def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
+             deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+        """Replace exactly one occurrence of ``old`` in the version the agent last read,
+        then write it with validation: a concurrent change is a rejection, not "not found"."""
+        agent = validate_agent(agent)
+        p = self.path(path, for_write=True)
+        if old == "":
+            raise UsageError("--old is empty", hint="give the exact text to replace")
+        seen = readsets.load(self.store, agent).get(p)
+        if seen is None or seen.blob is None:
+            if self.store.entry(self.store.commit(self.head()).tree, p) is None:
+                raise NotFound(f"{p} does not exist in the shared workspace",
+                               hint="use git storm write to create it")
+            # Never read (or read while absent): the validation refuses it and the
+            # rejection gives the agent the content to edit.
+            return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit")
+        base = self.store.blob_bytes(pygit2.Oid(hex=seen.blob))
+        old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
+        n = base.count(old_b)
+        if n != 1:
+            where = f"the version of {p} that {agent} last read ({seen.blob[:12]})"
+            if n == 0:
+                raise UsageError(f"--old text not found in {where}",
+                                 hint="read the file again and copy the text exactly")
+            raise UsageError(f"--old text occurs {n} times in {where}",
+                             hint="include more surrounding text so it matches once")
+        content = base.replace(old_b, new_b, 1)
+        self._check_size(p, content)
+        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="edit")
+
+    def rm(self, path: str, *, agent: str | None, intent: str | None = None,
+           deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+        """Validated delete."""
+        agent = validate_agent(agent)
+        p = self.path(path, for_write=True)
+        if self.store.entry(self.store.commit(self.head()).tree, p) is None:
+            raise NotFound(f"{p} does not exist in the shared workspace")
+        return self.apply(agent, {p: None}, intent=intent, deps=deps, wait=wait, op="rm")
+
+    def release(self, path: str, *, agent: str | None) -> Reservation | None:
+        """End the agent's own reservation on ``path``; returns it (None if there was none)."""
+        agent = validate_agent(agent)
+        p = normalize(path, self.store.prefix)
+        with flocked(self.store.commondir, "workspace"):
+            self._head_ref()
+            r = reservations.get(self.store, p)
+            if r is None:
+                return None
+            if r.holder != agent:
+                raise UsageError(f"{p} is reserved by {r.holder}, not {agent}",
+                                 hint=f"only {r.holder} can release it; it expires in {r.remaining():.0f}s")
+            reservations.update(self.store, {p: None}, agent=agent, message=f"storm: {agent} released {p}")
+            events.append(self.store, "release", agent, f"{agent} released {p}", {"path": p})
+        return r
+
+    def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+              wait: bool, op: str, expected: dict[str, str | None] | None = None) -> WriteResult:
+        """The validated atomic write of ``changes`` ({path: bytes, or None to delete}).
+
+        ``expected`` overrides the observed version of targets (``exec`` compares
+        with the tree the command started from instead of the read set).
+        """
+        store = self.store
+        paths = list(changes)
+        blobs: dict[str, Any] = {
+            p: (store.write_blob(c) if isinstance(c, bytes) else c) for p, c in changes.items()
+        }
+        reads = readsets.load(store, agent)
+        if deps is not None:
+            dep_paths = [normalize(d, store.prefix) for d in deps]
+            missing = [d for d in dep_paths if d not in reads and d not in changes]
+            if missing:
+                raise UsageError(f"--deps {missing[0]} was never read by {agent}",
+                                 hint="read it first (git storm read), or leave it out of --deps")
+            scope = {d: reads[d] for d in dep_paths if d in reads}
+            scope.update({p: reads[p] for p in paths if p in reads})
+            scope_name = "deps"
+        else:
+            scope, scope_name = dict(reads), "all"
+
+        started = time.monotonic()
+        wait_budget = self.reservation_seconds + 1.0
+        retries = 0
+        while True:
+            blocked: Reservation | None = None
+            granted: Reservation | None = None
+            commit: pygit2.Oid | None = None
+            with flocked(store.commondir, "workspace"):
+                ref = self._head_ref()
+                head = ref.target
+                tree = store.commit(head).tree
+                now = time.time()
+                held = []
+                for p in paths:
+                    r = reservations.get(store, p, now)
+                    if r is not None:
+                        if r.holder != agent:
+                            blocked = r
+                            break
+                        held.append(p)
+                if blocked is None:
+                    verdict = self._validate(tree, paths, reads, scope, expected)
+                    if verdict.reason is None:
+                        if any(b is MUST_REJECT for b in blobs.values()):
+                            raise NotFound(f"{paths[0]} does not exist in the shared workspace")
+                        new_tree = store.tree_with(tree, {
+                            p: None if b is None else (b, _mode(verdict.current[p])) for p, b in blobs.items()
+                        })
+                        commit = None
+                        if new_tree != tree.id:
+                            message = trailers.format_message(intent, agent, op, paths)
+                            commit = store.make_commit(new_tree, [head], agent, message)
+                            if not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}"):
+                                retries += 1
+                                continue
+                        if held:
+                            reservations.update(store, {p: None for p in held}, agent=agent,
+                                                message=f"storm: {agent} wrote; reservation ends")
+                        break
+                    granted = self._reject_locked(agent, op, paths, verdict, head, now)
+                    break
+                if not wait or time.monotonic() - started >= wait_budget:
+                    verdict = _Verdict(RESERVED, {p: store.entry(tree, p) for p in paths}, [], [])
+                    events.append(store, "rejection", agent, f"{agent} {op} {blocked.path}: reserved",
+                                  {"reason": RESERVED, "path": blocked.path, "paths": paths, "op": op,
+                                   "holder": blocked.holder, "head": str(head)})
+                    break
+            time.sleep(min(0.05, max(0.001, blocked.remaining())))
+
+        waited = time.monotonic() - started
+        if verdict.reason is None:
+            new_head = commit or head
+            versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
+            prov = None
+            if commit is not None:
+                prov = (commit, readsets.provenance_text(agent, head, scope_name, scope.values()))
+            readsets.record(store, agent, [ReadEntry(p, v, str(new_head)) for p, v in versions.items()],
+                            why=op, provenance=prov)
+            disk = materialize(store, paths) if commit is not None else {}
+            return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
+                               disk=disk, cas_retries=retries, waited=waited)
+        rejection = self._payload(agent, verdict, head, reads, granted if verdict.reason != RESERVED else blocked)
+        if verdict.reason != RESERVED:
+            shown = [rejection.path] + [s.path for s in rejection.stale]
+            if len(paths) > 1:
+                shown += [p for p in paths if p in verdict.conflicts]
+            readsets.record(store, agent, [
+                ReadEntry(p, hex_(e.oid) if e else None, str(head))
+                for p, e in ((p, self._entry_or_none(tree, p)) for p in dict.fromkeys(shown))
+            ], why="was shown")
+        return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited)
+
+    # -- validation and payloads ------------------------------------------------
+    def _entry_or_none(self, tree: pygit2.Tree, path: str) -> Entry | None:
+        try:
+            return self.store.entry(tree, path)
+        except BadPath:
+            return None
+
+    def _validate(self, tree: pygit2.Tree, paths: list[str], reads: dict[str, ReadEntry],
+                  scope: dict[str, ReadEntry], expected: dict[str, str | None] | None) -> _Verdict:
+        current = {p: self.store.entry(tree, p) for p in paths}
+        conflicts, unread = [], []
+        for p in paths:
+            cur = hex_(current[p].oid) if current[p] else None
+            if expected is not None and p in expected:
+                if expected[p] != cur:
+                    conflicts.append(p)
+            elif p in reads:
+                if reads[p].blob != cur:
+                    conflicts.append(p)
+            elif current[p] is not None:
+                unread.append(p)
+        stale = []
+        for g, e in scope.items():
+            if g in current:
+                continue
+            c = self._entry_or_none(tree, g)
+            if (hex_(c.oid) if c else None) != e.blob:
+                stale.append(g)
+        reason = (DIRECT_CONFLICT if conflicts else UNREAD_TARGET if unread
+                  else STALE_DEPENDENCY if stale else None)
+        return _Verdict(reason, current, conflicts + unread, stale)
+
+    def _reject_locked(self, agent: str, op: str, paths: list[str], verdict: _Verdict,
+                       head: pygit2.Oid, now: float) -> Reservation:
+        """Grant the rejected agent its reservation and log the rejection (workspace lock held)."""
+        target = verdict.conflicts[0] if verdict.conflicts else paths[0]
+        secs = self.reservation_seconds
+        granted = Reservation(target, agent, now + secs, now)
+        if secs > 0:
+            reservations.update(self.store, {target: granted}, agent=agent,
+                                message=f"storm: {agent} reserves {target} after a rejection")
+        events.append(self.store, "rejection", agent, f"{agent} {op} {target}: {verdict.reason}",
+                      {"reason": verdict.reason, "path": target, "paths": paths, "op": op,
+                       "stale": verdict.stale, "head": str(head)})
+        return granted
+
+    def _file_history(self, path: str, head: pygit2.Oid, since: str | None) -> tuple[list[str], int | None]:
+        """Agents that changed ``path`` between ``since`` and ``head`` (newest first), and how many times."""
+        c = self.store.commit(head)
+        by: list[str] = []
+        behind = 0
+        for _ in range(HISTORY_LIMIT):
+            if since is not None and str(c.id) == since:
+                return list(dict.fromkeys(by)), behind
+            if not c.parent_ids:
+                break
+            parent = self.store.commit(c.parent_ids[0])
+            if self._entry_or_none(c.tree, path) != self._entry_or_none(parent.tree, path):
+                behind += 1
+                by.append(trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0])
+            c = parent
+        return list(dict.fromkeys(by)), behind
+
+    def _change(self, path: str, seen: ReadEntry | None, current: Entry | None, head: pygit2.Oid) -> FileChange:
+        old = self.store.blob_bytes(pygit2.Oid(hex=seen.blob)) if seen and seen.blob else None
+        new = self.store.blob_bytes(current.oid) if current else None
+        by, behind = self._file_history(path, head, seen.head if seen else None)
+        return FileChange(path, seen.blob if seen else None, hex_(current.oid) if current else None,
+                          by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
+
+    def _payload(self, agent: str, verdict: _Verdict, head: pygit2.Oid, reads: dict[str, ReadEntry],
+                 reservation: Reservation | None) -> Rejection:
+        tree = self.store.commit(head).tree
+        target = verdict.conflicts[0] if verdict.conflicts else next(iter(verdict.current))
+        cur = verdict.current.get(target)
+        change = self._change(target, reads.get(target), cur, head)
+        stale = [self._change(g, reads[g], self._entry_or_none(tree, g), head) for g in verdict.stale]
+        reason = verdict.reason or RESERVED
+        text = {
+            DIRECT_CONFLICT: f"{target} changed since {agent} read it",
+            UNREAD_TARGET: f"{agent} never read {target}; its current content is attached and now counts as read",
+            STALE_DEPENDENCY: f"{len(stale)} file(s) {agent} read changed since: {', '.join(s.path for s in stale)}",
+            RESERVED: (f"{target} is reserved by {reservation.holder} for {reservation.remaining():.1f}s more"
+                       if reservation else f"{target} is reserved"),
+        }[reason]
+        if reason != RESERVED and reservation is not None:
+            text += f"; {agent} holds {target} for {reservation.remaining():.0f}s to retry"
+        return Rejection(reason, agent, target, str(head), hex_(cur.oid) if cur else None,
+                         self.store.blob_bytes(cur.oid) if cur else None, change, stale, reservation, text)
+
+    # -- status and log ----------------------------------------------------------
+    def status(self) -> Status:
+        head = self.head()
+        tree = self.store.commit(head).tree
+        agents = []
+        for a in readsets.agents(self.store):
+            reads = readsets.load(self.store, a)
+            stale = sorted(p for p, e in reads.items()
+                           if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
+            agents.append(AgentStatus(a, len(reads), stale))
+        return Status(self.mode, str(head), agents, reservations.active(self.store))
+
+    def log(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Accepted writes (the shared ref's history) and recorded events, newest first."""
+        out: list[dict[str, Any]] = []
+        c = self.store.commit(self.head())
+        while len(out) < limit:
+            t = trailers.parse(c.message)
+            if "Storm-Agent" not in t:
+                break
+            out.append({"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
+                        "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
+                        "paths": t.get("Storm-Path", []), "time": c.commit_time})
+            if not c.parent_ids:
+                break
+            c = self.store.commit(c.parent_ids[0])
+        out.extend(events.read(self.store, limit))
+        out.sort(key=lambda e: e.get("time", 0), reverse=True)
+        return out[:limit]
+
+
+def _mode(current: Entry | None) -> int:
+    return current.mode if current is not None and current.mode in (MODE_BLOB, MODE_EXEC) else MODE_BLOB

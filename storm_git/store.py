@@ -1,0 +1,293 @@
+"""The one place that talks to libgit2: objects, trees, refs and compare-and-swap.
+
+Everything storm keeps is an ordinary git object reachable from a ref under
+``refs/storm/`` or ``refs/notes/storm/``, so ``git log``, ``git fsck``, ``git gc``
+and remotes all work on it. Refs only move by compare-and-swap
+(:meth:`Store.cas`), which libgit2 performs under the ref's lockfile.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import pygit2
+
+from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError
+
+WORKSPACE_REF = "refs/storm/workspace"
+RESERVATIONS_REF = "refs/storm/reservations"
+EVENTS_REF = "refs/storm/log"
+READS_PREFIX = "refs/notes/storm/reads/"
+PROVENANCE_PREFIX = "refs/notes/storm/provenance/"
+
+MODE_BLOB = pygit2.GIT_FILEMODE_BLOB
+MODE_EXEC = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE
+MODE_LINK = pygit2.GIT_FILEMODE_LINK
+MODE_TREE = pygit2.GIT_FILEMODE_TREE
+
+# A `<ref>.lock` older than this, seen while we hold the flock guarding that ref,
+# was left by a dead writer. git's own pack-refs/gc hold ref locks for moments.
+STALE_REF_LOCK_SECONDS = 2.0
+REF_LOCK_PATIENCE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A path's version in a tree: blob id and file mode."""
+
+    oid: pygit2.Oid
+    mode: int
+
+
+def _commondir(gitdir: str) -> str:
+    f = os.path.join(gitdir, "commondir")
+    try:
+        with open(f, encoding="utf-8") as fh:
+            rel = fh.read().strip()
+    except FileNotFoundError:
+        return os.path.normpath(gitdir)
+    return os.path.normpath(os.path.join(gitdir, rel))
+
+
+class Store:
+    """A repository as storm sees it: git objects plus the working tree roots."""
+
+    def __init__(self, repo: pygit2.Repository, cwd: str | None = None) -> None:
+        if repo.is_bare:
+            raise RepoStateError(
+                f"{repo.path.rstrip('/')} is a bare repository",
+                hint="storm needs a working tree for the shared workspace",
+            )
+        self.repo = repo
+        self.gitdir = os.path.normpath(repo.path)
+        self.commondir = _commondir(self.gitdir)
+        # The working tree that contains the caller (a linked worktree or the main one).
+        self.top = os.path.normpath(repo.workdir)
+        if self.commondir != self.gitdir:
+            main = os.path.dirname(self.commondir)
+            self.main_workdir = main if os.path.basename(self.commondir) == ".git" else self.top
+        else:
+            self.main_workdir = self.top
+        cwd = os.path.realpath(cwd or os.getcwd())
+        rtop = os.path.realpath(self.top)
+        self.prefix = ""
+        if cwd == rtop:
+            self.prefix = ""
+        elif cwd.startswith(rtop + os.sep):
+            self.prefix = os.path.relpath(cwd, rtop).replace(os.sep, "/")
+
+    @classmethod
+    def discover(cls, start: str | None = None) -> "Store":
+        """Open the repository containing ``start`` (default: the current directory)."""
+        start = start or os.getcwd()
+        if not os.path.isdir(start):
+            raise NotARepository(f"{start} is not a directory")
+        try:
+            path = pygit2.discover_repository(start)
+        except pygit2.GitError as exc:  # pragma: no cover - libgit2 refuses odd dirs
+            raise NotARepository(f"cannot open a repository at {start}: {exc}") from None
+        if path is None:
+            raise NotARepository(
+                f"not a git repository: {start}",
+                hint="run git storm inside a repository (git init first)",
+            )
+        try:
+            repo = pygit2.Repository(path)
+        except pygit2.GitError as exc:
+            raise CorruptState(f"cannot open the repository at {path}: {exc}") from None
+        return cls(repo, cwd=start)
+
+    # -- configuration -------------------------------------------------------
+    def config_get(self, key: str, default: str | None = None) -> str | None:
+        try:
+            return self.repo.config[key]
+        except (KeyError, pygit2.GitError):
+            return default
+
+    def config_int(self, key: str, default: int) -> int:
+        raw = self.config_get(key)
+        if raw is None:
+            return default
+        text = str(raw).strip().lower()
+        mult = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}.get(text[-1:], 1)
+        try:
+            return int(text[:-1] if mult != 1 else text) * mult
+        except ValueError:
+            raise CorruptState(f"config {key}={raw!r} is not a number",
+                               hint=f"fix it with git config {key} NUMBER") from None
+
+    def config_set(self, key: str, value: str) -> None:
+        self.repo.config[key] = value
+
+    # -- refs ----------------------------------------------------------------
+    def ref(self, name: str) -> pygit2.Reference | None:
+        """The reference, kept as the expected value for a later :meth:`cas`."""
+        try:
+            return self.repo.lookup_reference(name)
+        except KeyError:
+            return None
+        except pygit2.GitError as exc:
+            raise CorruptState(f"cannot read {name}: {exc}",
+                               hint="run git storm doctor") from None
+
+    def ref_target(self, name: str) -> pygit2.Oid | None:
+        ref = self.ref(name)
+        return None if ref is None else ref.target
+
+    def cas(self, ref: pygit2.Reference | None, name: str, new: pygit2.Oid, message: str) -> bool:
+        """Move ``name`` to ``new`` iff it still has the value ``ref`` was read with.
+
+        ``ref is None`` means "create only if absent". Returns False when the ref
+        moved (the caller re-validates and retries). A ``<ref>.lock`` left by a
+        dead writer is removed once it is older than STALE_REF_LOCK_SECONDS; the
+        caller must hold the storm flock that guards ``name``.
+        """
+        deadline = time.monotonic() + REF_LOCK_PATIENCE_SECONDS
+        while True:
+            try:
+                if ref is None:
+                    self.repo.create_reference_direct(name, new, False, message=message)
+                else:
+                    ref.set_target(new, message)
+                return True
+            except pygit2.AlreadyExistsError:
+                return False
+            except pygit2.GitError as exc:
+                if "old reference value does not match" in str(exc) or "does not match" in str(exc):
+                    return False
+                if "failed to lock" not in str(exc) and "locked" not in str(exc):
+                    raise CorruptState(f"cannot update {name}: {exc}", hint="run git storm doctor") from None
+            except OSError as exc:
+                if "lock" not in str(exc):
+                    raise CorruptState(f"cannot update {name}: {exc}", hint="run git storm doctor") from None
+            # The ref is locked by someone else.
+            if self.clear_stale_ref_lock(name):
+                continue
+            if time.monotonic() > deadline:
+                raise Busy(f"{name} stays locked ({self.ref_lock_path(name)})",
+                           hint="another git process holds it; if none runs, run git storm doctor")
+            time.sleep(0.005)
+
+    def ref_lock_path(self, name: str) -> str:
+        return os.path.join(self.commondir, *name.split("/")) + ".lock"
+
+    def clear_stale_ref_lock(self, name: str, older_than: float = STALE_REF_LOCK_SECONDS) -> bool:
+        """Remove ``<ref>.lock`` if it is older than ``older_than`` seconds."""
+        path = self.ref_lock_path(name)
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return True  # gone meanwhile: try again
+        if age < older_than:
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
+
+    def refs_under(self, prefix: str) -> list[str]:
+        return [r for r in self.repo.references if r.startswith(prefix)]
+
+    # -- objects -------------------------------------------------------------
+    def commit(self, oid: pygit2.Oid) -> pygit2.Commit:
+        try:
+            obj = self.repo[oid]
+        except (KeyError, ValueError):
+            raise CorruptState(f"object {oid} is missing", hint="run git fsck") from None
+        if not isinstance(obj, pygit2.Commit):
+            raise CorruptState(f"{oid} is not a commit")
+        return obj
+
+    def blob_bytes(self, oid: pygit2.Oid) -> bytes:
+        try:
+            return self.repo[oid].data
+        except (KeyError, ValueError):
+            raise CorruptState(f"blob {oid} is missing", hint="run git fsck") from None
+
+    def write_blob(self, data: bytes) -> pygit2.Oid:
+        return self.repo.create_blob(data)
+
+    def entry(self, tree: pygit2.Tree, path: str) -> Entry | None:
+        """The blob at ``path`` in ``tree``, None if absent.
+
+        Raises BadPath when the path names a directory or goes through a file or
+        a symbolic link, so that every verb refuses those before changing anything.
+        """
+        parts = path.split("/")
+        cur = tree
+        for i, part in enumerate(parts):
+            try:
+                obj = cur[part]
+            except KeyError:
+                return None
+            mode = obj.filemode
+            last = i == len(parts) - 1
+            if last:
+                if mode == MODE_TREE:
+                    raise BadPath(f"{path!r} is a directory in the shared workspace, not a file")
+                if mode == pygit2.GIT_FILEMODE_COMMIT:
+                    raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
+                return Entry(obj.id, mode)
+            if mode != MODE_TREE:
+                what = "a symbolic link" if mode == MODE_LINK else "a file"
+                raise BadPath(f"{'/'.join(parts[:i + 1])!r} is {what} in the shared workspace, "
+                              f"so {path!r} cannot exist")
+            cur = self.repo[obj.id]
+        return None  # pragma: no cover
+
+    def tree_with(self, tree: pygit2.Tree, changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
+        """Write ``tree`` with ``changes`` applied (None deletes), rebuilding only
+        the trees along the changed paths; empty directories disappear as in git."""
+        nested: dict = {}
+        for path, value in changes.items():
+            node = nested
+            parts = path.split("/")
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):  # pragma: no cover - caller validated
+                    raise BadPath(f"conflicting paths in one write: {path!r}")
+            node[parts[-1]] = value
+        oid = self._rebuild(tree, nested)
+        return oid if oid is not None else self.repo.TreeBuilder().write()
+
+    def _rebuild(self, tree: pygit2.Tree | None, node: dict) -> pygit2.Oid | None:
+        tb = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        for name, value in node.items():
+            if isinstance(value, dict):
+                sub = None
+                if tree is not None:
+                    try:
+                        obj = tree[name]
+                        if obj.filemode == MODE_TREE:
+                            sub = self.repo[obj.id]
+                    except KeyError:
+                        pass
+                new = self._rebuild(sub, value)
+                if new is None:
+                    if tb.get(name) is not None:
+                        tb.remove(name)
+                else:
+                    tb.insert(name, new, MODE_TREE)
+            elif value is None:
+                if tb.get(name) is not None:
+                    tb.remove(name)
+            else:
+                tb.insert(name, value[0], value[1])
+        if len(tb) == 0:
+            return None
+        return tb.write()
+
+    def make_commit(self, tree: pygit2.Oid, parents: list[pygit2.Oid], agent: str, message: str) -> pygit2.Oid:
+        sig = signature(agent)
+        return self.repo.create_commit(None, sig, sig, message, tree, parents)
+
+
+def signature(agent: str) -> pygit2.Signature:
+    """Author/committer for an agent's commits (agent ids are declared, not verified)."""
+    return pygit2.Signature(agent, f"{agent}@storm.invalid")
+
+
+def hex_(oid: pygit2.Oid | None) -> str | None:
+    return None if oid is None else str(oid)
