@@ -27,15 +27,21 @@ HISTORY_DEPTH = 64
 def disk_oid(full: str) -> pygit2.Oid | None | bool:
     """Blob id of the file at ``full``; None if absent; False if not a file."""
     try:
-        if os.path.islink(full):
-            return pygit2.hash(os.fsencode(os.readlink(full)))
-        if os.path.isdir(full):
-            return False
-        return pygit2.hashfile(full)
+        st = os.lstat(full)
     except FileNotFoundError:
         return None
-    except OSError:
+    except OSError:  # a parent is a file, permission denied, ...
         return False
+    try:
+        if os.path.islink(full):
+            return pygit2.hash(os.fsencode(os.readlink(full)))
+        if os.path.isdir(full) or not os.path.isfile(full):
+            return False
+        if st.st_size == 0:
+            return pygit2.hash(b"")
+        return pygit2.hashfile(full)
+    except (OSError, KeyError, pygit2.GitError):  # vanished meanwhile
+        return None if not os.path.lexists(full) else False
 
 
 def known_version(store: Store, head: pygit2.Oid, path: str, oid: pygit2.Oid | None,

@@ -1,0 +1,73 @@
+"""Helpers shared by the tests: real repositories in temporary directories and
+the real ``git storm`` command line in subprocesses (no mocks of git)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FILES = {
+    "src/api.py": "def fetch(url):\n    return http_get(url)\n",
+    "src/client.py": "from api import fetch\n\n\ndef load(url):\n    return fetch(url)\n",
+    "src/util.py": "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n",
+    "README.md": "# service\n",
+}
+
+
+def git(repo: str | Path, *args: str, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, check=check, capture_output=True, input=input)
+
+
+def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, init_storm: bool = True) -> Path:
+    """A git repository with ``files`` committed on main (and ``git storm init`` run)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    for rel, content in (DEFAULT_FILES if files is None else files).items():
+        full = path / rel
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_bytes(content.encode() if isinstance(content, str) else content)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    if init_storm:
+        r = storm(path, "init")
+        assert r.returncode == 0, r.stderr
+    return path
+
+
+def storm(cwd: str | Path, *args: str, input: bytes | str | None = None, agent: str | None = None,
+          env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``git storm ARGS`` (via ``python -m storm_git``) in ``cwd``; text output."""
+    e = dict(os.environ)
+    e.pop("STORM_AGENT", None)
+    if agent is not None:
+        e["STORM_AGENT"] = agent
+    if env:
+        e.update(env)
+    data = input.encode() if isinstance(input, str) else input
+    r = subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, input=data,
+                       capture_output=True, env=e, timeout=timeout)
+    r.stdout = r.stdout.decode("utf-8", "replace")
+    r.stderr = r.stderr.decode("utf-8", "replace")
+    return r
+
+
+def storm_json(cwd: str | Path, *args: str, **kw: Any) -> tuple[int, Any]:
+    r = storm(cwd, *args, "--json", **kw)
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def rev(repo: str | Path, ref: str) -> str:
+    return git(repo, "rev-parse", ref).stdout.decode().strip()
+
+
+def show(repo: str | Path, ref: str, path: str) -> bytes:
+    return git(repo, "show", f"{ref}:{path}").stdout
+
+
+def snapshot_refs(repo: str | Path) -> str:
+    """Every ref and its value: to assert that a refused command changed nothing."""
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)").stdout.decode()
