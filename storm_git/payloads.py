@@ -21,10 +21,12 @@ REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY, UNREAD_TARGET, RESERVED)
 def content_fields(data: bytes | None, key: str = "content") -> dict[str, Any]:
     if data is None:
         return {key: None}
-    try:
-        return {key: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{key}_base64": base64.b64encode(data).decode("ascii"), key: None}
+    if b"\x00" not in data[:8000]:  # git's binary heuristic, as in diffs.is_binary
+        try:
+            return {key: data.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {f"{key}_base64": base64.b64encode(data).decode("ascii"), key: None}
 
 
 @dataclass
