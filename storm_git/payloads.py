@@ -131,3 +131,46 @@ class WriteResult:
         if self.rejection is not None:
             d["rejection"] = self.rejection.to_dict()
         return d
+
+
+@dataclass
+class ExecResult:
+    """``exec``: the command's own outcome plus the write that recorded its changes.
+
+    The command's stdout/stderr are not captured (they pass through to the
+    caller); ``returncode`` follows subprocess (negative: killed by that signal).
+    """
+
+    argv: list[str]
+    returncode: int
+    timed_out: bool
+    paths: list[str]
+    write: WriteResult | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.write is None or self.write.accepted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": self.argv,
+            "returncode": self.returncode,
+            "timed_out": self.timed_out,
+            "paths": self.paths,
+            "write": self.write.to_dict() if self.write else None,
+        }
+
+
+@dataclass
+class CommitResult:
+    """``commit``: the commit made on a branch and whose work it contains."""
+
+    commit: str | None
+    branch: str
+    agents: list[str]
+    writes: int
+    paths: list[str]
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
