@@ -105,7 +105,7 @@ class SharedWorkspace:
     # -- settings --------------------------------------------------------------
     @property
     def reservation_seconds(self) -> float:
-        return float(self.store.config_int("storm.reservationSeconds", DEFAULT_RESERVATION_SECONDS))
+        return self.store.config_float("storm.reservationSeconds", DEFAULT_RESERVATION_SECONDS)
 
     @property
     def max_file_bytes(self) -> int:

@@ -117,6 +117,19 @@ class Store:
             raise CorruptState(f"config {key}={raw!r} is not a number",
                                hint=f"fix it with git config {key} NUMBER") from None
 
+    def config_float(self, key: str, default: float) -> float:
+        raw = self.config_get(key)
+        if raw is None:
+            return default
+        try:
+            value = float(str(raw).strip())
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            raise CorruptState(f"config {key}={raw!r} is not a number of seconds",
+                               hint=f"fix it with git config {key} SECONDS")
+        return value
+
     def config_set(self, key: str, value: str) -> None:
         self.repo.config[key] = value
 
