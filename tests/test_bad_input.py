@@ -1,0 +1,132 @@
+"""DESIGN §7: every bad input gets one clear line, exit 2 (3 for repository
+state), and changes nothing — refs, notes and the working tree stay as they were."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import git, snapshot_refs, storm
+
+
+def _assert_refused(repo, r, code: int, words: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert words in lines[0], lines[0]
+
+
+def _tree_state(repo) -> str:
+    return git(repo, "status", "--porcelain", "--ignored").stdout.decode()
+
+
+@pytest.mark.parametrize("path,words", [
+    ("/etc/passwd", "absolute"),
+    ("../escape.txt", "outside the repository"),
+    ("src/../../escape.txt", "outside the repository"),
+    (".git/config", "inside .git"),
+    ("src/.git/hooks/x", "inside .git"),
+    (".GIT/config", "inside .git"),
+    ("src", "directory"),
+    ("src/", "directory"),
+    (".", "top of the repository"),
+    ("bad\nname", "newline"),
+    ("x" * 300, "longer than"),
+    ("src/api.py/inner", "is a file"),
+])
+def test_bad_paths_for_write(repo, path, words):
+    before, disk = snapshot_refs(repo), _tree_state(repo)
+    r = storm(repo, "write", path, input="x\n", agent="e1")
+    _assert_refused(repo, r, 2, words)
+    assert snapshot_refs(repo) == before and _tree_state(repo) == disk
+
+
+def test_nul_in_path_is_refused_by_the_library(ws, repo):
+    # argv cannot carry NUL, so check the library boundary directly
+    from storm_git.errors import BadPath
+
+    before = snapshot_refs(repo)
+    with pytest.raises(BadPath, match="NUL"):
+        ws.write("a\x00b", b"x", agent="e1")
+    assert snapshot_refs(repo) == before
+
+
+def test_symlink_leading_out_is_refused(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret\n")
+    os.symlink(outside, repo / "link_dir")
+    os.symlink(outside / "secret.txt", repo / "link_file")
+    before = snapshot_refs(repo)
+    for path in ("link_dir/secret.txt", "link_dir/new.txt", "link_file"):
+        r = storm(repo, "write", path, input="pwned\n", agent="e1")
+        _assert_refused(repo, r, 2, "symbolic link")
+        r = storm(repo, "read", path, agent="e1")
+        _assert_refused(repo, r, 2, "symbolic link")
+    assert (outside / "secret.txt").read_text() == "secret\n"
+    assert not (outside / "new.txt").exists()
+    assert snapshot_refs(repo) == before
+
+
+def test_symlink_inside_is_readable_not_writable(repo):
+    os.symlink("src/api.py", repo / "alias.py")
+    git(repo, "add", "alias.py")
+    git(repo, "commit", "-qm", "alias")
+    git(repo, "update-ref", "refs/storm/workspace", "HEAD")
+    r = storm(repo, "read", "alias.py", agent="e1")
+    assert r.returncode == 0 and r.stdout == "src/api.py"  # the link text, as git stores it
+    _assert_refused(repo, storm(repo, "write", "alias.py", input="x", agent="e1"), 2, "symbolic link")
+    _assert_refused(repo, storm(repo, "write", "alias.py/x", input="x", agent="e1"), 2, "symbolic link")
+
+
+@pytest.mark.parametrize("agent", ["bad agent", "-leading", "a..b", "x.lock", "a/b", "trailing.", "ü", "x" * 65, "a:b", "a~1", "a^", "a*"])
+def test_bad_agent_ids(repo, agent):
+    before = snapshot_refs(repo)
+    r = storm(repo, "read", "README.md", "--agent", agent)
+    _assert_refused(repo, r, 2, "invalid agent id")
+    assert snapshot_refs(repo) == before
+
+
+def test_missing_agent(repo):
+    _assert_refused(repo, storm(repo, "read", "README.md"), 2, "no agent id")
+
+
+def test_agent_from_environment(repo):
+    r = storm(repo, "read", "README.md", agent="env_agent")
+    assert r.returncode == 0
+    assert git(repo, "rev-parse", "-q", "--verify", "refs/notes/storm/reads/env_agent").returncode == 0
+
+
+def test_content_over_size_limit(repo):
+    git(repo, "config", "storm.maxFileBytes", "1k")
+    before, disk = snapshot_refs(repo), _tree_state(repo)
+    r = storm(repo, "write", "big.bin", input=b"x" * 1025, agent="e1")
+    _assert_refused(repo, r, 2, "storm.maxFileBytes")
+    assert snapshot_refs(repo) == before and _tree_state(repo) == disk and not (repo / "big.bin").exists()
+    assert storm(repo, "write", "ok.bin", input=b"x" * 1024, agent="e1").returncode == 0
+
+
+def test_directory_on_disk_where_file_expected(repo):
+    (repo / "newdir").mkdir()
+    (repo / "newdir" / "f").write_text("untracked\n")
+    _assert_refused(repo, storm(repo, "write", "newdir", input="x", agent="e1"), 2, "directory")
+
+
+def test_corrupt_config_is_repo_state(repo):
+    git(repo, "config", "storm.mode", "sideways")
+    before = snapshot_refs(repo)
+    _assert_refused(repo, storm(repo, "read", "README.md", agent="e1"), 3, "storm.mode")
+    assert snapshot_refs(repo) == before
+
+
+def test_shared_ref_pointing_at_garbage_is_repo_state(repo):
+    blob = git(repo, "hash-object", "-w", "--stdin", input=b"not a commit").stdout.decode().strip()
+    git(repo, "update-ref", "refs/storm/workspace", blob)
+    r = storm(repo, "read", "README.md", agent="e1")
+    _assert_refused(repo, r, 3, "not a commit")
+
+
+def test_binary_files_are_allowed(repo):
+    data = bytes(range(256))
+    assert storm(repo, "write", "blob.bin", input=data, agent="e1").returncode == 0
+    assert (repo / "blob.bin").read_bytes() == data
