@@ -1,0 +1,45 @@
+"""`git storm --help` runs `man git-storm`: the shipped page must match the CLI."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PAGE = Path(__file__).resolve().parent.parent / "man" / "git-storm.1"
+
+
+def test_shipped_man_page_is_up_to_date():
+    from storm_git.cli.main import cli
+    from storm_git.cli.manpage import render
+
+    assert PAGE.read_text() == render(cli), "regenerate: python3 -m storm_git.cli.manpage > man/git-storm.1"
+
+
+def test_man_page_renders_every_command():
+    if shutil.which("man") is None:
+        pytest.skip("man is not installed")
+    out = subprocess.run(["man", "-l", str(PAGE)], capture_output=True, text=True,
+                         env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin"}).stdout
+    from storm_git.cli.main import cli
+
+    for name in cli.list_commands(None):
+        assert f"git storm {name}" in out, name
+
+
+def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
+    """No top-level `cli` or `hooks` module may land in site-packages."""
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                        str(PAGE.parent.parent), "-w", str(tmp_path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {r.stderr[-200:]}")
+    import zipfile
+
+    [wheel] = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"storm_git"}
+    assert "storm_git/cli/main.py" in names
+    assert any(n.endswith("share/man/man1/git-storm.1") for n in names)
