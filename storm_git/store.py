@@ -80,11 +80,13 @@ class Store:
     @classmethod
     def discover(cls, start: str | None = None) -> "Store":
         """Open the repository containing ``start`` (default: the current directory)."""
+        explicit = os.environ.get("GIT_DIR") if start is None else None
         start = start or os.getcwd()
         if not os.path.isdir(start):
             raise NotARepository(f"{start} is not a directory")
         try:
-            path = pygit2.discover_repository(start)
+            # `git --git-dir=X storm` sets GIT_DIR for us; libgit2's discovery ignores it.
+            path = os.path.abspath(explicit) if explicit else pygit2.discover_repository(start)
         except pygit2.GitError as exc:  # pragma: no cover - libgit2 refuses odd dirs
             raise NotARepository(f"cannot open a repository at {start}: {exc}") from None
         if path is None:

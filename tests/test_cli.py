@@ -150,3 +150,11 @@ def test_nothing_changes_on_refused_write(repo):
     before = snapshot_refs(repo)
     r = storm(repo, "write", "../outside.txt", input="x", agent="e1")
     assert r.returncode == 2 and snapshot_refs(repo) == before
+
+
+def test_git_dir_option_is_respected(repo, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    r = storm(other, "read", "README.md", agent="e1",
+              env={"GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo)})
+    assert r.returncode == 0 and r.stdout == "# service\n"
