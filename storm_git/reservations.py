@@ -9,6 +9,7 @@ atomic step for storm's writers. Expired entries are pruned on the next change.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -16,6 +17,26 @@ import pygit2
 
 from .store import MODE_BLOB, RESERVATIONS_REF, Store
 from .readsets import path_key
+
+
+CLOCK_ENV = "STORM_TEST_NOW"
+
+
+def clock() -> float:
+    """The clock reservations are measured with: ``time.time()``.
+
+    For deterministic tests only, ``$STORM_TEST_NOW`` (seconds since the epoch)
+    pins it, so a model-based test (and the CLI processes it starts) decides
+    exactly when a reservation expires. Agents are not authenticated anyway
+    (see docs/reliability.md), so this gives no one a power they lacked.
+    """
+    fake = os.environ.get(CLOCK_ENV)
+    if fake:
+        try:
+            return float(fake)
+        except ValueError:
+            pass
+    return time.time()
 
 
 @dataclass(frozen=True)
@@ -26,7 +47,7 @@ class Reservation:
     since: float
 
     def remaining(self, now: float | None = None) -> float:
-        return max(0.0, self.expires - (time.time() if now is None else now))
+        return max(0.0, self.expires - (clock() if now is None else now))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -66,7 +87,7 @@ def active(store: Store, now: float | None = None) -> list[Reservation]:
 
 def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, message: str) -> None:
     """Set/clear reservations by path; caller holds the workspace lock."""
-    now = time.time()
+    now = clock()
     while True:
         ref, tree = _tree(store)
         tb = store.repo.TreeBuilder(tree) if tree is not None else store.repo.TreeBuilder()
@@ -88,3 +109,4 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
         commit = store.make_commit(new_tree, [ref.target] if ref else [], agent, message)
         if store.cas(ref, RESERVATIONS_REF, commit, message):
             return
+

@@ -261,7 +261,7 @@ class SharedWorkspace:
                 ref = self._head_ref()
                 head = ref.target
                 tree = store.commit(head).tree
-                now = time.time()
+                now = reservations.clock()
                 held = []
                 for p in paths:
                     r = reservations.get(store, p, now)
