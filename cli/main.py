@@ -128,3 +128,4 @@ def _fail(exc: Exception, as_json: bool) -> int:
 
 # Commands register themselves on `cli` when their module is imported.
 from . import verbs  # noqa: E402,F401
+from . import tree_cmds  # noqa: E402,F401

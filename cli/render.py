@@ -65,7 +65,13 @@ def status(st: Any) -> str:
     for key, value in st.extra.items():
         if isinstance(value, list):
             out.append(f"{key.replace('_', ' ')}: {len(value)}")
-            out.extend(f"  {v if not isinstance(v, dict) else v.get('path', v)}" for v in value)
+            for v in value:
+                if not isinstance(v, dict):
+                    out.append(f"  {v}")
+                    continue
+                out.append(f"  {v.get('path', v)}" + (f" ({v['state']})" if v.get("state") else ""))
+                if v.get("diff"):
+                    out.extend("    " + line for line in v["diff"].rstrip("\n").split("\n"))
     return "\n".join(out)
 
 
@@ -78,5 +84,11 @@ def log_entry(e: dict) -> str:
         extra = f" (held by {e['holder']})" if e.get("holder") else ""
         stale = f" stale: {', '.join(e['stale'])}" if e.get("stale") else ""
         return f"{when} reject   {e.get('agent', '?'):<14} {e.get('reason')}: {e.get('path')}{extra}{stale}"
+    if kind == "commit":
+        by = ", ".join(e.get("agents") or []) or "no agent"
+        what = f"{short(e.get('commit'))} on {e.get('branch')}" if e.get("commit") else f"nothing new on {e.get('branch')}"
+        return (f"{when} commit   {e.get('agent', '?'):<14} {what}: {e.get('count', 0)} write(s) by {by} "
+                f"(workspace {short(e.get('workspace'))}; writes {', '.join(short(w) for w in e.get('writes', [])[:8])}"
+                f"{' …' if len(e.get('writes', [])) > 8 else ''})")
     detail = {k: v for k, v in e.items() if k not in ("type", "agent", "time", "id")}
     return f"{when} {kind:<8} {e.get('agent', '?'):<14} {detail}"

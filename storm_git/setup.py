@@ -1,7 +1,7 @@
 """``git storm init``: create the shared ref and choose the mode."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pygit2
 
@@ -17,6 +17,7 @@ class InitResult:
     head: str
     created: bool
     mode: str
+    hooks: list[str] = field(default_factory=list)  # hook shims installed (storm_git.hooks_install)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -49,4 +50,7 @@ def init(store: Store, base: str | None = None) -> InitResult:
         if mode is None:
             mode = "storm"
             store.config_set("storm.mode", mode)
-    return InitResult(str(head), created, mode)
+    from .hooks_install import install as install_hooks
+
+    hooks = install_hooks(store).installed
+    return InitResult(str(head), created, mode, hooks)

@@ -34,6 +34,8 @@ from .payloads import (
     RESERVED,
     STALE_DEPENDENCY,
     UNREAD_TARGET,
+    CommitResult,
+    ExecResult,
     FileChange,
     ReadResult,
     Rejection,
@@ -422,7 +424,35 @@ class SharedWorkspace:
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
-        return Status(self.mode, str(head), agents, reservations.active(self.store))
+        return Status(self.mode, str(head), agents, reservations.active(self.store),
+                      extra={"unmediated": self.unmediated()})
+
+    # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
+    def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
+             timeout: float | None = None, wait: bool = True) -> ExecResult:
+        """Run a command in the shared working tree; record what it changed as one write."""
+        from .tracking import exec_
+
+        return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait)
+
+    def adopt(self, paths: list[str], *, agent: str | None, intent: str | None = None,
+              wait: bool = True) -> WriteResult:
+        """Record files edited outside storm as the agent's write (usual validation)."""
+        from .tracking import adopt
+
+        return adopt(self, paths, agent=agent, intent=intent, wait=wait)
+
+    def unmediated(self) -> list[dict[str, Any]]:
+        """Paths whose disk content differs from the shared head, with diffs."""
+        from .tracking import unmediated
+
+        return unmediated(self)
+
+    def commit(self, message: str, *, agent: str | None = None, adopt: bool = False) -> CommitResult:
+        """The manager commits the shared head's tree to the current branch."""
+        from .manager import commit
+
+        return commit(self, message, agent=agent, adopt=adopt)
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""

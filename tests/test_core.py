@@ -210,7 +210,7 @@ def test_exec_bit_is_kept(repo, ws):
     (repo / "run.sh").write_text("#!/bin/sh\n")
     (repo / "run.sh").chmod(0o755)
     git(repo, "add", "run.sh")
-    git(repo, "commit", "-qm", "script")
+    git(repo, "commit", "-qm", "script", "--no-verify")  # content not in the shared workspace: the guard would refuse
     git(repo, "update-ref", "refs/storm/workspace", "HEAD")
     ws.read(["run.sh"], agent="e1")
     ws.write("run.sh", b"#!/bin/sh\necho hi\n", agent="e1")

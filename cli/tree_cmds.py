@@ -1,0 +1,200 @@
+"""Commands for the shared working tree: exec, adopt, commit, and the hooks
+(install-hooks, uninstall-hooks, and ``hook``, which the shims call)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import click
+
+from .main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
+
+
+def _agent(agent: str | None) -> str | None:
+    return agent or os.environ.get("STORM_AGENT")
+
+
+EXEC_CONTEXT = dict(CONTEXT, ignore_unknown_options=True, allow_interspersed_args=False)
+
+
+@cli.command("exec", context_settings=EXEC_CONTEXT)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD [ARGS...]")
+@agent_option
+@click.option("--intent", "-m", metavar="TEXT", default=None,
+              help="Why: the commit message of the write (default: the command line).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Stop the command (SIGTERM, then SIGKILL) after SECONDS; nothing is recorded. Exit 124.")
+@click.option("--no-wait", is_flag=True,
+              help="Reject at once (reason 'reserved') instead of waiting for another agent's reservation.")
+@json_option
+def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeout: float | None,
+             no_wait: bool, as_json: bool) -> None:
+    """Run a command in the shared working tree and record the files it changed.
+
+    Every file the command created, changed or deleted (tracked, or untracked
+    and not ignored) becomes one write by the agent (trailer Storm-Op: exec),
+    validated against the versions the files had when the command started: if
+    another agent wrote one of them meanwhile, the write is rejected (exit 1,
+    with the payload) and the command's version stays on disk as an unmediated
+    edit. Files that differed from the shared head before the command and that
+    it did not touch are not recorded.
+
+    The command's stdin, stdout and stderr pass through and its exit status is
+    storm's (124 on --timeout, 128+N when killed by signal N, 127 not found;
+    a command killed or timed out records nothing). With --json, one JSON line
+    is printed on stdout after the command's own output.
+
+    \b
+    Example:
+      git storm exec --agent engineer_2 -- black src/
+      git storm exec -a engineer_1 --timeout 600 --json -- pytest -q
+    """
+    from . import render
+
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    res = _workspace().exec(list(argv), agent=_agent(agent), intent=intent, timeout=timeout,
+                            wait=not no_wait)
+    rc = res.returncode
+    if res.timed_out:
+        click.echo(f"git storm: {argv[0]} timed out after {timeout:g}s and was stopped; nothing recorded"
+                   + (f" (left on disk, unrecorded: {', '.join(res.paths)})" if res.paths else ""), err=True)
+        code = 124
+    elif rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        click.echo(f"git storm: {argv[0]} was killed by {name}; nothing recorded"
+                   + (f" (left on disk, unrecorded: {', '.join(res.paths)})" if res.paths else ""), err=True)
+        code = 128 - rc
+    else:
+        code = rc if rc != 0 else (0 if res.accepted else 1)
+        if not as_json:
+            if res.write is None:
+                click.echo("storm exec: the command changed no file", err=True)
+            else:
+                click.echo("storm exec: " + render.write_result(res.write), err=True)
+    if as_json:
+        sys.stdout.flush()
+        click.echo(json.dumps(res.to_dict(), ensure_ascii=False))
+    sys.exit(code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@agent_option
+@click.option("--intent", "-m", metavar="TEXT", default=None, help="Why: becomes the commit message of the write.")
+@click.option("--no-wait", is_flag=True,
+              help="Reject at once (reason 'reserved') instead of waiting for another agent's reservation.")
+@json_option
+def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait: bool, as_json: bool) -> None:
+    """Record files edited outside storm (editor, sed, a formatter) as the agent's write.
+
+    The disk content of each PATH becomes one validated write, exactly as if
+    the agent had written it with git storm write: the agent must have read the
+    file (a first attempt is rejected with the current content, which then
+    counts as read) and its read set must be fresh. git storm status lists the
+    unmediated edits with their diffs.
+
+    \b
+    Example:
+      git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
+    """
+    res = _workspace().adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait)
+    _report(res, as_json)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--message", "-m", required=True, metavar="MSG", help="The commit message (trailers are added).")
+@agent_option
+@click.option("--adopt", "adopt_", is_flag=True,
+              help="Storm mode: record unmediated edits as the manager's write first instead of refusing.")
+@json_option
+def commit(message: str, agent: str | None, adopt_: bool, as_json: bool) -> None:
+    """Commit the shared state to the current branch (storm mode: the manager only).
+
+    Storm mode: the commit's tree is the shared head's tree, its parent the
+    branch tip, and its trailers (Storm-Agents, Storm-Agent, Storm-Workspace,
+    Storm-Writes) name the agents whose writes it contains since the previous
+    such commit; the index is reset so git status is clean. Refused while
+    files on disk differ from the shared head (unmediated edits) unless
+    --adopt. Worktree mode: the agent commits its own worktree to its branch.
+
+    \b
+    Example:
+      STORM_AGENT=manager git storm commit -m 'Integrate retries and timeouts'
+      git storm commit -m 'Integrate' --adopt --json
+    """
+    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_)
+    if as_json:
+        _emit_json(res.to_dict())
+    elif res.commit is None:
+        click.echo(f"nothing committed on {res.branch}: {res.message}")
+    else:
+        who = ", ".join(res.agents) or "no agent"
+        click.echo(f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by {who}, "
+                   f"{len(res.paths)} path(s)")
+
+
+@cli.command("install-hooks", context_settings=CONTEXT)
+@json_option
+def install_hooks(as_json: bool) -> None:
+    """Install storm's hook shims (git storm init does it too).
+
+    Installs into the directory git uses (core.hooksPath if set, which is
+    respected, not changed). A hook already there is kept as
+    <hook>.storm-chained and still runs after storm's guard.
+
+    \b
+    Example:
+      git storm install-hooks
+    """
+    from storm_git.hooks_install import install
+    from storm_git.store import Store
+
+    res = install(Store.discover())
+    if as_json:
+        _emit_json(res.to_dict())
+        return
+    click.echo(f"installed {', '.join(res.installed)} in {res.directory}"
+               + (" (core.hooksPath)" if res.hooks_path_config else ""))
+    for name in res.chained:
+        click.echo(f"  the existing {name} hook is kept as {name}.storm-chained and runs after the guard")
+
+
+@cli.command("uninstall-hooks", context_settings=CONTEXT)
+@json_option
+def uninstall_hooks(as_json: bool) -> None:
+    """Remove storm's hook shims and restore the hooks they chained.
+
+    \b
+    Example:
+      git storm uninstall-hooks
+    """
+    from storm_git.hooks_install import uninstall
+    from storm_git.store import Store
+
+    res = uninstall(Store.discover())
+    if as_json:
+        _emit_json(res.to_dict())
+        return
+    click.echo(f"removed {', '.join(res.removed) or 'nothing'} from {res.directory}"
+               + (f"; restored {', '.join(res.restored)}" if res.restored else ""))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("name", type=click.Choice(["pre-commit"]))
+def hook(name: str) -> None:
+    """Run a hook's check (what the installed shims and the pre-commit framework call).
+
+    pre-commit: in storm mode refuses a commit by an engineer (STORM_AGENT set
+    to anyone but storm.manager) and a commit whose staged content differs from
+    the shared head. Exit 0 allows the commit, 1 refuses it.
+
+    \b
+    Example:
+      git storm hook pre-commit   # in .pre-commit-config.yaml: id storm-guard
+    """
+    from storm_git.guard import main as guard_main
+
+    sys.exit(guard_main([name]))

@@ -1,0 +1,167 @@
+"""The manager's commit (storm mode): the shared state becomes a commit on the branch.
+
+In storm mode engineers never commit; their accepted writes are the history of
+``refs/storm/workspace``. The manager (``storm.manager``, default ``manager``)
+integrates: ``commit`` makes a commit on the current branch whose tree is the
+shared head's tree, whose parent is the branch tip, and whose trailers name the
+agents whose writes it contains since the previous such commit. Afterwards the
+index is reset to that tree, so ``git status`` is clean when the disk matches
+the shared head (which is why unmediated edits are refused, or adopted first).
+
+``refs/storm/committed`` remembers the shared head last committed, and a
+``commit`` event in ``refs/storm/log`` lists the writes each commit contains.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from . import events, trailers
+from .agents import validate_agent
+from .errors import RepoStateError, StormError, UsageError
+from .locks import flocked
+from .payloads import CommitResult
+from .store import WORKSPACE_REF, Store, signature
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .shared import SharedWorkspace
+
+COMMITTED_REF = "refs/storm/committed"
+DEFAULT_MANAGER = "manager"
+MAX_WALK = 100000
+MAX_LISTED_WRITES = 1000
+
+
+class UnmediatedEdits(RepoStateError):
+    """The disk holds edits storm did not record; committing would hide them."""
+
+    kind = "unmediated_edits"
+
+
+class AdoptRejected(StormError):
+    """``commit --adopt`` could not record the unmediated edits (a conflict)."""
+
+    kind = "rejected"
+    exit_code = 1
+
+
+def manager_id(store: Store) -> str:
+    return str(store.config_get("storm.manager", DEFAULT_MANAGER) or DEFAULT_MANAGER)
+
+
+def writes_since(store: Store, head: pygit2.Oid, since: pygit2.Oid | None) -> list[pygit2.Commit]:
+    """Accepted writes on the shared ref after ``since`` (oldest first)."""
+    out = []
+    c = store.commit(head)
+    for _ in range(MAX_WALK):
+        if since is not None and c.id == since:
+            break
+        if "Storm-Agent" not in trailers.parse(c.message):
+            break  # the commit storm was initialised from
+        out.append(c)
+        if not c.parent_ids:
+            break
+        c = store.commit(c.parent_ids[0])
+    out.reverse()
+    return out
+
+
+def _identity(store: Store, fallback: str) -> pygit2.Signature:
+    """The person committing: GIT_COMMITTER_*, then user.name/email, then the manager id."""
+    name = os.environ.get("GIT_COMMITTER_NAME") or store.config_get("user.name")
+    email = os.environ.get("GIT_COMMITTER_EMAIL") or store.config_get("user.email")
+    if name and email:
+        return pygit2.Signature(str(name), str(email))
+    return signature(fallback)
+
+
+def format_message(message: str, agents: list[str], head: pygit2.Oid, writes: int) -> str:
+    lines = [message.strip(), ""]
+    if agents:
+        lines.append(f"Storm-Agents: {', '.join(agents)}")
+        lines += [f"Storm-Agent: {a}" for a in agents]
+    lines.append(f"Storm-Workspace: {head}")
+    lines.append(f"Storm-Writes: {writes}")
+    return "\n".join(lines) + "\n"
+
+
+def _reset_index(store: Store, tree: pygit2.Oid) -> None:
+    """Make git's index hold ``tree``; keep stat data of unchanged entries so the
+    next ``git status`` does not re-read every file."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_DIR")}
+    env["GIT_DIR"] = store.gitdir
+    env["GIT_WORK_TREE"] = store.top
+    for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
+        r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
+        if r.returncode != 0 and args[0] == "read-tree":
+            err = r.stderr.decode("utf-8", "replace").strip()
+            raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
+                                 hint="run git read-tree HEAD once the index is free")
+
+
+def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, adopt: bool = False) -> CommitResult:
+    store = ws.store
+    manager = manager_id(store)
+    who = validate_agent(agent) if agent else validate_agent(manager)
+    if who != manager:
+        raise UsageError(f"{who} is not the manager ({manager}): in storm mode only the manager commits "
+                         "the shared state",
+                         hint="engineers' accepted writes are already shared; the manager runs "
+                              "git storm commit -m MSG (git config storm.manager names it)")
+    if not message or not message.strip():
+        raise UsageError("empty commit message", hint="git storm commit -m 'what this integrates'")
+    if store.repo.head_is_detached:
+        raise UsageError("HEAD is detached", hint="check out the branch the shared state goes to")
+    if store.repo.head_is_unborn:
+        raise RepoStateError("the branch has no commit yet", hint="make a first commit")
+    pending = ws.unmediated()
+    if pending and not adopt:
+        names = ", ".join(u["path"] for u in pending[:10]) + (" …" if len(pending) > 10 else "")
+        raise UnmediatedEdits(f"{len(pending)} unmediated edit(s) on disk: {names}",
+                              hint="record them with git storm adopt PATH... --agent ID, or pass --adopt "
+                                   "to record them as the manager's write; git storm status shows the diffs")
+    if pending:
+        res = _adopt_as_is(ws, [u["path"] for u in pending], manager)
+        if not res.accepted:
+            raise AdoptRejected(f"could not adopt the unmediated edits: {res.rejection.message}",
+                                hint="another agent wrote those files meanwhile; git storm status")
+
+    with flocked(store.commondir, "workspace"):
+        head = ws.head()
+        shared = store.commit(head)
+        branch_ref = store.repo.lookup_reference("HEAD").resolve()
+        parent = store.commit(branch_ref.target)
+        committed = store.ref(COMMITTED_REF)
+        since = committed.target if committed is not None else None
+        writes = writes_since(store, head, since)
+        agents = sorted({trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0] for c in writes})
+        paths = sorted({p for c in writes for p in trailers.parse(c.message).get("Storm-Path", [])})
+        new = None
+        if shared.tree.id != parent.tree.id:
+            sig = _identity(store, manager)
+            text = format_message(message, agents, head, len(writes))
+            new = store.repo.create_commit(None, sig, sig, text, shared.tree.id, [parent.id])
+            if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
+                raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
+                                     hint="run git storm commit again")
+        if since != head:
+            store.cas(committed, COMMITTED_REF, head, "storm: committed")
+        events.append(store, "commit", manager,
+                      f"{manager} committed {len(writes)} write(s) to {branch_ref.shorthand}",
+                      {"commit": str(new) if new else None, "branch": branch_ref.shorthand,
+                       "workspace": str(head), "agents": agents, "count": len(writes),
+                       "writes": [str(c.id) for c in writes[-MAX_LISTED_WRITES:]]})
+    if new is not None:
+        _reset_index(store, shared.tree.id)
+    return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
+                        message.strip() if new else "nothing to commit: the branch already has the shared tree")
+
+
+def _adopt_as_is(ws: "SharedWorkspace", paths: list[str], manager: str):
+    from .tracking import adopt
+
+    return adopt(ws, paths, agent=manager, intent=f"{manager}: adopt unmediated edits before commit",
+                 as_is=True)

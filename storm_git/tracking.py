@@ -1,0 +1,441 @@
+"""The shared working tree as storm tracks it: ``exec``, unmediated edits, ``adopt``.
+
+Storm does not keep git's own index in step with the shared head (that would
+cost a full index write per accepted write at 100k files). To find what differs
+on disk it keeps a *private* index, ``<common git dir>/storm/exec-index``, whose
+entries are the shared head's tree and whose stat data git refreshes itself.
+A snapshot is one ``git status`` run against that index (with git's untracked
+cache, so unchanged directories are not re-read): the cost floor of finding
+changed files by stat, without reading every file. When the shared head moves,
+only the entries of the paths that changed are replaced (``update-index
+--index-info``), so the stat data of everything else stays valid.
+
+``exec`` takes a snapshot before and after the command. A path is the
+command's change iff its content on disk differs between the two snapshots and
+is not what the shared head now holds (that is another agent's write written to
+disk while the command ran). The changes are recorded with
+:meth:`SharedWorkspace.apply` validated against the versions at the start of
+the command (``expected``), so a path another agent wrote meanwhile is a direct
+conflict, never overwritten. Both snapshots and the classification run under the
+``worktree`` lock, which is the lock writers hold while they write the disk.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from .agents import validate_agent
+from .diffs import is_binary, unified
+from .disk import disk_oid
+from .errors import BadPath, NotInitialised, RepoStateError, TooLarge, UsageError
+from .locks import flocked
+from .paths import check_on_disk, normalize
+from .payloads import ExecResult, WriteResult
+from .store import MODE_TREE, WORKSPACE_REF, Store, hex_
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .shared import SharedWorkspace
+
+INDEX_NAME = "exec-index"
+STATE_NAME = "exec-index.tree"
+# Above this many changed entries, re-reading the whole tree is cheaper than --index-info.
+FULL_REREAD_THRESHOLD = 20000
+KILL_GRACE_SECONDS = 2.0
+
+# A path's state on disk: a blob id, None (absent), or False (not a regular file:
+# a directory or something storm does not write).
+DiskState = "pygit2.Oid | None | bool"
+
+
+class CommandNotFound(UsageError):
+    """``exec`` of a program that does not exist: exit 127, as a shell does."""
+
+    kind = "command_not_found"
+    exit_code = 127
+
+
+class CommandNotExecutable(UsageError):
+    """``exec`` of a file that cannot be run: exit 126, as a shell does."""
+
+    kind = "command_not_executable"
+    exit_code = 126
+
+
+class GitFailed(RepoStateError):
+    kind = "git_failed"
+
+
+@dataclass
+class Snapshot:
+    """Which paths differ on disk from the shared head ``head`` (and their state)."""
+
+    head: pygit2.Oid
+    tree: pygit2.Tree
+    dirty: dict[str, Any]  # path -> DiskState
+
+
+# -- the private index --------------------------------------------------------------
+def _storm_dir(store: Store) -> str:
+    d = os.path.join(store.commondir, "storm")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def git_env(store: Store, index: str | None) -> dict[str, str]:
+    """Environment for git commands on the main (shared) working tree."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GIT_") or k in ("GIT_EXEC_PATH", "GIT_CONFIG_NOSYSTEM",
+                                                   "GIT_CONFIG_GLOBAL", "GIT_CEILING_DIRECTORIES")}
+    env["GIT_DIR"] = store.commondir
+    env["GIT_WORK_TREE"] = store.main_workdir
+    if index is not None:
+        env["GIT_INDEX_FILE"] = index
+    env["LC_ALL"] = "C"
+    return env
+
+
+def _git(store: Store, args: list[str], *, index: str | None, input: bytes | None = None) -> bytes:
+    r = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=store.main_workdir,
+                       env=git_env(store, index), input=input, capture_output=True)
+    if r.returncode != 0:
+        err = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        sub = next(x for x in args if not x.startswith("-") and "=" not in x)
+        raise GitFailed(f"git {sub} failed: {err[-1] if err else r.returncode}",
+                        hint="is another git process holding the index lock? run git storm doctor")
+    return r.stdout
+
+
+def _tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str = "",
+                  out: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
+    """Blob-level differences old → new as [(path, (oid, mode) or None)], skipping
+    identical subtrees (cost grows with what changed, not with the tree)."""
+    out = [] if out is None else out
+    repo = store.repo
+    old_e = {e.name: e for e in old}
+    new_e = {e.name: e for e in new}
+    for name in old_e.keys() | new_e.keys():
+        a, b = old_e.get(name), new_e.get(name)
+        if a is not None and b is not None and a.id == b.id and a.filemode == b.filemode:
+            continue
+        path = prefix + name
+        a_tree = a is not None and a.filemode == MODE_TREE
+        b_tree = b is not None and b.filemode == MODE_TREE
+        if a_tree and b_tree:
+            _tree_changes(store, repo[a.id], repo[b.id], path + "/", out)
+            continue
+        if a_tree:
+            _all_blobs(store, repo[a.id], path + "/", out, delete=True)
+        elif a is not None and (b is None or b_tree):
+            out.append((path, None))
+        if b_tree:
+            _all_blobs(store, repo[b.id], path + "/", out, delete=False)
+        elif b is not None:
+            out.append((path, (b.id, b.filemode)))
+    return out
+
+
+def _all_blobs(store: Store, tree: pygit2.Tree, prefix: str, out: list, *, delete: bool) -> None:
+    for e in tree:
+        if e.filemode == MODE_TREE:
+            _all_blobs(store, store.repo[e.id], prefix + e.name + "/", out, delete=delete)
+        else:
+            out.append((prefix + e.name, None if delete else (e.id, e.filemode)))
+
+
+def _sync_index(store: Store, tree: pygit2.Tree) -> str:
+    """Make the private index hold ``tree``, keeping valid stat data. Caller holds
+    the worktree lock. Returns the index path."""
+    d = _storm_dir(store)
+    index = os.path.join(d, INDEX_NAME)
+    state = os.path.join(d, STATE_NAME)
+    try:
+        with open(state, encoding="ascii") as fh:
+            have = fh.read().strip()
+    except FileNotFoundError:
+        have = ""
+    if have == str(tree.id) and os.path.exists(index):
+        return index
+    old = None
+    if have and os.path.exists(index):
+        try:
+            old = store.repo[pygit2.Oid(hex=have)]
+        except (KeyError, ValueError):
+            old = None
+    changes = _tree_changes(store, old, tree) if isinstance(old, pygit2.Tree) else None
+    if changes is None or len(changes) > FULL_REREAD_THRESHOLD:
+        # First use: start from git's own index (its stat data is valid for HEAD,
+        # usually almost the shared tree), then a one-tree --reset keeps the stat
+        # data of every entry whose content matches.
+        main_index = os.path.join(store.commondir, "index")
+        if changes is None and not os.path.exists(index) and os.path.exists(main_index):
+            shutil.copyfile(main_index, index)
+        if os.path.exists(index):
+            _git(store, ["read-tree", "--reset", str(tree.id)], index=index)
+        else:
+            _git(store, ["read-tree", str(tree.id)], index=index)
+    elif changes:
+        lines = []
+        for path, value in sorted(changes, key=lambda c: c[1] is not None):  # removals first
+            if value is None:
+                lines.append(b"0 " + b"0" * 40 + b"\t" + path.encode("utf-8") + b"\0")
+            else:
+                lines.append(f"{value[1]:o} {value[0]}\t".encode() + path.encode("utf-8") + b"\0")
+        _git(store, ["update-index", "-z", "--index-info"], index=index, input=b"".join(lines))
+    tmp = f"{state}.{os.getpid()}"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{tree.id}\n")
+    os.replace(tmp, state)
+    return index
+
+
+def snapshot(store: Store) -> Snapshot:
+    """Paths whose disk content differs from the current shared head (tracked or
+    untracked-not-ignored), with their disk state. Caller holds the worktree lock."""
+    head = store.ref_target(WORKSPACE_REF)
+    if head is None:
+        raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    tree = store.commit(head).tree
+    index = _sync_index(store, tree)
+    raw = _git(store, ["-c", "core.untrackedCache=true", "-c", "core.fsmonitor=false",
+                       "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=normal",
+                       "--ignore-submodules=all"], index=index)
+    candidates: list[str] = []
+    untracked_dirs: list[str] = []
+    for item in raw.split(b"\0"):
+        if len(item) < 4:
+            continue
+        xy, path = item[:2], item[3:].decode("utf-8", "surrogateescape")
+        if xy == b"??":
+            if path.endswith("/"):
+                untracked_dirs.append(path)
+            else:
+                candidates.append(path)
+        elif xy[1:2] in (b"M", b"D", b"T"):
+            candidates.append(path)
+    if untracked_dirs:
+        more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
+                    index=index)
+        candidates += [p.decode("utf-8", "surrogateescape") for p in more.split(b"\0") if p]
+    dirty: dict[str, Any] = {}
+    top = store.main_workdir
+    for path in candidates:
+        have = disk_oid(os.path.join(top, path))
+        want = _entry(store, tree, path)
+        if have != (want.oid if want else None):
+            dirty[path] = have
+    return Snapshot(head, tree, dirty)
+
+
+def _entry(store: Store, tree: pygit2.Tree, path: str):
+    try:
+        return store.entry(tree, path)
+    except BadPath:
+        return None
+
+
+def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
+    e = _entry(store, tree, path)
+    return e.oid if e else None
+
+
+def _read_disk(store: Store, path: str) -> bytes | None:
+    full = os.path.join(store.main_workdir, path)
+    if os.path.islink(full) or not os.path.isfile(full):
+        return None
+    with open(full, "rb") as fh:
+        return fh.read()
+
+
+# -- unmediated edits ---------------------------------------------------------------
+def unmediated(ws: "SharedWorkspace") -> list[dict[str, Any]]:
+    """Every path that differs on disk from the shared head, with its diff."""
+    store = ws.store
+    with flocked(store.commondir, "worktree"):
+        snap = snapshot(store)
+        out = []
+        for path in sorted(snap.dirty):
+            have = snap.dirty[path]
+            cur = _version(store, snap.tree, path)
+            old = store.blob_bytes(cur) if cur is not None else None
+            if have is False:
+                state, new = "not-a-file", None
+            elif have is None:
+                state, new = "deleted", None
+            else:
+                state = "added" if cur is None else "modified"
+                new = _read_disk(store, path)
+            out.append({"path": path, "state": state, "shared_version": hex_(cur),
+                        "disk_version": hex_(have) if isinstance(have, pygit2.Oid) else None,
+                        "binary": is_binary(old) or is_binary(new),
+                        "diff": unified(path, old, new) if have is not False else ""})
+    return out
+
+
+# -- adopt ---------------------------------------------------------------------------
+def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent: str | None = None,
+          wait: bool = True, as_is: bool = False) -> WriteResult:
+    """Record the disk content of ``paths`` (edited outside storm) as ``agent``'s write.
+
+    Usual validation (the agent must have read what it changes, its read set must
+    be fresh). ``as_is`` validates the targets against the shared versions seen
+    now instead of the read set (the manager adopting everything at commit time).
+    """
+    agent = validate_agent(agent)
+    store = ws.store
+    prefix = "" if as_is else store.prefix  # as_is callers pass repository-relative paths
+    norm = list(dict.fromkeys(normalize(p, prefix) for p in paths))
+    if not norm:
+        raise UsageError("no path given", hint="name the files to adopt (git storm status lists them)")
+    changes: dict[str, bytes | None] = {}
+    expected: dict[str, str | None] = {}
+    tree = store.commit(ws.head()).tree
+    for p in norm:
+        full = os.path.join(store.main_workdir, p)
+        if os.path.lexists(full):
+            check_on_disk(p, store.main_workdir, for_write=True)
+        have = disk_oid(full)
+        cur = _version(store, tree, p)
+        if have is False:
+            raise BadPath(f"{p} is not a regular file on disk", hint="storm adopts regular files")
+        if have == cur:
+            raise UsageError(f"{p} is not modified: the disk matches the shared workspace",
+                             hint="nothing to adopt; git storm status lists unmediated edits")
+        content = _read_disk(store, p) if have is not None else None
+        if content is not None:
+            ws._check_size(p, content)
+        changes[p] = content
+        expected[p] = hex_(cur)
+    return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
+                    deps=None, wait=wait, op="adopt", expected=expected if as_is else None)
+
+
+# -- exec ------------------------------------------------------------------------------
+def _resolve(argv0: str, cwd: str) -> str:
+    if "/" in argv0:
+        full = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
+        if not os.path.exists(full):
+            raise CommandNotFound(f"command not found: {argv0}")
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise CommandNotExecutable(f"{argv0} is not executable",
+                                       hint="chmod +x it, or run it through its interpreter")
+        return full
+    found = shutil.which(argv0)
+    if found is None:
+        raise CommandNotFound(f"command not found: {argv0}",
+                              hint="check the name and PATH; git storm exec -- CMD ARGS...")
+    return found
+
+
+def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
+    """Run with inherited stdio; (returncode, timed_out). The command gets its own
+    process group so a timeout or a signal to storm ends all of it."""
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, process_group=0)
+    except PermissionError:
+        raise CommandNotExecutable(f"{argv[0]} is not executable") from None
+    except FileNotFoundError:
+        raise CommandNotFound(f"command not found: {argv[0]}") from None
+
+    def forward(signum: int, _frame: Any) -> None:
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, forward)
+        except ValueError:  # not the main thread
+            break
+    try:
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            proc.wait()
+            return proc.returncode, True
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str, bytes | None], dict[str, str | None]]:
+    """The command's changes {path: content or None} and the versions they are
+    validated against (the shared versions when the command started)."""
+    changes: dict[str, bytes | None] = {}
+    expected: dict[str, str | None] = {}
+    for path in sorted(before.dirty.keys() | after.dirty.keys()):
+        h0 = _version(store, before.tree, path)
+        h1 = _version(store, after.tree, path)
+        b = before.dirty[path] if path in before.dirty else h0
+        a = after.dirty[path] if path in after.dirty else h1
+        if a == b:
+            continue  # untouched by the command (maybe an unmediated edit from before)
+        if a is False:
+            a = None  # a file became a directory: the file is gone
+        if a == h1:
+            continue  # what the shared head holds: another agent's write reached the disk
+        full = os.path.join(store.main_workdir, path)
+        if os.path.islink(full):
+            continue  # storm writes regular files only; the link stays unmediated
+        changes[path] = _read_disk(store, path) if a is not None else None
+        expected[path] = hex_(h0)
+    return changes, expected
+
+
+def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: str | None = None,
+          timeout: float | None = None, wait: bool = True) -> ExecResult:
+    """Run ``argv`` in the shared working tree and record what it changed as one write."""
+    agent = validate_agent(agent)
+    argv = list(argv)
+    if not argv:
+        raise UsageError("no command given", hint="git storm exec --agent A -- CMD ARGS...")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout {timeout} is not a positive number of seconds")
+    store = ws.store
+    cwd = os.path.join(store.main_workdir, store.prefix) if store.prefix else store.main_workdir
+    if not os.path.isdir(cwd):
+        cwd = store.main_workdir
+    _resolve(argv[0], cwd)
+    ws.head()  # initialised?
+    with flocked(store.commondir, "worktree"):
+        before = snapshot(store)
+    rc, timed_out = _run(argv, cwd, timeout)
+    with flocked(store.commondir, "worktree"):
+        after = snapshot(store)
+        changes, expected = classify(store, before, after)
+    paths = list(changes)
+    if timed_out or rc < 0:
+        # Killed: its changes may be half done. Record nothing; they stay on disk
+        # and show as unmediated edits.
+        return ExecResult(argv, rc, timed_out, paths, None)
+    if not changes:
+        return ExecResult(argv, rc, False, [], None)
+    for p, content in changes.items():
+        if content is not None and len(content) > ws.max_file_bytes:
+            raise TooLarge(f"the command left {p} with {len(content)} bytes, over storm.maxFileBytes "
+                           f"({ws.max_file_bytes}); nothing was recorded",
+                           hint="raise git config storm.maxFileBytes, or remove the file")
+    command = shlex.join(argv)
+    if len(command) > 120:
+        command = command[:117] + "..."
+    res = ws.apply(agent, changes, intent=intent or f"{agent} exec: {command}", deps=None, wait=wait,
+                   op="exec", expected=expected)
+    return ExecResult(argv, rc, False, paths, res)
