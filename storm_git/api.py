@@ -5,13 +5,18 @@ MCP server, scripts) use :func:`open_workspace` and the same verbs in both modes
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import CorruptState, NotInitialised
 from .setup import MODES
 from .shared import SharedWorkspace
 from .store import Store
 
+if TYPE_CHECKING:
+    from .isolated import WorktreeWorkspace
 
-def open_workspace(path: str | None = None, *, store: Store | None = None) -> SharedWorkspace:
+
+def open_workspace(path: str | None = None, *, store: Store | None = None) -> "SharedWorkspace | WorktreeWorkspace":
     """The workspace of the repository containing ``path`` (default: cwd)."""
     store = store or Store.discover(path)
     mode = store.config_get("storm.mode")
@@ -19,6 +24,10 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> Sh
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     if mode == "storm":
         return SharedWorkspace(store)
+    if mode == "worktree":
+        from .isolated import WorktreeWorkspace
+
+        return WorktreeWorkspace(store)
     if mode not in MODES:
         raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
                            hint="fix it with git config storm.mode storm")
