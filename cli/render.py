@@ -37,7 +37,7 @@ def rejection(r: Any) -> str:
 def write_result(res: Any) -> str:
     if not res.accepted:
         return rejection(res.rejection)
-    if res.commit is None:
+    if res.commit is None and not res.disk:
         return f"accepted: {', '.join(res.paths)} unchanged (same content; no commit)"
     parts = []
     for p in res.paths:
@@ -46,7 +46,9 @@ def write_result(res: Any) -> str:
         note = "" if disk in (None, "written", "current") else f" [disk: {disk}]"
         parts.append(f"{p} -> {short(v) if v else 'deleted'}{note}")
     waited = f", waited {res.waited:.1f}s for a reservation" if res.waited >= 0.05 else ""
-    return f"accepted: {'; '.join(parts)} (commit {short(res.commit)}{waited})"
+    where = f"commit {short(res.commit)}" if res.commit else "in the agent's worktree, not committed yet"
+    flags = f" [flags: {', '.join(res.flags)}]" if res.flags else ""
+    return f"accepted: {'; '.join(parts)} ({where}{waited}){flags}"
 
 
 def status(st: Any) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, reservations, trailers
+from . import events, readsets, reservations, scope, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import materialize
@@ -290,6 +290,8 @@ class SharedWorkspace:
                         if held:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
+                        # allowed but flagged and logged (storm_git.scope); one ref lookup without assignments
+                        outside = scope.flag_storm_write(store, agent, paths, commit) if commit is not None else []
                         break
                     granted = self._reject_locked(agent, op, paths, verdict, head, now)
                     break
@@ -312,7 +314,8 @@ class SharedWorkspace:
                             why=op, provenance=prov)
             disk = materialize(store, paths) if commit is not None else {}
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
-                               disk=disk, cas_retries=retries, waited=waited)
+                               disk=disk, cas_retries=retries, waited=waited,
+                               flags=[scope.OUTSIDE_ASSIGNMENT] if outside else [])
         rejection = self._payload(agent, verdict, head, reads, granted if verdict.reason != RESERVED else blocked)
         if verdict.reason != RESERVED:
             shown = [rejection.path] + [s.path for s in rejection.stale]
