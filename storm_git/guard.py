@@ -66,6 +66,11 @@ def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
     env = os.environ if env is None else env
     git = _git_exe()
     cfg = _config(git)
+    if cfg.get("storm.mode") == "worktree":
+        # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.scope
+        from storm_git.scope import pre_commit
+
+        return pre_commit(None, dict(env))
     if cfg.get("storm.mode") != "storm":
         return 0, ""  # not storm mode: nothing for this guard to enforce
     manager = cfg.get("storm.manager") or DEFAULT_MANAGER
