@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, reservations, scope, trailers
+from . import events, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import materialize
@@ -43,6 +43,7 @@ from .payloads import (
 )
 from .readsets import ReadEntry
 from .reservations import Reservation
+from .scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, Store, hex_
 
 DEFAULT_RESERVATION_SECONDS = 30
@@ -291,7 +292,7 @@ class SharedWorkspace:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
                         # allowed but flagged and logged (storm_git.scope); one ref lookup without assignments
-                        outside = scope.flag_storm_write(store, agent, paths, commit) if commit is not None else []
+                        outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
                         break
                     granted = self._reject_locked(agent, op, paths, verdict, head, now)
                     break
@@ -315,7 +316,7 @@ class SharedWorkspace:
             disk = materialize(store, paths) if commit is not None else {}
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
-                               flags=[scope.OUTSIDE_ASSIGNMENT] if outside else [])
+                               flags=[OUTSIDE_ASSIGNMENT] if outside else [])
         rejection = self._payload(agent, verdict, head, reads, granted if verdict.reason != RESERVED else blocked)
         if verdict.reason != RESERVED:
             shown = [rejection.path] + [s.path for s in rejection.stale]
