@@ -128,5 +128,6 @@ def _fail(exc: Exception, as_json: bool) -> int:
 
 # Commands register themselves on `cli` when their module is imported.
 from . import verbs  # noqa: E402,F401
+from . import admin_cmds  # noqa: E402,F401
 from . import worktree_cmds  # noqa: E402,F401
 from . import tree_cmds  # noqa: E402,F401

@@ -1,0 +1,299 @@
+"""``git storm doctor``: find (and with ``fix=True`` repair) what crashes leave behind.
+
+Report first, repair on request: ``diagnose`` looks and changes nothing;
+``diagnose(fix=True)`` repairs what is safe to repair and says what it did.
+When all is well neither changes anything (not a ref, not a file).
+
+What it looks for:
+
+* ``stale_ref_lock``: a ``<ref>.lock`` under storm's refs (``refs/storm/``,
+  ``refs/notes/storm/``) left by a writer that died between locking and
+  renaming. It is removed only while doctor itself holds the storm flock that
+  guards the ref (so no storm writer is mid-update: the kernel drops a dead
+  holder's flock), and only when older than ``STALE_REF_LOCK_SECONDS`` (git's own
+  ``pack-refs``/``gc`` hold ref locks for moments). Writers clear such locks
+  themselves too (``Store.cas``); doctor is for when no writer comes by.
+* ``stale_temp_file``: a ``*.storm-tmp-<pid>`` file in the working tree left by
+  a writer killed while materialising a file, removed under the worktree flock
+  when process ``<pid>`` no longer runs.
+* ``broken_ref``: a storm ref that does not resolve to an object of the right
+  type (or cannot be parsed). Not repaired automatically: the message says what
+  to do (``git fsck``, restore the ref from a backup or ``git reflog``).
+* ``orphan_read_set``: the read-set notes ref of an agent that no longer exists.
+  Agent ids are declared, not registered, so "no longer exists" is decided from
+  what the repository shows: in worktree mode an agent whose worktree and branch
+  are both gone (``git storm cleanup`` ran); in any mode a read set that is empty
+  (left by ``forget --all``); and any agent the operator names with
+  ``forget_agents`` (``--forget-agent ID``). Provenance notes are history and
+  are never removed.
+* ``expired_reservations``: reservations past their expiry still stored in
+  ``refs/storm/reservations`` (harmless; pruned by the next reservation change).
+* ``orphaned_worktree``: git worktree records whose directory is gone
+  (``git worktree prune`` semantics; only the records under ``.git/worktrees``
+  are removed, never a directory that exists).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from . import readsets, reservations
+from .agents import validate_agent
+from .errors import StormError
+from .locks import flocked, is_locked
+from .store import (
+    EVENTS_REF,
+    PROVENANCE_PREFIX,
+    READS_PREFIX,
+    RESERVATIONS_REF,
+    STALE_REF_LOCK_SECONDS,
+    WORKSPACE_REF,
+    Store,
+)
+
+STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm")
+TEMP_RE = re.compile(r"\.storm-tmp-(\d+)$")
+
+
+@dataclass
+class Finding:
+    kind: str
+    what: str
+    detail: str
+    fixable: bool
+    fixed: bool = False
+    harmless: bool = False  # worth tidying, not a problem: does not make the report fail
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DoctorReport:
+    findings: list[Finding] = field(default_factory=list)
+    fix: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Healthy now: nothing found but harmless leftovers, or everything was repaired."""
+        return all(f.fixed or f.harmless for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "fix": self.fix, "findings": [f.to_dict() for f in self.findings],
+                "fixed": sum(f.fixed for f in self.findings)}
+
+
+def guard_of(ref: str) -> str | None:
+    """The storm flock that serialises storm's updates of ``ref`` (None: unknown)."""
+    if ref in (WORKSPACE_REF, RESERVATIONS_REF, EVENTS_REF):
+        return "workspace"
+    for prefix in (READS_PREFIX, PROVENANCE_PREFIX):
+        if ref.startswith(prefix):
+            return readsets.agent_lock(ref[len(prefix):])
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- the checks ----------------------------------------------------------------------
+def _ref_locks(store: Store, fix: bool, out: list[Finding]) -> None:
+    for root in STORM_REF_ROOTS:
+        base = os.path.join(store.commondir, *root.split("/"))
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                if not name.endswith(".lock"):
+                    continue
+                full = os.path.join(dirpath, name)
+                ref = os.path.relpath(full, store.commondir).replace(os.sep, "/")[:-len(".lock")]
+                guard = guard_of(ref)
+                _one_ref_lock(store, ref, full, guard, fix, out)
+
+
+def _one_ref_lock(store: Store, ref: str, full: str, guard: str | None, fix: bool, out: list[Finding]) -> None:
+    try:
+        age = time.time() - os.stat(full).st_mtime
+    except FileNotFoundError:
+        return  # a writer finished meanwhile
+    if guard is not None and is_locked(store.commondir, guard):
+        return  # a live storm process holds the lock: the .lock is its own, in use
+    if age < STALE_REF_LOCK_SECONDS:
+        return  # may be git's own pack-refs/gc at work right now
+    f = Finding("stale_ref_lock", ref, f"{os.path.relpath(full, store.commondir)} is {age:.0f}s old and no "
+                f"storm process holds {guard or 'a lock on it'}", True)
+    out.append(f)
+    if not fix:
+        return
+    if guard is None:
+        f.fixed = store.clear_stale_ref_lock(ref)
+        return
+    with flocked(store.commondir, guard):
+        f.fixed = store.clear_stale_ref_lock(ref)
+
+
+def _broken_refs(store: Store, out: list[Finding]) -> None:
+    names = [r for r in store.repo.references if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS))]
+    for name in names:
+        try:
+            ref = store.repo.lookup_reference(name)
+            obj = store.repo.get(ref.target)
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            out.append(Finding("broken_ref", name, f"cannot be read: {exc}", False))
+            continue
+        if obj is None:
+            out.append(Finding("broken_ref", name, f"points to missing object {ref.target}", False))
+        elif not isinstance(obj, pygit2.Commit):
+            out.append(Finding("broken_ref", name, f"points to a {type(obj).__name__.lower()}, not a commit", False))
+        else:
+            try:
+                obj.tree  # noqa: B018 - resolving the tree is the check
+            except (KeyError, pygit2.GitError):
+                out.append(Finding("broken_ref", name, f"commit {ref.target} has no tree object", False))
+
+
+def _worktree_mode_agents(store: Store) -> set[str] | None:
+    """Agents that still have a worktree or a branch (None: not in worktree mode)."""
+    if store.config_get("storm.mode") != "worktree":
+        return None
+    try:
+        from . import worktrees
+    except ImportError:  # pragma: no cover - worktree mode not installed
+        return None
+    alive = set(worktrees.storm_branches(store))
+    for w in worktrees.list_worktrees(store):
+        if w.agent and not w.prunable:
+            alive.add(w.agent)
+    return alive
+
+
+def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: list[Finding]) -> None:
+    alive = _worktree_mode_agents(store)
+    for agent in readsets.agents(store):
+        why = None
+        if agent in forget_agents:
+            why = "named with --forget-agent"
+        elif alive is not None and agent not in alive:
+            why = "worktree mode: its worktree and branch are gone"
+        else:
+            try:
+                if not readsets.load(store, agent):
+                    why = "its read set is empty"
+            except StormError:
+                continue  # reported as broken_ref
+        if why is None:
+            continue
+        f = Finding("orphan_read_set", agent, f"{READS_PREFIX}{agent}: {why}", True,
+                    harmless=why == "its read set is empty")
+        out.append(f)
+        if fix:
+            f.fixed = _drop_read_set(store, agent)
+
+
+def _drop_read_set(store: Store, agent: str) -> bool:
+    """Delete the agent's read-set ref by CAS (git update-ref -d REF OLD) under its flock."""
+    name = readsets.reads_ref(agent)
+    with flocked(store.commondir, readsets.agent_lock(agent)):
+        old = store.ref_target(name)
+        if old is None:
+            return True
+        r = subprocess.run(["git", "--git-dir", store.commondir, "update-ref", "-m", "storm doctor: forget agent",
+                            "-d", name, str(old)], capture_output=True, stdin=subprocess.DEVNULL,
+                           env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")})
+        return r.returncode == 0
+
+
+def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
+    ref = store.ref(RESERVATIONS_REF)
+    if ref is None:
+        return
+    tree = store.commit(ref.target).tree
+    now = reservations.clock()
+    expired = []
+    for e in tree:
+        try:
+            r = reservations._parse(store, e.id)
+        except (ValueError, KeyError, TypeError):
+            out.append(Finding("broken_ref", RESERVATIONS_REF, f"unreadable reservation entry {e.name}", False))
+            continue
+        if r.remaining(now) <= 0:
+            expired.append(r.path)
+    if not expired:
+        return
+    f = Finding("expired_reservations", RESERVATIONS_REF,
+                f"{len(expired)} expired reservation(s) still stored: {', '.join(sorted(expired)[:5])}", True,
+                harmless=True)
+    out.append(f)
+    if fix:
+        with flocked(store.commondir, "workspace"):
+            reservations.update(store, {}, agent="storm-doctor", message="storm doctor: prune expired reservations")
+        f.fixed = True
+
+
+def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
+    top = store.main_workdir
+    found = []
+    for dirpath, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            m = TEMP_RE.search(name)
+            if m and not _pid_alive(int(m.group(1))):
+                found.append(os.path.join(dirpath, name))
+    if not found:
+        return
+    for full in found:
+        rel = os.path.relpath(full, top).replace(os.sep, "/")
+        f = Finding("stale_temp_file", rel, "left by a storm writer that died while writing the working tree", True)
+        out.append(f)
+        if fix:
+            with flocked(store.commondir, "worktree"):
+                try:
+                    if os.path.islink(full) or os.path.isfile(full):
+                        os.unlink(full)
+                    f.fixed = True
+                except FileNotFoundError:
+                    f.fixed = True
+
+
+def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    r = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune", "--dry-run", "-v"],
+                       capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("Removing ")]
+    if not lines:
+        return
+    found = [Finding("orphaned_worktree", ln[len("Removing "):].split(":", 1)[0].strip(),
+                     ln.split(":", 1)[1].strip() if ":" in ln else ln, True) for ln in lines]
+    out.extend(found)
+    if fix:
+        done = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune"],
+                              capture_output=True, env=env, stdin=subprocess.DEVNULL).returncode == 0
+        for f in found:
+            f.fixed = done
+
+
+def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None = None) -> DoctorReport:
+    """Check storm's state; with ``fix`` repair what is safe. See the module docstring."""
+    forget = [validate_agent(a) for a in forget_agents or []]
+    rep = DoctorReport(fix=fix)
+    _ref_locks(store, fix, rep.findings)
+    _broken_refs(store, rep.findings)
+    broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
+    if not broken & {RESERVATIONS_REF}:
+        _expired_reservations(store, fix, rep.findings)
+    _orphan_read_sets(store, forget, fix, rep.findings)
+    _temp_files(store, fix, rep.findings)
+    _worktrees(store, fix, rep.findings)
+    return rep
