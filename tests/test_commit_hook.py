@@ -1,0 +1,202 @@
+"""The manager's ``git storm commit`` and the pre-commit guard, with real ``git commit``."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import yaml
+
+from helpers import git, make_repo, rev, storm, storm_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _commit_env(agent: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "STORM_AGENT"}
+    if agent:
+        env["STORM_AGENT"] = agent
+    env.update(extra)
+    return env
+
+
+def git_commit(cwd, *args: str, agent: str | None = None, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "commit", *args], cwd=cwd, capture_output=True, text=True,
+                          env=_commit_env(agent, **extra))
+
+
+def _write(repo, agent: str, path: str, text: str) -> None:
+    storm(repo, "read", path, agent=agent)
+    r = storm(repo, "write", path, input=text, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
+    _write(repo, "e1", "src/api.py", "def fetch(url, timeout):\n    pass\n")
+    _write(repo, "e2", "src/util.py", "def clamp(x):\n    return x\n")
+    _write(repo, "e1", "docs/new é.md", "hello\n")
+    base = rev(repo, "HEAD")
+    code, res = storm_json(repo, "commit", "-m", "Integrate timeouts and clamp")
+    assert code == 0, res
+    assert res["agents"] == ["e1", "e2"] and res["writes"] == 3 and res["branch"] == "main"
+    head = rev(repo, "HEAD")
+    assert res["commit"] == head and rev(repo, "main") == head
+    assert rev(repo, "HEAD^") == base
+    assert rev(repo, "HEAD^{tree}") == rev(repo, "refs/storm/workspace^{tree}")
+    msg = git(repo, "log", "-1", "--format=%B").stdout.decode()
+    trailers = git(repo, "interpret-trailers", "--parse", input=msg.encode()).stdout.decode()
+    assert "Storm-Agents: e1, e2" in trailers
+    assert "Storm-Agent: e1\nStorm-Agent: e2" in trailers
+    assert f"Storm-Workspace: {rev(repo, 'refs/storm/workspace')}" in trailers
+    assert git(repo, "status", "--porcelain").stdout == b""  # index and HEAD consistent, disk clean
+    # the log shows which writes the commit contains
+    _, log = storm_json(repo, "log")
+    [ev] = [e for e in log if e["type"] == "commit"]
+    writes = [e["commit"] for e in log if e["type"] == "write"]
+    assert ev["commit"] == head and sorted(ev["writes"]) == sorted(writes) and ev["agents"] == ["e1", "e2"]
+    assert "commit" in storm(repo, "log").stdout
+    # the next commit lists only the writes since
+    _write(repo, "e3", "src/client.py", "import api\n")
+    code, res = storm_json(repo, "commit", "-m", "Second")
+    assert code == 0 and res["agents"] == ["e3"] and res["writes"] == 1
+    assert git(repo, "rev-list", "--count", "HEAD").stdout.decode().strip() == "3"
+    assert git(repo, "status", "--porcelain").stdout == b""
+    # nothing new: no commit
+    code, res = storm_json(repo, "commit", "-m", "Third")
+    assert code == 0 and res["commit"] is None and rev(repo, "HEAD") == rev(repo, "HEAD")
+
+
+def test_commit_refuses_unmediated_edits_unless_adopting(repo):
+    _write(repo, "e1", "src/api.py", "x = 1\n")
+    (repo / "src/util.py").write_text("edited outside storm\n")
+    base = rev(repo, "HEAD")
+    r = storm(repo, "commit", "-m", "Integrate")
+    assert r.returncode == 3 and "unmediated" in r.stderr and "src/util.py" in r.stderr
+    assert rev(repo, "HEAD") == base
+    code, res = storm_json(repo, "commit", "-m", "Integrate", "--adopt")
+    assert code == 0 and res["agents"] == ["e1", "manager"]
+    assert git(repo, "show", "HEAD:src/util.py").stdout == b"edited outside storm\n"
+    assert git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_only_the_manager_commits(repo):
+    _write(repo, "e1", "src/api.py", "x = 1\n")
+    base = rev(repo, "HEAD")
+    r = storm(repo, "commit", "-m", "mine", agent="e1")
+    assert r.returncode == 2 and "not the manager" in r.stderr
+    git(repo, "config", "storm.manager", "lead")
+    r = storm(repo, "commit", "-m", "mine", agent="manager")
+    assert r.returncode == 2
+    assert storm(repo, "commit", "-m", "by the lead", agent="lead").returncode == 0
+    assert rev(repo, "HEAD") != base
+
+
+def test_engineers_git_commit_is_refused_by_the_hook(repo):
+    _write(repo, "e1", "src/api.py", "x = 1\n")
+    git(repo, "add", "src/api.py")  # staged content equals the shared head
+    base = rev(repo, "HEAD")
+    r = git_commit(repo, "-m", "my own commit", agent="e1")
+    assert r.returncode != 0
+    assert "STORM_AGENT=e1 is an engineer" in r.stderr and "git storm commit" in r.stderr
+    assert rev(repo, "HEAD") == base
+    # the manager (or a human) may commit exactly the shared content
+    r = git_commit(repo, "-m", "manager commit", agent="manager")
+    assert r.returncode == 0, r.stderr
+    r = git_commit(repo, "--allow-empty", "-m", "human")
+    assert r.returncode == 0, r.stderr
+
+
+def test_hook_refuses_staged_content_that_differs_from_shared_head(repo):
+    odd = "dir with space/naïve ü.py"
+    (repo / "dir with space").mkdir()
+    (repo / odd).write_text("unmediated\n")
+    (repo / "src/util.py").write_text("stale or unmediated\n")
+    git(repo, "add", odd, "src/util.py")
+    base = rev(repo, "HEAD")
+    r = git_commit(repo, "-m", "sneak it in")
+    assert r.returncode != 0
+    assert "'dir with space/naïve ü.py'" in r.stderr and "src/util.py" in r.stderr
+    assert "git storm adopt" in r.stderr and "git storm commit" in r.stderr
+    assert rev(repo, "HEAD") == base
+    # from a subdirectory too
+    r = git_commit(repo / "src", "-m", "sneak it in")
+    assert r.returncode != 0 and "src/util.py" in r.stderr
+    # adopt the edits: then the staged content equals the shared head and the commit passes
+    storm(repo, "read", "src/util.py", agent="e1")
+    assert storm(repo, "adopt", odd, "src/util.py", agent="e1").returncode == 0
+    r = git_commit(repo / "src", "-m", "now it is shared")
+    assert r.returncode == 0, r.stderr
+
+
+def test_hook_in_a_linked_worktree_and_with_a_minimal_path(repo, tmp_path):
+    wt = tmp_path / "linked wt"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(wt))
+    (wt / "src/api.py").write_text("side edit\n")
+    git(wt, "add", "src/api.py")
+    r = git_commit(wt, "-m", "side")
+    assert r.returncode != 0 and "src/api.py" in r.stderr
+    r = git_commit(wt, "-m", "side", agent="e1")
+    assert r.returncode != 0 and "is an engineer" in r.stderr
+    # minimal PATH: the shim names its interpreter; git itself by absolute path
+    gitexe = shutil.which("git")
+    r = subprocess.run([gitexe, "commit", "-m", "side"], cwd=wt, capture_output=True, text=True,
+                       env=_commit_env("e1", PATH="/nonexistent"))
+    assert r.returncode != 0 and "is an engineer" in r.stderr, r.stderr
+
+
+def test_hook_chains_an_existing_hook_and_uninstall_restores_it(tmp_path):
+    repo = make_repo(tmp_path / "r", init_storm=False)
+    hooks = repo / ".git/hooks"
+    marker = tmp_path / "ran"
+    (hooks / "pre-commit").write_text(f"#!/bin/sh\necho ran >> '{marker}'\nexit 0\n")
+    (hooks / "pre-commit").chmod(0o755)
+    r = storm(repo, "init")
+    assert r.returncode == 0, r.stderr
+    assert (hooks / "pre-commit.storm-chained").exists()
+    assert "git-storm-shim" in (hooks / "pre-commit").read_text()
+    assert git_commit(repo, "--allow-empty", "-m", "ok").returncode == 0
+    assert marker.read_text() == "ran\n"  # the old hook still runs
+    r = git_commit(repo, "--allow-empty", "-m", "no", agent="e1")
+    assert r.returncode != 0 and marker.read_text() == "ran\n"  # guard first
+    # init again (idempotent) does not chain the shim to itself
+    assert storm(repo, "init").returncode == 0
+    assert "ran" in (hooks / "pre-commit.storm-chained").read_text()
+    code, res = storm_json(repo, "uninstall-hooks")
+    assert code == 0 and res["removed"] == ["pre-commit"] and res["restored"] == ["pre-commit"]
+    assert (hooks / "pre-commit").read_text().startswith("#!/bin/sh\necho ran")
+    assert not (hooks / "pre-commit.storm-chained").exists()
+    assert git_commit(repo, "--allow-empty", "-m", "after", agent="e1").returncode == 0
+
+
+def test_install_respects_core_hooks_path(tmp_path):
+    repo = make_repo(tmp_path / "r", init_storm=False)
+    custom = tmp_path / "my hooks"
+    custom.mkdir()
+    (custom / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (custom / "pre-commit").chmod(0o755)
+    git(repo, "config", "core.hooksPath", str(custom))
+    assert storm(repo, "init").returncode == 0
+    assert git(repo, "config", "core.hooksPath").stdout.decode().strip() == str(custom)
+    assert "git-storm-shim" in (custom / "pre-commit").read_text()
+    assert (custom / "pre-commit.storm-chained").exists()
+    assert not (repo / ".git/hooks/pre-commit").exists()
+    r = git_commit(repo, "--allow-empty", "-m", "no", agent="e1")
+    assert r.returncode != 0 and "is an engineer" in r.stderr
+
+
+def test_hook_command_and_pre_commit_framework_manifest(repo):
+    r = storm(repo, "hook", "pre-commit", agent="e1")
+    assert r.returncode == 1 and "is an engineer" in r.stderr
+    assert storm(repo, "hook", "pre-commit").returncode == 0
+    [entry] = yaml.safe_load(open(os.path.join(ROOT, ".pre-commit-hooks.yaml")))
+    assert entry["id"] == "storm-guard" and entry["entry"] == "git-storm hook pre-commit"
+    assert entry["pass_filenames"] is False and entry["always_run"] is True
+
+
+def test_storm_mode_content_rule_does_not_apply_in_worktree_mode(repo):
+    # (worktree mode has its own rules for engineers: storm_git.scope)
+    git(repo, "config", "storm.mode", "worktree")
+    (repo / "src/util.py").write_text("anything\n")
+    git(repo, "add", "src/util.py")
+    r = git_commit(repo, "-m", "a human commit, not in the shared workspace")
+    assert r.returncode == 0, r.stderr

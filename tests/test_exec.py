@@ -1,0 +1,205 @@
+"""``git storm exec``: real commands in the shared working tree, recorded as writes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
+
+FORMATTER = r"""
+import sys
+for path in sys.argv[1:]:
+    with open(path) as fh:
+        text = fh.read()
+    # a tiny formatter: four-space indents become two, trailing blank line added
+    out = "\n".join(line.replace("    ", "  ") for line in text.splitlines()) + "\n\n"
+    with open(path, "w") as fh:
+        fh.write(out)
+"""
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_exec_records_created_changed_deleted_with_passthrough(repo):
+    cmd = ("printf 'out\\n'; printf 'err\\n' >&2; echo hi >> src/util.py; mkdir -p new/deep; "
+           "echo n > 'new/deep/a file é.txt'; rm src/api.py; exit 3")
+    r = storm(repo, "exec", "--json", "--", "sh", "-c", cmd, agent="e1")
+    assert r.returncode == 3  # the command's exit status passes through
+    assert r.stdout.startswith("out\n") and "err\n" in r.stderr
+    res = _last_json(r.stdout)
+    assert sorted(res["paths"]) == ["new/deep/a file é.txt", "src/api.py", "src/util.py"]
+    assert res["write"]["accepted"] and res["returncode"] == 3
+    head = rev(repo, "refs/storm/workspace")
+    assert res["write"]["commit"] == head
+    msg = git(repo, "log", "-1", "--format=%B", head).stdout.decode()
+    assert "Storm-Op: exec" in msg and "Storm-Agent: e1" in msg and "sh -c" in msg
+    assert show(repo, head, "new/deep/a file é.txt") == b"n\n"
+    assert git(repo, "cat-file", "-e", f"{head}:src/api.py", check=False).returncode != 0
+    assert show(repo, head, "src/util.py").endswith(b"hi\n")
+    # recorded in the agent's read set at the new versions, and nothing is left unmediated
+    code, st = storm_json(repo, "status")
+    assert st["unmediated"] == []
+
+
+def test_exec_ignores_gitignored_files_and_earlier_unmediated_edits(repo):
+    (repo / ".gitignore").write_text("build/\n*.log\n")
+    storm(repo, "adopt", ".gitignore", agent="e1")
+    (repo / "README.md").write_text("# edited in an editor\n")  # unmediated, before the command
+    before = rev(repo, "refs/storm/workspace")
+    r = storm(repo, "exec", "--json", "--", "sh", "-c",
+              "mkdir -p build; echo o > build/x.o; echo l > run.log; echo c > src/new.py", agent="e1")
+    assert r.returncode == 0, r.stderr
+    res = _last_json(r.stdout)
+    assert res["paths"] == ["src/new.py"]
+    assert rev(repo, "refs/storm/workspace") != before
+    _, st = storm_json(repo, "status")
+    assert [u["path"] for u in st["unmediated"]] == ["README.md"]  # still the editor's, not exec's
+
+
+def test_formatter_via_exec_makes_other_agents_write_stale_with_its_diff(repo):
+    (repo / "fmt.py").write_text(FORMATTER)
+    assert storm(repo, "adopt", "fmt.py", agent="e2").returncode == 0
+    assert storm(repo, "read", "src/api.py", "src/util.py", agent="e1").returncode == 0
+    r = storm(repo, "exec", "--", sys.executable, "fmt.py", "src/api.py", agent="e2")
+    assert r.returncode == 0, r.stderr
+    assert (repo / "src/api.py").read_text() == "def fetch(url):\n  return http_get(url)\n\n"
+    # e1 read src/api.py before the formatter: its next write elsewhere is stale
+    code, res = storm_json(repo, "write", "src/util.py", input="x = 1\n", agent="e1")
+    assert code == 1
+    rej = res["rejection"]
+    assert rej["reason"] == "stale_dependency"
+    [stale] = rej["stale"]
+    assert stale["path"] == "src/api.py" and stale["changed_by"] == ["e2"]
+    assert "-    return http_get(url)" in stale["diff"] and "+  return http_get(url)" in stale["diff"]
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_exec_conflicts_with_a_write_that_landed_while_it_ran(repo, tmp_path):
+    go, started = tmp_path / "go", tmp_path / "started"
+    script = (f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; "
+              "echo 'formatted by exec' > src/api.py; echo mine > src/util.py")
+    proc = subprocess.Popen([sys.executable, "-m", "storm_git", "exec", "--json", "--no-wait", "--",
+                             "sh", "-c", script], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, STORM_AGENT="e2"))
+    _wait_for(started)
+    storm(repo, "read", "src/api.py", agent="e1")
+    w = storm(repo, "write", "src/api.py", input="e1's version\n", agent="e1")
+    assert w.returncode == 0, w.stderr
+    after_e1 = rev(repo, "refs/storm/workspace")
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    res = _last_json(out.decode())
+    rej = res["write"]["rejection"]
+    assert rej["reason"] == "direct_conflict" and rej["path"] == "src/api.py"
+    assert rej["changed_by"] == ["e1"] and rej["current_content"] == "e1's version\n"
+    # nothing of the command's was applied over e1's write; the command's version
+    # stays on disk, visible as an unmediated edit
+    assert rev(repo, "refs/storm/workspace") == after_e1
+    assert show(repo, after_e1, "src/api.py") == b"e1's version\n"
+    _, st = storm_json(repo, "status")
+    assert {u["path"] for u in st["unmediated"]} == {"src/api.py", "src/util.py"}
+
+
+def test_other_agents_write_during_exec_is_not_attributed_to_the_command(repo, tmp_path):
+    go, started = tmp_path / "go", tmp_path / "started"
+    script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; echo mine > src/util.py"
+    proc = subprocess.Popen([sys.executable, "-m", "storm_git", "exec", "--json", "--", "sh", "-c", script],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, STORM_AGENT="e2"))
+    _wait_for(started)
+    storm(repo, "read", "src/api.py", agent="e1")
+    assert storm(repo, "write", "src/api.py", input="by e1\n", agent="e1").returncode == 0
+    assert (repo / "src/api.py").read_text() == "by e1\n"  # materialised while the command ran
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    res = _last_json(out.decode())
+    assert res["paths"] == ["src/util.py"] and res["write"]["accepted"]
+    head = rev(repo, "refs/storm/workspace")
+    assert git(repo, "log", "-1", "--format=%an", head).stdout.decode().strip() == "e2"
+    assert show(repo, head, "src/api.py") == b"by e1\n"
+
+
+def test_exec_runs_in_the_callers_subdirectory(repo):
+    r = storm(repo / "src", "exec", "--json", "--", "sh", "-c", "echo sub > here.txt", agent="e1")
+    assert r.returncode == 0, r.stderr
+    assert _last_json(r.stdout)["paths"] == ["src/here.txt"]
+
+
+def test_exec_with_no_change_records_nothing(repo):
+    before = snapshot_refs(repo)
+    r = storm(repo, "exec", "--", "true", agent="e1")
+    assert r.returncode == 0 and "changed no file" in r.stderr
+    assert snapshot_refs(repo) == before
+
+
+def test_exec_bad_input(repo):
+    before = snapshot_refs(repo)
+    r = storm(repo, "exec", agent="e1")
+    assert r.returncode == 2 and "no command given" in r.stderr
+    r = storm(repo, "exec", "--", "no-such-command-xyz", agent="e1")
+    assert r.returncode == 127 and "command not found: no-such-command-xyz" in r.stderr
+    (repo / "notexec.sh").write_text("echo\n")
+    r = storm(repo, "exec", "--", "./notexec.sh", agent="e1")
+    assert r.returncode == 126 and "not executable" in r.stderr
+    r = storm(repo, "exec", "--", "true")  # no agent
+    assert r.returncode == 2 and "no agent id" in r.stderr
+    r = storm(repo, "exec", "--timeout", "0", "--", "true", agent="e1")
+    assert r.returncode == 2
+    assert snapshot_refs(repo) == before
+
+
+def test_exec_killed_by_signal_records_nothing(repo):
+    before = snapshot_refs(repo)
+    r = storm(repo, "exec", "--", "sh", "-c", "echo half > src/util.py; kill -KILL $$", agent="e1")
+    assert r.returncode == 128 + 9
+    assert "killed by SIGKILL" in r.stderr and "nothing recorded" in r.stderr and "src/util.py" in r.stderr
+    assert snapshot_refs(repo) == before
+    _, st = storm_json(repo, "status")
+    assert [u["path"] for u in st["unmediated"]] == ["src/util.py"]
+
+
+def test_exec_timeout_stops_the_command_and_records_nothing(repo):
+    before = snapshot_refs(repo)
+    t0 = time.monotonic()
+    r = storm(repo, "exec", "--timeout", "1", "--", "sh", "-c", "echo half > src/util.py; sleep 60; echo late > x",
+              agent="e1")
+    assert time.monotonic() - t0 < 30  # not the command's 60 s (a generous bound, not a benchmark)
+    assert r.returncode == 124 and "timed out" in r.stderr and "nothing recorded" in r.stderr
+    assert snapshot_refs(repo) == before
+    assert not (repo / "x").exists()
+
+
+def test_exec_detects_changes_when_head_moved_since_last_snapshot(repo):
+    # the private index follows the shared head incrementally: a write by e1
+    # between two execs must not be seen as e2's change, and e2's edit of the
+    # same file afterwards must be.
+    assert storm(repo, "exec", "--", "true", agent="e2").returncode == 0
+    storm(repo, "read", "src/util.py", agent="e1")
+    assert storm(repo, "write", "src/util.py", input="v1\n", agent="e1").returncode == 0
+    r = storm(repo, "exec", "--json", "--", "sh", "-c", "echo v2 >> src/util.py", agent="e2")
+    assert r.returncode == 0, r.stderr
+    res = _last_json(r.stdout)
+    assert res["paths"] == ["src/util.py"]
+    assert show(repo, "refs/storm/workspace", "src/util.py") == b"v1\nv2\n"
+
+
+def test_exec_on_a_fresh_clone_sized_tree(tmp_path):
+    files = {f"pkg{i % 7}/m{i}.py": f"x = {i}\n" for i in range(300)}
+    repo = make_repo(tmp_path / "big", files)
+    r = storm(repo, "exec", "--json", "--", "sh", "-c", "echo y >> pkg3/m3.py; rm pkg0/m0.py", agent="e1")
+    assert r.returncode == 0, r.stderr
+    assert sorted(_last_json(r.stdout)["paths"]) == ["pkg0/m0.py", "pkg3/m3.py"]
