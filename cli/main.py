@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
+        sys.exit(_usage(exc, as_json))
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -102,6 +101,17 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         sys.exit(_fail(exc, as_json))
     sys.exit(0)
+
+
+def _usage(exc: click.ClickException, as_json: bool) -> int:
+    """click's own usage errors, as one line (and --json) like every other error: exit 2."""
+    ctx = getattr(exc, "ctx", None)
+    hint = f"see {ctx.command_path if ctx is not None else 'git storm'} --help"
+    message = " ".join(exc.format_message().split())
+    if as_json:
+        _emit_json({"error": {"kind": "usage", "message": message, "hint": hint, "exit_code": 2}})
+    click.echo(f"git storm: {message} ({hint})", err=True)
+    return 2
 
 
 def _fail(exc: Exception, as_json: bool) -> int:
