@@ -10,10 +10,16 @@ changed files by stat, without reading every file. When the shared head moves,
 only the entries of the paths that changed are replaced (``update-index
 --index-info``), so the stat data of everything else stays valid.
 
-``exec`` takes a snapshot before and after the command. A path is the
-command's change iff its content on disk differs between the two snapshots and
-is not what the shared head now holds (that is another agent's write written to
-disk while the command ran). The changes are recorded with
+``exec`` takes one snapshot, after the command. Before it, storm stamps a
+marker file and waits for the file-system clock to tick (a few ms): a path that
+differs from the shared head afterwards is the command's change iff its ctime
+is later than the mark (a deletion: it was not missing at the last snapshot and
+its directory was stamped after the mark), and its content is not what the
+shared head now holds (that is another agent's write, written to disk while the
+command ran). Edits from before the command keep older stamps and stay
+unmediated. Where the clock cannot be used (``.git`` on another file system,
+coarse timestamps, or ``storm.execClock=false``) a full snapshot is taken before
+the command as well and the two are compared by content. The changes are recorded with
 :meth:`SharedWorkspace.apply` validated against the versions at the start of
 the command (``expected``), so a path another agent wrote meanwhile is a direct
 conflict, never overwritten. Both snapshots and the classification run under the
@@ -26,6 +32,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +52,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 INDEX_NAME = "exec-index"
 STATE_NAME = "exec-index.tree"
+MISSING_NAME = "exec-index.missing"
+CLOCK_NAME = "exec-clock"
+CLOCK_PATIENCE_SECONDS = 0.05
 # Above this many changed entries, re-reading the whole tree is cheaper than --index-info.
 FULL_REREAD_THRESHOLD = 20000
 KILL_GRACE_SECONDS = 2.0
@@ -219,10 +229,6 @@ def snapshot(store: Store) -> Snapshot:
                 candidates.append(path)
         elif xy[1:2] in (b"M", b"D", b"T"):
             candidates.append(path)
-    if untracked_dirs:
-        more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
-                    index=index)
-        candidates += [p.decode("utf-8", "surrogateescape") for p in more.split(b"\0") if p]
     dirty: dict[str, Any] = {}
     top = store.main_workdir
     for path in candidates:
@@ -230,7 +236,61 @@ def snapshot(store: Store) -> Snapshot:
         want = _entry(store, tree, path)
         if have != (want.oid if want else None):
             dirty[path] = have
+            if have is False and os.path.isdir(os.path.join(top, path)):
+                untracked_dirs.append(path + "/")  # a directory where a tracked file was
+    if untracked_dirs:
+        more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
+                    index=index)
+        for p in more.split(b"\0"):
+            if p:
+                path = p.decode("utf-8", "surrogateescape")
+                dirty[path] = disk_oid(os.path.join(top, path))
+    _save_missing(store, [p for p, v in dirty.items() if v is None])
     return Snapshot(head, tree, dirty)
+
+
+def _save_missing(store: Store, missing: list[str]) -> None:
+    """Remember which paths were missing on disk at the last snapshot (caller
+    holds the worktree lock): a deletion has no timestamp of its own."""
+    path = os.path.join(_storm_dir(store), MISSING_NAME)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in missing))
+    os.replace(tmp, path)
+
+
+def _load_missing(store: Store) -> set[str] | None:
+    try:
+        with open(os.path.join(_storm_dir(store), MISSING_NAME), "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return None
+    return {p.decode("utf-8", "surrogateescape") for p in data.split(b"\0") if p}
+
+
+def clock_mark(store: Store, worktree_dev: int) -> int | None:
+    """A file-system timestamp T such that files changed from now on get a ctime
+    above T (and files changed before have one at most T), or None when this
+    file system cannot give one (another device, coarse timestamps).
+
+    The kernel stamps files with a coarse clock (a few ms per tick): touch a
+    marker, then touch it again until its timestamp moves past the first one."""
+    path = os.path.join(_storm_dir(store), CLOCK_NAME)
+
+    def touch() -> os.stat_result:
+        with open(path, "wb") as fh:
+            fh.write(b"storm exec clock\n")
+        return os.stat(path)
+
+    first = touch()
+    if first.st_dev != worktree_dev:
+        return None
+    deadline = time.monotonic() + CLOCK_PATIENCE_SECONDS
+    while time.monotonic() < deadline:
+        if touch().st_ctime_ns > first.st_ctime_ns:
+            return first.st_ctime_ns
+        time.sleep(0.0005)
+    return None
 
 
 def _entry(store: Store, tree: pygit2.Tree, path: str):
@@ -400,6 +460,53 @@ def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str,
     return changes, expected
 
 
+def _deleted_after(top: str, path: str, mark: int) -> bool:
+    """Was ``path`` (missing now) deleted after ``mark``? Removing a file stamps its
+    directory; when the directory went too, its parent, and so on."""
+    d = os.path.dirname(path)
+    while True:
+        try:
+            st = os.lstat(os.path.join(top, d) if d else top)
+            return max(st.st_mtime_ns, st.st_ctime_ns) > mark
+        except FileNotFoundError:
+            if not d:
+                return True
+            d = os.path.dirname(d)
+
+
+def classify_since(store: Store, start_tree: pygit2.Tree, mark: int, missing_before: set[str] | None,
+                   after: Snapshot) -> tuple[dict[str, bytes | None], dict[str, str | None]]:
+    """One-scan classification: a path differing from the shared head after the
+    command is the command's change iff the file was stamped after ``mark`` (for a
+    deletion: it was not already missing at the last snapshot and its directory
+    was stamped after ``mark``). Edits from before the command keep their older
+    stamps and stay unmediated."""
+    changes: dict[str, bytes | None] = {}
+    expected: dict[str, str | None] = {}
+    top = store.main_workdir
+    for path in sorted(after.dirty):
+        a = after.dirty[path]
+        full = os.path.join(top, path)
+        if a is None or a is False:  # the file is gone (maybe a directory is there now)
+            if missing_before is not None and path in missing_before:
+                continue  # already missing at the last snapshot
+            if not _deleted_after(top, path + "/x" if a is False else path, mark):
+                continue
+            a = None
+        else:
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            if st.st_ctime_ns <= mark:
+                continue  # changed before the command: an unmediated edit
+            if os.path.islink(full):
+                continue  # storm writes regular files only; the link stays unmediated
+        changes[path] = _read_disk(store, path) if a is not None else None
+        expected[path] = hex_(_version(store, start_tree, path))
+    return changes, expected
+
+
 def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: str | None = None,
           timeout: float | None = None, wait: bool = True) -> ExecResult:
     """Run ``argv`` in the shared working tree and record what it changed as one write."""
@@ -414,13 +521,21 @@ def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: 
     if not os.path.isdir(cwd):
         cwd = store.main_workdir
     _resolve(argv[0], cwd)
-    ws.head()  # initialised?
+    dev = os.stat(store.main_workdir).st_dev
     with flocked(store.commondir, "worktree"):
-        before = snapshot(store)
+        start = store.commit(ws.head())
+        use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
+        mark = clock_mark(store, dev) if use_clock else None
+        # Without a usable file-system clock: a full snapshot before the command too.
+        before = snapshot(store) if mark is None else None
+        missing_before = _load_missing(store) if mark is not None else None
     rc, timed_out = _run(argv, cwd, timeout)
     with flocked(store.commondir, "worktree"):
         after = snapshot(store)
-        changes, expected = classify(store, before, after)
+        if before is None:
+            changes, expected = classify_since(store, start.tree, mark, missing_before, after)
+        else:
+            changes, expected = classify(store, before, after)
     paths = list(changes)
     if timed_out or rc < 0:
         # Killed: its changes may be half done. Record nothing; they stay on disk

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
 
 FORMATTER = r"""
@@ -20,6 +22,16 @@ for path in sys.argv[1:]:
     with open(path, "w") as fh:
         fh.write(out)
 """
+
+
+@pytest.fixture(params=["clock", "two-snapshots"])
+def repo(request, tmp_path):
+    """Every exec test runs with the file-system clock (one snapshot after the
+    command) and with storm.execClock=false (snapshots before and after)."""
+    r = make_repo(tmp_path / "repo")
+    if request.param == "two-snapshots":
+        git(r, "config", "storm.execClock", "false")
+    return r
 
 
 def _last_json(stdout: str) -> dict:
@@ -203,3 +215,23 @@ def test_exec_on_a_fresh_clone_sized_tree(tmp_path):
     r = storm(repo, "exec", "--json", "--", "sh", "-c", "echo y >> pkg3/m3.py; rm pkg0/m0.py", agent="e1")
     assert r.returncode == 0, r.stderr
     assert sorted(_last_json(r.stdout)["paths"]) == ["pkg0/m0.py", "pkg3/m3.py"]
+
+
+def test_unmediated_deletion_seen_by_status_is_not_the_commands(repo):
+    os.unlink(repo / "README.md")  # deleted outside storm
+    assert "README.md (deleted)" in storm(repo, "status").stdout
+    r = storm(repo, "exec", "--json", "--", "sh", "-c", "echo new > top-level.txt", agent="e1")
+    assert r.returncode == 0, r.stderr
+    assert _last_json(r.stdout)["paths"] == ["top-level.txt"]
+    assert show(repo, "refs/storm/workspace", "README.md") == b"# service\n"
+
+
+def test_exec_replacing_a_file_by_a_directory_is_refused_clearly(repo):
+    # one write cannot turn a file into a directory (the core validates each path
+    # against the current tree): a clear refusal, nothing recorded, disk kept
+    before = snapshot_refs(repo)
+    r = storm(repo, "exec", "--", "sh", "-c", "rm README.md; mkdir README.md; echo x > README.md/inner",
+              agent="e1")
+    assert r.returncode == 2 and "'README.md' is a file in the shared workspace" in r.stderr
+    assert snapshot_refs(repo) == before
+    assert (repo / "README.md/inner").read_text() == "x\n"
