@@ -243,10 +243,34 @@ def resolve(store: Store, tm: TreeMerge, conflicts: list[ConflictFile], favor: s
 
 
 def files_changed(store: Store, old_tree: pygit2.Oid, new_tree: pygit2.Oid) -> list[dict[str, str]]:
-    r = run_git(["diff-tree", "-r", "-z", "--no-renames", "--name-status", str(old_tree), str(new_tree)],
-                store.commondir)
-    f = r.stdout.decode("utf-8", "surrogateescape").split("\0")
-    return [{"status": f[i], "path": f[i + 1]} for i in range(0, len(f) - 1, 2)]
+    """Paths that differ between two trees (A/M/D/T), descending only into subtrees whose
+    ids differ: the cost follows the change, not the repository (no process, no index)."""
+    out: list[dict[str, str]] = []
+    repo = store.repo
+
+    def entries(oid: pygit2.Oid | None) -> dict[str, tuple[pygit2.Oid, int]]:
+        return {} if oid is None else {e.name: (e.id, e.filemode) for e in repo[oid]}
+
+    def walk(a: pygit2.Oid | None, b: pygit2.Oid | None, prefix: str) -> None:
+        ea, eb = entries(a), entries(b)
+        for name in sorted(set(ea) | set(eb)):
+            x, y = ea.get(name), eb.get(name)
+            if x == y:
+                continue
+            path = prefix + name
+            xt = x is not None and x[1] == pygit2.GIT_FILEMODE_TREE
+            yt = y is not None and y[1] == pygit2.GIT_FILEMODE_TREE
+            if xt or yt:
+                walk(x[0] if xt else None, y[0] if yt else None, path + "/")
+            if x is not None and not xt and (y is None or yt):
+                out.append({"status": "D", "path": path})
+            elif y is not None and not yt and (x is None or xt):
+                out.append({"status": "A", "path": path})
+            elif x is not None and y is not None and not xt and not yt:
+                out.append({"status": "M" if x[1] == y[1] or x[0] != y[0] else "T", "path": path})
+
+    walk(old_tree, new_tree, "")
+    return sorted(out, key=lambda c: c["path"])
 
 
 # -- order -----------------------------------------------------------------------------
