@@ -64,7 +64,8 @@ def known_version(store: Store, head: pygit2.Oid, path: str, oid: pygit2.Oid | N
 def _write_file(store: Store, full: str, entry: Entry) -> None:
     data = store.blob_bytes(entry.oid)
     os.makedirs(os.path.dirname(full), exist_ok=True)
-    tmp = f"{full}.storm-tmp-{os.getpid()}"
+    # a short temporary name: a 255-byte file name plus a suffix would not fit the filesystem
+    tmp = os.path.join(os.path.dirname(full), f".storm-tmp-{os.getpid()}")
     if entry.mode == MODE_LINK:
         os.symlink(os.fsdecode(data), tmp)
     else:

@@ -157,7 +157,7 @@ class WorktreeWorkspace:
         else:
             executable = os.path.isfile(full) and os.stat(full).st_mode & 0o111
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = f"{full}.storm-tmp-{os.getpid()}"
+            tmp = os.path.join(os.path.dirname(full), f".storm-tmp-{os.getpid()}")  # fits 255-byte names
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if executable else 0o666)
             with open(fd, "wb", closefd=True) as fh:
                 fh.write(content)

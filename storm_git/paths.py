@@ -69,6 +69,9 @@ def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
     link text) but not written through.
     """
     real_top = os.path.realpath(top)
+    if for_write and len(os.fsencode(os.path.join(top, path))) >= MAX_PATH_BYTES:
+        raise BadPath(f"{path[:80]!r}... is too long to be written under {top} (PATH_MAX {MAX_PATH_BYTES})",
+                      hint="use a shorter path")
     parts = path.split("/")
     cur = top
     for i, part in enumerate(parts):
