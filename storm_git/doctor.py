@@ -22,10 +22,10 @@ What it looks for:
 * ``orphan_read_set``: the read-set notes ref of an agent that no longer exists.
   Agent ids are declared, not registered, so "no longer exists" is decided from
   what the repository shows: in worktree mode an agent whose worktree and branch
-  are both gone (``git storm cleanup`` ran); in any mode a read set that is empty
-  (left by ``forget --all``); and any agent the operator names with
-  ``forget_agents`` (``--forget-agent ID``). Provenance notes are history and
-  are never removed.
+  are both gone (``git storm cleanup`` ran), and in any mode any agent the
+  operator names with ``forget_agents`` (``--forget-agent ID``). Storm mode has
+  no registry of agents, so it never guesses. The fix empties the read set;
+  the provenance notes in the same notes ref are history and are kept.
 * ``expired_reservations``: reservations past their expiry still stored in
   ``refs/storm/reservations`` (harmless; pruned by the next reservation change).
 * ``orphaned_worktree``: git worktree records whose directory is gone
@@ -187,32 +187,23 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
             why = "named with --forget-agent"
         elif alive is not None and agent not in alive:
             why = "worktree mode: its worktree and branch are gone"
-        else:
-            try:
-                if not readsets.load(store, agent):
-                    why = "its read set is empty"
-            except StormError:
-                continue  # reported as broken_ref
         if why is None:
             continue
-        f = Finding("orphan_read_set", agent, f"{READS_PREFIX}{agent}: {why}", True,
-                    harmless=why == "its read set is empty")
+        try:
+            if not readsets.load(store, agent):
+                continue  # nothing to drop (its provenance notes are history and stay)
+        except StormError:
+            continue  # reported as broken_ref
+        f = Finding("orphan_read_set", agent, f"{READS_PREFIX}{agent} (read set): {why}", True)
         out.append(f)
         if fix:
             f.fixed = _drop_read_set(store, agent)
 
 
 def _drop_read_set(store: Store, agent: str) -> bool:
-    """Delete the agent's read-set ref by CAS (git update-ref -d REF OLD) under its flock."""
-    name = readsets.reads_ref(agent)
-    with flocked(store.commondir, readsets.agent_lock(agent)):
-        old = store.ref_target(name)
-        if old is None:
-            return True
-        r = subprocess.run(["git", "--git-dir", store.commondir, "update-ref", "-m", "storm doctor: forget agent",
-                            "-d", name, str(old)], capture_output=True, stdin=subprocess.DEVNULL,
-                           env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")})
-        return r.returncode == 0
+    """Empty the agent's read set (its provenance notes stay: they are the audit trail)."""
+    readsets.forget(store, agent, None)
+    return not readsets.load(store, agent)
 
 
 def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
@@ -278,8 +269,9 @@ def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
                      ln.split(":", 1)[1].strip() if ":" in ln else ln, True) for ln in lines]
     out.extend(found)
     if fix:
-        done = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune"],
-                              capture_output=True, env=env, stdin=subprocess.DEVNULL).returncode == 0
+        with flocked(store.commondir, "worktrees"):  # the lock worktree mode's spawn/cleanup take
+            done = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune"],
+                                  capture_output=True, env=env, stdin=subprocess.DEVNULL).returncode == 0
         for f in found:
             f.fixed = done
 

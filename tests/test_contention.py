@@ -16,7 +16,6 @@ CI: 16 processes x 5 writes, on one file and on a set of 4 files.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter

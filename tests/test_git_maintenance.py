@@ -16,7 +16,6 @@ CI: 3 writers x 120 writes beside the loop; 1,000 writes for the bound.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
