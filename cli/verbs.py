@@ -234,7 +234,7 @@ def log(limit: int, as_json: bool) -> None:
     \b
     Example:
       git storm log -n 20
-      git log --notes='storm/provenance/*' refs/storm/workspace   # what each write was based on
+      git log --notes='storm/agents/*' refs/storm/workspace   # what each write was based on
     """
     from . import render
 

@@ -1,6 +1,6 @@
 """Agent ids: declared names that become ref-name components.
 
-An id lands in ref names (``refs/notes/storm/reads/<id>``), branch names and
+An id lands in ref names (``refs/notes/storm/agents/<id>``), branch names and
 commit authors, so it must be one safe ref-name component. The rules are a strict
 subset of git-check-ref-format(1) so that no id can escape its ref namespace.
 """

@@ -196,7 +196,7 @@ def run_demo(keep: str | None = None) -> DemoReport:
                 lines.append(f"FAILED: {name}")
         ok = all(checks.values())
         lines.append("final src/api.py:   " + api.splitlines()[0])
-        lines.append("inspect with: git log --notes='storm/provenance/*' refs/storm/workspace; git storm log"
+        lines.append("inspect with: git log --notes='storm/agents/*' refs/storm/workspace; git storm log"
                      if keep else "all checks passed" if ok else "some checks failed")
         return DemoReport(repo, lines, ok, evs)
     finally:

@@ -1,13 +1,17 @@
-"""Agents' read sets, kept as git notes in one notes ref per agent.
+"""Agents' read sets and the provenance of their writes, as git notes.
 
-STORM's read set ``S_a = {(path, version observed)}`` is stored under
-``refs/notes/storm/reads/<agent>``: one note per path, attached to a small blob
-whose content is the path itself (so the note's object exists and ``git notes
-prune`` keeps it). One ref per agent means reads by different agents never
-contend on a ref (GIT-FACTS: a shared notes ref lost 60–75 % of notes).
+Each agent has one notes ref, ``refs/notes/storm/agents/<agent>`` (one ref per
+agent, so agents never contend on a ref: GIT-FACTS measured a shared notes ref
+losing 60–75 % of notes). It holds:
 
-A note is one line ``<blob-hex|absent> <head-hex> <path>``: the version seen and
-the shared head it was read at.
+* the agent's read set ``S_a``, as one note on a small per-agent key blob: one
+  line ``<blob-hex|absent> <head-hex> <path>`` per path (the version seen and
+  the shared head it was read at);
+* one provenance note on each commit the agent wrote: the read set that write
+  was validated against, so ``git log --notes='storm/agents/*'`` shows it.
+
+Keeping both in one ref means an accepted write costs one notes commit, and
+loading a read set reads one blob whatever the number of writes.
 """
 from __future__ import annotations
 
@@ -19,9 +23,10 @@ import pygit2
 from . import notes
 from .errors import CorruptState
 from .locks import flocked
-from .store import PROVENANCE_PREFIX, READS_PREFIX, Store
+from .store import AGENTS_PREFIX, Store
 
 ABSENT = "absent"
+READ_SET_HEADER = "storm read set"
 
 
 @dataclass(frozen=True)
@@ -49,65 +54,91 @@ class ReadEntry:
 
 
 def path_key(path: str) -> str:
-    """The object a path's note hangs on: the blob whose content is the path."""
+    """A stable object id for a path (reservations are keyed by it)."""
     return str(pygit2.hash(path.encode("utf-8")))
 
 
-def reads_ref(agent: str) -> str:
-    return READS_PREFIX + agent
+def agent_ref(agent: str) -> str:
+    return AGENTS_PREFIX + agent
 
 
-def provenance_ref(agent: str) -> str:
-    return PROVENANCE_PREFIX + agent
+# Both live in the agent's one notes ref (names kept for callers).
+reads_ref = agent_ref
+provenance_ref = agent_ref
 
 
 def agent_lock(agent: str) -> str:
     return f"agent-{agent}"
 
 
+def _key(agent: str) -> bytes:
+    return f"{READ_SET_HEADER}: {agent}\n".encode("utf-8")
+
+
+def _parse_set(text: str) -> dict[str, ReadEntry]:
+    out: dict[str, ReadEntry] = {}
+    for line in text.splitlines()[1:]:
+        if line:
+            e = ReadEntry.parse(line)
+            out[e.path] = e
+    return out
+
+
+def _format_set(agent: str, entries: dict[str, ReadEntry]) -> bytes:
+    body = "".join(entries[p].line() for p in sorted(entries))
+    return (f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path>\n" + body).encode("utf-8")
+
+
+def _load_from(store: Store, tree: pygit2.Tree | None, agent: str) -> dict[str, ReadEntry]:
+    raw = notes.read_note(store, tree, str(pygit2.hash(_key(agent))))
+    return {} if raw is None else _parse_set(raw.decode("utf-8", "surrogateescape"))
+
+
 def load(store: Store, agent: str) -> dict[str, ReadEntry]:
     """Agent's read set as {path: entry}."""
-    tree = notes.notes_tree(store, store.ref(reads_ref(agent)))
-    out: dict[str, ReadEntry] = {}
-    for _target, blob in notes.iter_notes(store, tree):
-        entry = ReadEntry.parse(store.blob_bytes(blob).decode("utf-8", "surrogateescape"))
-        out[entry.path] = entry
-    return out
+    return _load_from(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
+
+
+def _store_set(store: Store, agent: str, entries: dict[str, ReadEntry], extra: dict[str, bytes],
+               message: str) -> None:
+    key = store.write_blob(_key(agent))  # the note's object must exist (git notes prune)
+    changes: dict[str, bytes | None] = dict(extra)
+    changes[str(key)] = _format_set(agent, entries) if entries else None
+    notes.update_notes(store, agent_ref(agent), changes, agent=agent, message=message)
 
 
 def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str = "read",
            provenance: tuple[pygit2.Oid, str] | None = None) -> None:
-    """Record ``entries`` in the agent's read set (and a provenance note), under the agent lock."""
+    """Record ``entries`` in the agent's read set, and a write's provenance note,
+    in one notes commit under the agent lock."""
     entries = list(entries)
     with flocked(store.commondir, agent_lock(agent)):
+        current = load(store, agent)
+        current.update((e.path, e) for e in entries)
+        extra = {}
         if provenance is not None:
             commit, text = provenance
-            notes.update_notes(store, provenance_ref(agent), {str(commit): text.encode("utf-8")},
-                               agent=agent, message=f"storm: provenance of {str(commit)[:12]}")
-        if entries:
-            changes: dict[str, bytes | None] = {}
-            for e in entries:
-                key = store.write_blob(e.path.encode("utf-8"))
-                changes[str(key)] = e.line().encode("utf-8")
-            names = ", ".join(e.path for e in entries[:3]) + (" …" if len(entries) > 3 else "")
-            notes.update_notes(store, reads_ref(agent), changes, agent=agent,
-                               message=f"storm: {agent} {why} {names}")
+            extra[str(commit)] = text.encode("utf-8")
+        names = ", ".join(e.path for e in entries[:3]) + (" …" if len(entries) > 3 else "")
+        _store_set(store, agent, current, extra, f"storm: {agent} {why} {names}")
 
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
-    """Drop ``paths`` (all when None) from the read set; returns what was dropped."""
+    """Drop ``paths`` (all when None) from the read set; returns what was dropped.
+    Provenance notes stay: they are the audit trail of past writes."""
     with flocked(store.commondir, agent_lock(agent)):
         current = load(store, agent)
         drop = list(current) if paths is None else [p for p in paths if p in current]
         if drop:
-            notes.update_notes(store, reads_ref(agent), {path_key(p): None for p in drop},
-                               agent=agent, message=f"storm: {agent} forgot {len(drop)} path(s)")
+            for p in drop:
+                del current[p]
+            _store_set(store, agent, current, {}, f"storm: {agent} forgot {len(drop)} path(s)")
     return drop
 
 
 def agents(store: Store) -> list[str]:
-    """Every agent that has a read set."""
-    return sorted(r[len(READS_PREFIX):] for r in store.refs_under(READS_PREFIX))
+    """Every agent that has a notes ref (a read set or provenance)."""
+    return sorted(r[len(AGENTS_PREFIX):] for r in store.refs_under(AGENTS_PREFIX))
 
 
 def provenance_text(agent: str, head: pygit2.Oid, scope: str, entries: Iterable[ReadEntry]) -> str:

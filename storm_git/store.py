@@ -18,8 +18,9 @@ from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError
 WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
 EVENTS_REF = "refs/storm/log"
-READS_PREFIX = "refs/notes/storm/reads/"
-PROVENANCE_PREFIX = "refs/notes/storm/provenance/"
+# One notes ref per agent holds its read set and its writes' provenance notes.
+AGENTS_PREFIX = "refs/notes/storm/agents/"
+READS_PREFIX = PROVENANCE_PREFIX = AGENTS_PREFIX
 
 MODE_BLOB = pygit2.GIT_FILEMODE_BLOB
 MODE_EXEC = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE

@@ -103,7 +103,7 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
     # every accepted write was valid: its provenance read set matches its parent
     for c in history:
         a, it = by_commit[c]
-        note = git(repo, "notes", f"--ref=storm/provenance/{a}", "show", c).stdout.decode()
+        note = git(repo, "notes", f"--ref=storm/agents/{a}", "show", c).stdout.decode()
         parent = rev(repo, f"{c}^")
         assert f"validated-at: {parent}" in note
         entries = [ln.split(" ", 2) for ln in note.splitlines()[4:] if ln]

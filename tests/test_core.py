@@ -17,7 +17,7 @@ def test_read_returns_blob_oid_and_records_read_set(repo, ws):
     entry = ws.read_set("e1")["src/api.py"]
     assert (entry.blob, entry.head) == (r.version, r.head)
     # the read set is an ordinary notes ref of the agent's own
-    assert rev(repo, "refs/notes/storm/reads/e1")
+    assert rev(repo, "refs/notes/storm/agents/e1")
 
 
 def test_missing_path_is_recorded_as_absent(ws):
@@ -177,7 +177,7 @@ def test_forget_resets_read_set(ws):
 def test_provenance_note_names_validated_read_set(repo, ws):
     ws.read(["src/api.py", "src/util.py"], agent="e1")
     res = ws.write("src/api.py", b"p\n", agent="e1")
-    note = git(repo, "notes", "--ref=storm/provenance/e1", "show", res.commit).stdout.decode()
+    note = git(repo, "notes", "--ref=storm/agents/e1", "show", res.commit).stdout.decode()
     assert "validated-at:" in note and "src/util.py" in note and "src/api.py" in note
 
 
