@@ -12,11 +12,21 @@ The library behind ``git storm``: it returns data and raises typed errors
 """
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-from .api import open_workspace
-from .errors import StormError
-from .setup import init
-from .store import Store
-
 __all__ = ["open_workspace", "init", "Store", "StormError", "__version__"]
+
+# Imported on first use: `git storm -h` must not pay for pygit2 (~40 ms).
+_LAZY = {"open_workspace": "api", "init": "setup", "Store": "store", "StormError": "errors"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

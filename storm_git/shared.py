@@ -254,7 +254,8 @@ class SharedWorkspace:
             scope, scope_name = dict(reads), "all"
 
         started = time.monotonic()
-        wait_budget = self.reservation_seconds + 1.0
+        hold = self.reservation_seconds  # read config once per write
+        wait_budget = hold + 1.0
         retries = 0
         while True:
             blocked: Reservation | None = None
@@ -294,7 +295,7 @@ class SharedWorkspace:
                         # allowed but flagged and logged (storm_git.scope); one ref lookup without assignments
                         outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
                         break
-                    granted = self._reject_locked(agent, op, paths, verdict, head, now)
+                    granted = self._reject_locked(agent, op, paths, verdict, head, now, hold)
                     break
                 if not wait or time.monotonic() - started >= wait_budget:
                     verdict = _Verdict(RESERVED, {p: store.entry(tree, p) for p in paths}, [], [])
@@ -361,10 +362,9 @@ class SharedWorkspace:
         return _Verdict(reason, current, conflicts + unread, stale)
 
     def _reject_locked(self, agent: str, op: str, paths: list[str], verdict: _Verdict,
-                       head: pygit2.Oid, now: float) -> Reservation:
+                       head: pygit2.Oid, now: float, secs: float) -> Reservation:
         """Grant the rejected agent its reservation and log the rejection (workspace lock held)."""
         target = verdict.conflicts[0] if verdict.conflicts else paths[0]
-        secs = self.reservation_seconds
         granted = Reservation(target, agent, now + secs, now)
         if secs > 0:
             reservations.update(self.store, {target: granted}, agent=agent,

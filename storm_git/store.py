@@ -51,10 +51,27 @@ def _commondir(gitdir: str) -> str:
     return os.path.normpath(os.path.join(gitdir, rel))
 
 
+_STRICT_OFF = False
+
+
+def _relax_object_checks() -> None:
+    """Skip libgit2's existence checks on objects a new tree or commit names.
+
+    Storm only ever names objects it has just written or read, so the checks
+    (one odb lookup per tree entry and parent) buy nothing on the write path;
+    ``create_commit`` drops from ~60 to ~25 µs. The setting is process-wide.
+    """
+    global _STRICT_OFF
+    if not _STRICT_OFF:
+        pygit2.settings.enable_strict_object_creation(False)
+        _STRICT_OFF = True
+
+
 class Store:
     """A repository as storm sees it: git objects plus the working tree roots."""
 
     def __init__(self, repo: pygit2.Repository, cwd: str | None = None) -> None:
+        _relax_object_checks()
         if repo.is_bare:
             raise RepoStateError(
                 f"{repo.path.rstrip('/')} is a bare repository",
