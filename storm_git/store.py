@@ -189,9 +189,13 @@ class Store:
             except pygit2.GitError as exc:
                 if "old reference value does not match" in str(exc) or "does not match" in str(exc):
                     return False
+                if _dir_race(exc, deadline):
+                    continue
                 if "failed to lock" not in str(exc) and "locked" not in str(exc):
                     raise CorruptState(f"cannot update {name}: {exc}", hint="run git storm doctor") from None
             except OSError as exc:
+                if _dir_race(exc, deadline):
+                    continue
                 if "lock" not in str(exc):
                     raise CorruptState(f"cannot update {name}: {exc}", hint="run git storm doctor") from None
             # The ref is locked by someone else.
@@ -315,6 +319,16 @@ class Store:
     def make_commit(self, tree: pygit2.Oid, parents: list[pygit2.Oid], agent: str, message: str) -> pygit2.Oid:
         sig = signature(agent)
         return self.repo.create_commit(None, sig, sig, message, tree, parents)
+
+
+def _dir_race(exc: Exception, deadline: float) -> bool:
+    """``git pack-refs --prune`` (and gc) delete empty directories under refs/; one can
+    vanish while libgit2 creates the path of a ref's lock ("failed to make directory").
+    git retries that race itself; so does storm, briefly."""
+    if "failed to make directory" in str(exc) and time.monotonic() < deadline:
+        time.sleep(0.001)
+        return True
+    return False
 
 
 def signature(agent: str) -> pygit2.Signature:

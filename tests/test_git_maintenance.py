@@ -150,3 +150,22 @@ def test_storm_maintenance_never_prunes(tmp_path, repo):
 def test_long_living_with_git(tmp_path):
     run_beside_gc(tmp_path / "gc", 4, 600, "gc beside writers long")
     run_bounded(tmp_path / "bound", 10_000, 500, "loose objects bounded long")
+
+
+def test_ref_directories_pruned_by_pack_refs_under_a_writer(tmp_path):
+    """Regression: ``git pack-refs --all --prune`` removes empty directories under refs/;
+    libgit2 then failed to create a notes ref's lock ("failed to make directory") and the
+    write died with exit 3. Store.cas now retries that race, as git does."""
+    from storm_git import open_workspace
+
+    repo = make_repo(tmp_path / "repo", {"f.txt": "f\n"})
+    loop = subprocess.Popen(["sh", "-c", "while :; do git pack-refs --all --prune; done"], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ws = open_workspace(str(repo))
+        for k in range(400):
+            ws.read(["f.txt"], agent=f"p{k % 7}")
+    finally:
+        loop.kill()
+        loop.wait()
+    assert git(repo, "fsck", "--no-progress", "--no-dangling", check=False).returncode == 0
