@@ -86,10 +86,10 @@ def update_notes(
                 else:
                     sub.insert(b, blob, MODE_BLOB)
             if len(sub):
-                root.insert(a, sub.write(), MODE_TREE)
+                root.insert(a, store.write_tree(sub), MODE_TREE)
             elif existing is not None:
                 root.remove(a)
-        new_tree = root.write()
+        new_tree = store.write_tree(root)
         if tree is not None and new_tree == tree.id:
             return None
         parents = [ref.target] if ref is not None else []

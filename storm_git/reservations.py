@@ -103,7 +103,7 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
             else:
                 blob = store.write_blob(json.dumps(asdict(res), sort_keys=True).encode())
                 tb.insert(key, blob, MODE_BLOB)
-        new_tree = tb.write()
+        new_tree = store.write_tree(tb)
         if tree is not None and new_tree == tree.id:
             return
         commit = store.make_commit(new_tree, [ref.target] if ref else [], agent, message)

@@ -244,7 +244,10 @@ class Store:
             raise CorruptState(f"blob {oid} is missing", hint="run git fsck") from None
 
     def write_blob(self, data: bytes) -> pygit2.Oid:
-        return self.repo.create_blob(data)
+        return odb_retry(self.repo.create_blob, data)
+
+    def write_tree(self, tb: pygit2.TreeBuilder) -> pygit2.Oid:
+        return odb_retry(tb.write)
 
     def entry(self, tree: pygit2.Tree, path: str) -> Entry | None:
         """The blob at ``path`` in ``tree``, None if absent.
@@ -314,11 +317,27 @@ class Store:
                 tb.insert(name, value[0], value[1])
         if len(tb) == 0:
             return None
-        return tb.write()
+        return odb_retry(tb.write)
 
     def make_commit(self, tree: pygit2.Oid, parents: list[pygit2.Oid], agent: str, message: str) -> pygit2.Oid:
         sig = signature(agent)
-        return self.repo.create_commit(None, sig, sig, message, tree, parents)
+        return odb_retry(self.repo.create_commit, None, sig, sig, message, tree, parents)
+
+
+def odb_retry(write, *args):
+    """Write an object, retrying while git removes an emptied ``objects/xx/`` directory.
+
+    ``git gc``, ``git prune-packed`` and maintenance's loose-objects task delete
+    fan-out directories they emptied; libgit2 may have just created one and then
+    fails to rename its temporary file into it (ENOENT). git retries that race
+    itself; the write is content-addressed, so repeating it is harmless."""
+    for attempt in range(100):
+        try:
+            return write(*args)
+        except (OSError, pygit2.GitError) as exc:
+            if "No such file or directory" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.001)
 
 
 def _dir_race(exc: Exception, deadline: float) -> bool:
