@@ -151,7 +151,7 @@ def render_merge(rep: Any) -> str:
             for h in c.hunks:
                 lost = f" [{h.overridden} side overridden]" if h.overridden else ""
                 out.append(f"    @@ line {h.ours_line}{lost}")
-                out.append(f"      ancestor:")
+                out.append("      ancestor:")
                 out.extend(_indent(h.ancestor, "        "))
                 out.append(f"      ours ({rep.target}):")
                 out.extend(_indent(h.ours, "        "))

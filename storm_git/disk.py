@@ -61,21 +61,22 @@ def known_version(store: Store, head: pygit2.Oid, path: str, oid: pygit2.Oid | N
     return False
 
 
-def _write_file(store: Store, full: str, entry: Entry) -> None:
-    data = store.blob_bytes(entry.oid)
+def write_atomic(full: str, data: bytes, *, executable: bool = False, link: bool = False) -> None:
+    """Replace ``full`` with ``data`` in one rename, so no reader sees half a file."""
     os.makedirs(os.path.dirname(full), exist_ok=True)
     # a short temporary name: a 255-byte file name plus a suffix would not fit the filesystem
     tmp = os.path.join(os.path.dirname(full), f".storm-tmp-{os.getpid()}")
-    if entry.mode == MODE_LINK:
+    if link:
         os.symlink(os.fsdecode(data), tmp)
     else:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if entry.mode == MODE_EXEC else 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if executable else 0o666)
         with open(fd, "wb", closefd=True) as fh:
             fh.write(data)
     os.replace(tmp, full)
 
 
-def _remove_file(top: str, full: str) -> None:
+def remove_file(top: str, full: str) -> None:
+    """Delete ``full`` and the directories it leaves empty below ``top``, as git does."""
     os.unlink(full)
     d = os.path.dirname(full)
     while d != top and d.startswith(top):
@@ -84,6 +85,11 @@ def _remove_file(top: str, full: str) -> None:
         except OSError:
             break
         d = os.path.dirname(d)
+
+
+def _write_file(store: Store, full: str, entry: Entry) -> None:
+    write_atomic(full, store.blob_bytes(entry.oid), executable=entry.mode == MODE_EXEC,
+                 link=entry.mode == MODE_LINK)
 
 
 def materialize(store: Store, paths: list[str]) -> dict[str, str]:
@@ -111,7 +117,7 @@ def materialize(store: Store, paths: list[str]) -> dict[str, str]:
                 continue
             try:
                 if want is None:
-                    _remove_file(top, full)
+                    remove_file(top, full)
                 else:
                     _write_file(store, full, want)
                 out[path] = WRITTEN

@@ -21,13 +21,15 @@ import pygit2
 
 from . import events, readsets, scope
 from .agents import validate_agent
-from .errors import NotFound, RepoStateError, StormError, TooLarge, UsageError
+from .errors import NotFound, RepoStateError, StormError, UsageError
 from .locks import flocked
 from .paths import check_on_disk, normalize
 from .payloads import CommitResult, ExecResult, ReadResult, WriteResult
 from .readsets import ReadEntry
-from .shared import DEFAULT_MAX_FILE_BYTES, AgentStatus, Status
-from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, Store
+from .disk import remove_file, write_atomic
+from .shared import AgentStatus, Status
+from .workspace import BaseWorkspace
+from .store import MODE_BLOB, MODE_EXEC, MODE_LINK
 from .worktrees import (
     WorktreeInfo,
     agent_worktree,
@@ -64,19 +66,12 @@ def _disk_version(full: str) -> tuple[str | None, bytes | None, int | None]:
     return str(pygit2.hash(data)), data, mode
 
 
-class WorktreeWorkspace:
+class WorktreeWorkspace(BaseWorkspace):
     """The verbs of worktree mode; stateless apart from the repository."""
 
     mode = "worktree"
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
     # -- helpers ---------------------------------------------------------------
-    @property
-    def max_file_bytes(self) -> int:
-        return self.store.config_int("storm.maxFileBytes", DEFAULT_MAX_FILE_BYTES)
-
     def worktree(self, agent: str) -> WorktreeInfo:
         w = agent_worktree(self.store, agent)
         if w is None:
@@ -110,12 +105,6 @@ class WorktreeWorkspace:
         with flocked(self.store.commondir, "workspace"):
             events.append(self.store, "write", agent, f"{agent} {op} {', '.join(paths[:3])} (worktree)", data)
 
-    def _check_size(self, path: str, content: bytes) -> None:
-        limit = self.max_file_bytes
-        if len(content) > limit:
-            raise TooLarge(f"{path}: {len(content)} bytes is over storm.maxFileBytes ({limit})",
-                           hint="raise it with git config storm.maxFileBytes N if this is intended")
-
     # -- read ------------------------------------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         """Files as they are in the agent's worktree; recorded in its read set."""
@@ -132,36 +121,16 @@ class WorktreeWorkspace:
         readsets.record(self.store, agent, [ReadEntry(r.path, r.version, head) for r in results], why="read")
         return results
 
-    def read_set(self, agent: str | None) -> dict[str, ReadEntry]:
-        return readsets.load(self.store, validate_agent(agent))
-
-    def forget(self, paths: Iterable[str] | None, *, agent: str | None) -> list[str]:
-        agent = validate_agent(agent)
-        norm = None if paths is None else [normalize(p, self.store.prefix) for p in paths]
-        return readsets.forget(self.store, agent, norm)
-
     # -- writes (no validation) --------------------------------------------------
     def _put(self, agent: str, w: WorktreeInfo, p: str, content: bytes | None, op: str,
              intent: str | None) -> WriteResult:
         full = os.path.join(w.path, p)
         if content is None:
-            os.unlink(full)
-            d = os.path.dirname(full)
-            while d != w.path and d.startswith(w.path):
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    break
-                d = os.path.dirname(d)
+            remove_file(w.path, full)
             version = None
         else:
-            executable = os.path.isfile(full) and os.stat(full).st_mode & 0o111
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = os.path.join(os.path.dirname(full), f".storm-tmp-{os.getpid()}")  # fits 255-byte names
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if executable else 0o666)
-            with open(fd, "wb", closefd=True) as fh:
-                fh.write(content)
-            os.replace(tmp, full)
+            executable = bool(os.path.isfile(full) and os.stat(full).st_mode & 0o111)
+            write_atomic(full, content, executable=executable)
             version = str(pygit2.hash(content))
         head = self._head(w)
         readsets.record(self.store, agent, [ReadEntry(p, version, head)], why=op)

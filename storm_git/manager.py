@@ -24,7 +24,7 @@ from .agents import validate_agent
 from .errors import RepoStateError, StormError, UsageError
 from .locks import flocked
 from .payloads import CommitResult
-from .store import WORKSPACE_REF, Store, signature
+from .store import Store, signature
 
 if TYPE_CHECKING:  # pragma: no cover
     from .shared import SharedWorkspace

@@ -26,7 +26,7 @@ from . import events, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import materialize
-from .errors import BadPath, NotFound, NotInitialised, TooLarge, UsageError
+from .errors import BadPath, NotFound, NotInitialised, UsageError
 from .locks import flocked
 from .paths import check_on_disk, normalize
 from .payloads import (
@@ -44,10 +44,10 @@ from .payloads import (
 from .readsets import ReadEntry
 from .reservations import Reservation
 from .scope import OUTSIDE_ASSIGNMENT, flag_storm_write
-from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, Store, hex_
+from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, hex_
+from .workspace import BaseWorkspace
 
 DEFAULT_RESERVATION_SECONDS = 30
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 HISTORY_LIMIT = 256
 
 
@@ -96,23 +96,15 @@ class _Verdict:
     stale: list[str]
 
 
-class SharedWorkspace:
-    """The verbs of storm mode. Stateless apart from the repository: every call
-    re-reads the refs, so many processes can hold one of these at once."""
+class SharedWorkspace(BaseWorkspace):
+    """The verbs of storm mode."""
 
     mode = "storm"
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     # -- settings --------------------------------------------------------------
     @property
     def reservation_seconds(self) -> float:
         return self.store.config_float("storm.reservationSeconds", DEFAULT_RESERVATION_SECONDS)
-
-    @property
-    def max_file_bytes(self) -> int:
-        return self.store.config_int("storm.maxFileBytes", DEFAULT_MAX_FILE_BYTES)
 
     # -- helpers ---------------------------------------------------------------
     def path(self, raw: str, *, for_write: bool = False) -> str:
@@ -131,12 +123,6 @@ class SharedWorkspace:
     def head(self) -> pygit2.Oid:
         return self._head_ref().target
 
-    def _check_size(self, path: str, content: bytes) -> None:
-        limit = self.max_file_bytes
-        if len(content) > limit:
-            raise TooLarge(f"{path}: {len(content)} bytes is over storm.maxFileBytes ({limit})",
-                           hint="raise it with git config storm.maxFileBytes N if this is intended")
-
     # -- read ------------------------------------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         """Content and version of each path at the shared head, recorded in the read set."""
@@ -154,15 +140,6 @@ class SharedWorkspace:
         readsets.record(self.store, agent,
                         [ReadEntry(r.path, r.version, str(head)) for r in results], why="read")
         return results
-
-    def read_set(self, agent: str | None) -> dict[str, ReadEntry]:
-        return readsets.load(self.store, validate_agent(agent))
-
-    def forget(self, paths: Iterable[str] | None, *, agent: str | None) -> list[str]:
-        """Drop paths (all when None) from the agent's read set: a new task starts fresh."""
-        agent = validate_agent(agent)
-        norm = None if paths is None else [normalize(p, self.store.prefix) for p in paths]
-        return readsets.forget(self.store, agent, norm)
 
     # -- writes ----------------------------------------------------------------
     def write(self, path: str, content: bytes, *, agent: str | None, intent: str | None = None,

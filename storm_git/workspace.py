@@ -1,0 +1,47 @@
+"""What both modes' workspaces share: settings, size limit, read sets.
+
+``SharedWorkspace`` (storm mode) and ``WorktreeWorkspace`` (worktree mode) give
+the same verbs different meanings; the parts that mean the same in both live
+here so they cannot drift apart.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from . import readsets
+from .agents import validate_agent
+from .errors import TooLarge
+from .paths import normalize
+from .readsets import ReadEntry
+from .store import Store
+
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+class BaseWorkspace:
+    """Stateless apart from the repository: every call re-reads the refs, so
+    many processes can hold one of these at once."""
+
+    mode = ""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self.store.config_int("storm.maxFileBytes", DEFAULT_MAX_FILE_BYTES)
+
+    def _check_size(self, path: str, content: bytes) -> None:
+        limit = self.max_file_bytes
+        if len(content) > limit:
+            raise TooLarge(f"{path}: {len(content)} bytes is over storm.maxFileBytes ({limit})",
+                           hint="raise it with git config storm.maxFileBytes N if this is intended")
+
+    def read_set(self, agent: str | None) -> dict[str, ReadEntry]:
+        return readsets.load(self.store, validate_agent(agent))
+
+    def forget(self, paths: Iterable[str] | None, *, agent: str | None) -> list[str]:
+        """Drop paths (all when None) from the agent's read set: a new task starts fresh."""
+        agent = validate_agent(agent)
+        norm = None if paths is None else [normalize(p, self.store.prefix) for p in paths]
+        return readsets.forget(self.store, agent, norm)
