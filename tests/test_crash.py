@@ -34,6 +34,7 @@ import pytest
 
 from figures import long_run, record
 from helpers import git, make_repo, snapshot_refs
+from storm_git.readsets import provenance_ref
 from storm_git.store import STALE_REF_LOCK_SECONDS
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
@@ -72,7 +73,7 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
     # provenance of every acknowledged write (checked on a sample: one git call each)
     for a in random.sample(acked, min(5, len(acked))):
         agent = a["line"].split()[0]
-        note = git(repo, "notes", f"--ref=storm/provenance/{agent}", "show", a["commit"], check=False)
+        note = git(repo, "notes", "--ref=" + provenance_ref(agent), "show", a["commit"], check=False)
         assert note.returncode == 0 and b"validated-at:" in note.stdout, a
 
 
