@@ -20,7 +20,7 @@ def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, An
     """Append one event; caller holds the workspace lock."""
     body = dict(data, type=kind, agent=agent, time=time.time())
     message = f"storm {kind}: {summary}\n\n{json.dumps(body, sort_keys=True)}\n"
-    empty = store.repo.TreeBuilder().write()
+    empty = store.empty_tree()
     while True:
         ref = store.ref(EVENTS_REF)
         commit = store.make_commit(empty, [ref.target] if ref else [], agent, message)

@@ -24,7 +24,7 @@ from .agents import validate_agent
 from .errors import RepoStateError, StormError, UsageError
 from .locks import flocked
 from .payloads import CommitResult
-from .store import Store, signature
+from .store import Store, odb_retry, signature
 
 if TYPE_CHECKING:  # pragma: no cover
     from .shared import SharedWorkspace
@@ -143,7 +143,7 @@ def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, ado
         if shared.tree.id != parent.tree.id:
             sig = _identity(store, manager)
             text = format_message(message, agents, head, len(writes))
-            new = store.repo.create_commit(None, sig, sig, text, shared.tree.id, [parent.id])
+            new = odb_retry(store.repo.create_commit, None, sig, sig, text, shared.tree.id, [parent.id])
             if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
                 raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
                                      hint="run git storm commit again")

@@ -240,7 +240,7 @@ def _write(store: Store, changes: dict[str, bytes | None], by: str, message: str
     """CAS one commit on the assignments chain; caller holds the workspace lock."""
     while True:
         ref = store.ref(ASSIGNMENTS_REF)
-        tree = store.commit(ref.target).tree if ref else store.repo[store.repo.TreeBuilder().write()]
+        tree = store.commit(ref.target).tree if ref else store.repo[store.empty_tree()]
         new_tree = store.tree_with(tree, {
             name: None if data is None else (store.write_blob(data), MODE_BLOB) for name, data in changes.items()
         })

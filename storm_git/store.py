@@ -290,7 +290,7 @@ class Store:
                     raise BadPath(f"conflicting paths in one write: {path!r}")
             node[parts[-1]] = value
         oid = self._rebuild(tree, nested)
-        return oid if oid is not None else self.repo.TreeBuilder().write()
+        return oid if oid is not None else self.empty_tree()
 
     def _rebuild(self, tree: pygit2.Tree | None, node: dict) -> pygit2.Oid | None:
         tb = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
@@ -318,6 +318,9 @@ class Store:
         if len(tb) == 0:
             return None
         return odb_retry(tb.write)
+
+    def empty_tree(self) -> pygit2.Oid:
+        return odb_retry(self.repo.TreeBuilder().write)
 
     def make_commit(self, tree: pygit2.Oid, parents: list[pygit2.Oid], agent: str, message: str) -> pygit2.Oid:
         sig = signature(agent)
