@@ -162,7 +162,7 @@ def bench_merge(path: str, reps: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "storm-bench-worktree"))
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=9)  # 5 let cleanup writeback skew one series 4x
     ap.add_argument("--sizes", default="10000,100000")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
