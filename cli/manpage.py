@@ -60,6 +60,9 @@ def render(group: click.Group) -> str:
         usage = " ".join(cmd.collect_usage_pieces(sub))
         lines += [".SS " + _roff(f"git storm {name} {usage}"), _help(cmd)]
         for param in cmd.get_params(sub):
+            # Options only: whether arguments get a help record depends on the click version.
+            if not isinstance(param, click.Option):
+                continue
             rec = param.get_help_record(sub)
             if rec and not rec[0].startswith("-h, --help"):
                 lines += [".TP", "\\fB" + _roff(rec[0]) + "\\fR", _roff(rec[1])]
