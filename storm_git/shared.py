@@ -56,7 +56,6 @@ class _MustReject:
 
 
 MUST_REJECT = _MustReject()
-Change = "bytes | None | _MustReject"
 
 
 @dataclass
