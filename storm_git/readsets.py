@@ -84,14 +84,14 @@ def _parse_set(text: str) -> dict[str, ReadEntry]:
     return out
 
 
-def _format_set(agent: str, entries: dict[str, ReadEntry]) -> bytes:
-    body = "".join(entries[p].line() for p in sorted(entries))
-    return (f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path>\n" + body).encode("utf-8")
+def _note_text(store: Store, tree: pygit2.Tree | None, agent: str) -> str | None:
+    raw = notes.read_note(store, tree, str(pygit2.hash(_key(agent))))
+    return None if raw is None else raw.decode("utf-8", "surrogateescape")
 
 
 def _load_from(store: Store, tree: pygit2.Tree | None, agent: str) -> dict[str, ReadEntry]:
-    raw = notes.read_note(store, tree, str(pygit2.hash(_key(agent))))
-    return {} if raw is None else _parse_set(raw.decode("utf-8", "surrogateescape"))
+    text = _note_text(store, tree, agent)
+    return {} if text is None else _parse_set(text)
 
 
 def load(store: Store, agent: str) -> dict[str, ReadEntry]:
@@ -99,11 +99,26 @@ def load(store: Store, agent: str) -> dict[str, ReadEntry]:
     return _load_from(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
 
 
-def _store_set(store: Store, agent: str, entries: dict[str, ReadEntry], extra: dict[str, bytes],
+def _lines(text: str | None) -> dict[str, str]:
+    """{path: note line} without parsing entries: recording a read into a large
+    read set must not cost a full parse and re-format of every entry."""
+    out: dict[str, str] = {}
+    for ln in (text or "").split("\n")[1:]:
+        if ln:
+            parts = ln.split(" ", 2)
+            if len(parts) != 3:
+                ReadEntry.parse(ln)  # raises CorruptState naming the line
+            out[parts[2]] = ln
+    return out
+
+
+def _store_set(store: Store, agent: str, lines: dict[str, str], extra: dict[str, bytes],
                message: str) -> None:
     key = store.write_blob(_key(agent))  # the note's object must exist (git notes prune)
     changes: dict[str, bytes | None] = dict(extra)
-    changes[str(key)] = _format_set(agent, entries) if entries else None
+    body = "".join(lines[p] + "\n" for p in sorted(lines))
+    header = f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path>\n"
+    changes[str(key)] = (header + body).encode("utf-8") if lines else None
     notes.update_notes(store, agent_ref(agent), changes, agent=agent, message=message)
 
 
@@ -113,26 +128,27 @@ def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str =
     in one notes commit under the agent lock."""
     entries = list(entries)
     with flocked(store.commondir, agent_lock(agent)):
-        current = load(store, agent)
-        current.update((e.path, e) for e in entries)
+        tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
+        lines = _lines(_note_text(store, tree, agent))
+        lines.update((e.path, e.line().rstrip("\n")) for e in entries)
         extra = {}
         if provenance is not None:
             commit, text = provenance
             extra[str(commit)] = text.encode("utf-8")
         names = ", ".join(e.path for e in entries[:3]) + (" …" if len(entries) > 3 else "")
-        _store_set(store, agent, current, extra, f"storm: {agent} {why} {names}")
+        _store_set(store, agent, lines, extra, f"storm: {agent} {why} {names}")
 
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
     Provenance notes stay: they are the audit trail of past writes."""
     with flocked(store.commondir, agent_lock(agent)):
-        current = load(store, agent)
-        drop = list(current) if paths is None else [p for p in paths if p in current]
+        lines = _lines(_note_text(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent))
+        drop = list(lines) if paths is None else [p for p in paths if p in lines]
         if drop:
             for p in drop:
-                del current[p]
-            _store_set(store, agent, current, {}, f"storm: {agent} forgot {len(drop)} path(s)")
+                del lines[p]
+            _store_set(store, agent, lines, {}, f"storm: {agent} forgot {len(drop)} path(s)")
     return drop
 
 
