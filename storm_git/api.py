@@ -28,7 +28,5 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
         from .isolated import WorktreeWorkspace
 
         return WorktreeWorkspace(store)
-    if mode not in MODES:
-        raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
-                           hint="fix it with git config storm.mode storm")
-    raise NotInitialised(f"storm.mode is {mode!r}, which this version cannot open yet")
+    raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
+                       hint="fix it with git config storm.mode storm")

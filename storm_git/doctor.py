@@ -48,13 +48,13 @@ from .agents import validate_agent
 from .errors import StormError
 from .locks import flocked, is_locked
 from .store import (
+    AGENTS_PREFIX,
     EVENTS_REF,
-    PROVENANCE_PREFIX,
-    READS_PREFIX,
     RESERVATIONS_REF,
     STALE_REF_LOCK_SECONDS,
     WORKSPACE_REF,
     Store,
+    git_env,
 )
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm")
@@ -93,9 +93,8 @@ def guard_of(ref: str) -> str | None:
     """The storm flock that serialises storm's updates of ``ref`` (None: unknown)."""
     if ref in (WORKSPACE_REF, RESERVATIONS_REF, EVENTS_REF):
         return "workspace"
-    for prefix in (READS_PREFIX, PROVENANCE_PREFIX):
-        if ref.startswith(prefix):
-            return readsets.agent_lock(ref[len(prefix):])
+    if ref.startswith(AGENTS_PREFIX):
+        return readsets.agent_lock(ref[len(AGENTS_PREFIX):])
     return None
 
 
@@ -194,7 +193,7 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
                 continue  # nothing to drop (its provenance notes are history and stay)
         except StormError:
             continue  # reported as broken_ref
-        f = Finding("orphan_read_set", agent, f"{READS_PREFIX}{agent} (read set): {why}", True)
+        f = Finding("orphan_read_set", agent, f"{AGENTS_PREFIX}{agent} (read set): {why}", True)
         out.append(f)
         if fix:
             f.fixed = _drop_read_set(store, agent)
@@ -259,7 +258,7 @@ def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
 
 
 def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env = git_env()
     r = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune", "--dry-run", "-v"],
                        capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("Removing ")]

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .errors import RepoStateError
-from .store import Store
+from .store import Store, git_env
 
 CHAINED_SUFFIX = ".storm-chained"
 
@@ -37,8 +37,7 @@ def hooks_dir(store: Store) -> tuple[str, bool]:
     """(absolute hooks directory git uses, whether core.hooksPath set it)."""
     configured = store.config_get("core.hooksPath")
     r = subprocess.run(["git", "rev-parse", "--git-path", "hooks"], cwd=store.main_workdir,
-                       capture_output=True, env={k: v for k, v in os.environ.items()
-                                                 if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")})
+                       capture_output=True, env=git_env())
     if r.returncode != 0:
         raise RepoStateError("cannot find the hooks directory: " + r.stderr.decode("utf-8", "replace").strip())
     path = os.fsdecode(r.stdout.rstrip(b"\n"))

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from .errors import RepoStateError
-from .store import Store
+from .store import Store, git_env
 
 TASKS = ("loose-objects", "incremental-repack", "pack-refs")
 
@@ -54,12 +54,9 @@ class MaintenanceResult:
 
 
 def _git(store: Store, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
     # The repository, not the caller's GIT_DIR/GIT_WORK_TREE, is the one to maintain.
-    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
-        env.pop(k, None)
     return subprocess.run(["git", "--git-dir", store.commondir, *args], capture_output=True,
-                          text=True, env=env, stdin=subprocess.DEVNULL)
+                          text=True, env=git_env(), stdin=subprocess.DEVNULL)
 
 
 def count_objects(store: Store) -> ObjectCounts:

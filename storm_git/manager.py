@@ -24,7 +24,7 @@ from .agents import validate_agent
 from .errors import RepoStateError, StormError, UsageError
 from .locks import flocked
 from .payloads import CommitResult
-from .store import Store, odb_retry, signature
+from .store import Store, git_env, odb_retry, signature
 
 if TYPE_CHECKING:  # pragma: no cover
     from .shared import SharedWorkspace
@@ -91,9 +91,7 @@ def format_message(message: str, agents: list[str], head: pygit2.Oid, writes: in
 def _reset_index(store: Store, tree: pygit2.Oid) -> None:
     """Make git's index hold ``tree``; keep stat data of unchanged entries so the
     next ``git status`` does not re-read every file."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_DIR")}
-    env["GIT_DIR"] = store.gitdir
-    env["GIT_WORK_TREE"] = store.top
+    env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top)
     for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
         r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
         if r.returncode != 0 and args[0] == "read-tree":

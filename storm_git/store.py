@@ -20,7 +20,6 @@ RESERVATIONS_REF = "refs/storm/reservations"
 EVENTS_REF = "refs/storm/log"
 # One notes ref per agent holds its read set and its writes' provenance notes.
 AGENTS_PREFIX = "refs/notes/storm/agents/"
-READS_PREFIX = PROVENANCE_PREFIX = AGENTS_PREFIX
 
 MODE_BLOB = pygit2.GIT_FILEMODE_BLOB
 MODE_EXEC = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE
@@ -351,6 +350,20 @@ def _dir_race(exc: Exception, deadline: float) -> bool:
         time.sleep(0.001)
         return True
     return False
+
+
+# Variables by which a caller's git (a hook, `git --git-dir=X storm`) names *its*
+# repository, index or object store; git commands storm runs name theirs explicitly.
+REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR",
+             "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+
+def git_env(**overrides: str) -> dict[str, str]:
+    """The environment for a ``git`` subprocess: the caller's, minus REPO_VARS, plus
+    ``overrides`` (e.g. GIT_INDEX_FILE=...). Identity and config variables pass."""
+    env = {k: v for k, v in os.environ.items() if k not in REPO_VARS}
+    env.update(overrides)
+    return env
 
 
 def signature(agent: str) -> pygit2.Signature:

@@ -46,6 +46,7 @@ from .locks import flocked
 from .paths import check_on_disk, normalize
 from .payloads import ExecResult, WriteResult
 from .store import MODE_TREE, WORKSPACE_REF, Store, hex_
+from .store import git_env as store_git_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from .shared import SharedWorkspace
@@ -100,14 +101,9 @@ def _storm_dir(store: Store) -> str:
 
 def git_env(store: Store, index: str | None) -> dict[str, str]:
     """Environment for git commands on the main (shared) working tree."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GIT_") or k in ("GIT_EXEC_PATH", "GIT_CONFIG_NOSYSTEM",
-                                                   "GIT_CONFIG_GLOBAL", "GIT_CEILING_DIRECTORIES")}
-    env["GIT_DIR"] = store.commondir
-    env["GIT_WORK_TREE"] = store.main_workdir
+    env = store_git_env(GIT_DIR=store.commondir, GIT_WORK_TREE=store.main_workdir, LC_ALL="C")
     if index is not None:
         env["GIT_INDEX_FILE"] = index
-    env["LC_ALL"] = "C"
     return env
 
 

@@ -30,13 +30,10 @@ from .agents import validate_agent
 from .errors import BadPath, RepoStateError, UsageError
 from .locks import flocked
 from .paths import normalize
-from .store import Store
+from .store import Store, git_env
 
 DEFAULT_PREFIX = "storm/"
 COPY_UNTRACKED_KEY = "storm.copyUntracked"
-
-
-_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR")
 
 
 class GitFailed(RepoStateError):
@@ -47,8 +44,7 @@ def run_git(args: list[str], cwd: str, *, check: bool = True, env: dict[str, str
             input: bytes | None = None) -> subprocess.CompletedProcess:
     # Each command names its repository by ``cwd``: variables that a caller's git
     # (a hook, ``git --git-dir=X storm``) exported for another worktree must not leak in.
-    e = {k: v for k, v in os.environ.items() if k not in _REPO_VARS}
-    e.update(env or {})
+    e = git_env(**(env or {}))
     r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, env=e, input=input, check=False)
     if check and r.returncode != 0:
         msg = (r.stderr or r.stdout).decode("utf-8", "replace").strip().replace("\n", " ")
