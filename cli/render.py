@@ -65,6 +65,9 @@ def status(st: Any) -> str:
         for r in st.reservations:
             out.append(f"  {r.path}: held by {r.holder}, {r.remaining():.1f}s left")
     for key, value in st.extra.items():
+        if key == "unmediated":
+            out.extend(unmediated(value))
+            continue
         if isinstance(value, list):
             out.append(f"{key.replace('_', ' ')}: {len(value)}")
             for v in value:
@@ -75,6 +78,25 @@ def status(st: Any) -> str:
                 if v.get("diff"):
                     out.extend("    " + line for line in v["diff"].rstrip("\n").split("\n"))
     return "\n".join(out)
+
+
+STATUS_LISTED = 50
+
+
+def unmediated(items: list[dict]) -> list[str]:
+    """Edits on disk storm did not record, one line each (diffs only when present)."""
+    if not items:
+        return ["unmediated edits: none (the disk holds the shared state)"]
+    out = [f"unmediated edits (on disk, not recorded by storm): {len(items)}"]
+    for u in items[:STATUS_LISTED]:
+        note = "  (made on an older version)" if u.get("behind") and u["state"] not in ("added", "reverted") else ""
+        out.append(f"  {u['state'] + ':':<14}{u['path']}{note}")
+        if u.get("diff"):
+            out.extend("    " + line for line in u["diff"].rstrip("\n").split("\n"))
+    if len(items) > STATUS_LISTED:
+        out.append(f"  ... and {len(items) - STATUS_LISTED} more (git storm status --json lists all)")
+    out.append("  record: git storm adopt PATH --agent ID | restore: git storm checkout PATH | diffs: -v")
+    return out
 
 
 def log_entry(e: dict) -> str:

@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from storm_git.errors import UsageError
+
 from .main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
 
 
@@ -86,46 +88,83 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
 @click.option("--intent", "-m", metavar="TEXT", default=None, help="Why: becomes the commit message of the write.")
 @click.option("--no-wait", is_flag=True,
               help="Reject at once (reason 'reserved') instead of waiting for another agent's reservation.")
+@click.option("--allow-revert", is_flag=True,
+              help="Adopt even a file whose content is an older shared version (undoes accepted writes).")
 @json_option
-def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait: bool, as_json: bool) -> None:
+def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait: bool,
+          allow_revert: bool, as_json: bool) -> None:
     """Record files edited outside storm (editor, sed, a formatter) as the agent's write.
 
-    The disk content of each PATH becomes one validated write, exactly as if
-    the agent had written it with git storm write: the agent must have read the
-    file (a first attempt is rejected with the current content, which then
-    counts as read) and its read set must be fresh. git storm status lists the
-    unmediated edits with their diffs.
+    The disk content of each PATH becomes one validated write, checked against
+    the version the edit was made on (what storm last put on disk) and the
+    agent's read set: an edit made on a version another agent has replaced
+    since is rejected with the diff, never written over the newer work. The
+    exec bit and symbolic links inside the repository are recorded too. A file
+    that holds an OLDER shared version (after git stash or reset --hard) is
+    refused unless --allow-revert; git storm checkout restores it instead.
+    git storm status lists the unmediated edits (-v for diffs).
 
     \b
     Example:
       git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
     """
-    res = _workspace().adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait)
+    res = _workspace().adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait,
+                             allow_revert=allow_revert)
     _report(res, as_json)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@json_option
+def checkout(paths: tuple[str, ...], as_json: bool) -> None:
+    """Restore PATHs on disk from the shared head (storm mode), discarding edits there.
+
+    The way back after a git stash, git reset --hard or a stray editor left a
+    file behind or different ('reverted', 'modified' in git storm status). Like
+    git checkout -- PATH, what was on disk is overwritten; it changes no ref.
+
+    \b
+    Example:
+      git storm checkout src/app.py
+    """
+    ws = _workspace()
+    if ws.mode != "storm":
+        raise UsageError("git storm checkout restores the shared working tree (storm mode)",
+                         hint="in worktree mode use git checkout inside the agent's worktree")
+    out = ws.checkout(list(paths))
+    if as_json:
+        _emit_json({"paths": out})
+    else:
+        for p, what in out.items():
+            click.echo(f"{p}: {'restored from the shared head' if what == 'written' else what}")
 
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--message", "-m", required=True, metavar="MSG", help="The commit message (trailers are added).")
 @agent_option
 @click.option("--adopt", "adopt_", is_flag=True,
-              help="Storm mode: record unmediated edits as the manager's write first instead of refusing.")
+              help="Storm mode: record unmediated edits as the manager's write first (never a reverted file).")
+@click.option("--strict", is_flag=True,
+              help="Storm mode: refuse (exit 3) while unmediated edits remain on disk.")
 @json_option
-def commit(message: str, agent: str | None, adopt_: bool, as_json: bool) -> None:
+def commit(message: str, agent: str | None, adopt_: bool, strict: bool, as_json: bool) -> None:
     """Commit the shared state to the current branch (storm mode: the manager only).
 
     Storm mode: the commit's tree is the shared head's tree, its parent the
     branch tip, and its trailers (Storm-Agents, Storm-Agent, Storm-Workspace,
     Storm-Writes) name the agents whose writes it contains since the previous
-    such commit; the index is reset so git status is clean. Refused while
-    files on disk differ from the shared head (unmediated edits) unless
-    --adopt. Worktree mode: the agent commits its own worktree to its branch.
+    such commit; the index is reset. Files on disk that storm did not put
+    there (unmediated edits, untracked files not ignored) are not part of the
+    shared state: they are listed as a warning and stay on disk; --adopt
+    records them first as the manager's write, --strict refuses instead.
+    Worktree mode: the agent commits its own worktree to its branch.
 
     \b
     Example:
       STORM_AGENT=manager git storm commit -m 'Integrate retries and timeouts'
       git storm commit -m 'Integrate' --adopt --json
     """
-    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_)
+    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict)
     if as_json:
         _emit_json(res.to_dict())
     elif res.commit is None:
@@ -134,6 +173,13 @@ def commit(message: str, agent: str | None, adopt_: bool, as_json: bool) -> None
         who = ", ".join(res.agents) or "no agent"
         click.echo(f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by {who}, "
                    f"{len(res.paths)} path(s)")
+    if not as_json and res.adopted:
+        click.echo(f"adopted first as the manager's write: {', '.join(res.adopted[:10])}")
+    if not as_json and res.unmediated:
+        names = ", ".join(f"{u['path']} ({u['state']})" for u in res.unmediated[:10])
+        more = f" and {len(res.unmediated) - 10} more" if len(res.unmediated) > 10 else ""
+        click.echo(f"warning: not committed, still on disk only: {names}{more} "
+                   "(git storm status; --adopt records them)", err=True)
 
 
 @cli.command("install-hooks", context_settings=CONTEXT)

@@ -205,17 +205,28 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
 
 
 @cli.command(context_settings=CONTEXT)
+@click.option("--verbose", "-v", count=True,
+              help="-v: diffs of unmediated edits to recorded files; -vv: also the content of new files.")
 @json_option
-def status(as_json: bool) -> None:
-    """Mode, shared head, agents with read-set size and stale reads, reservations.
+def status(verbose: int, as_json: bool) -> None:
+    """Mode, shared head, agents with read-set size and stale reads, reservations,
+    and the files on disk storm did not put there (unmediated edits).
+
+    Unmediated edits are listed one per line, like git status --short:
+    modified, added (untracked, not ignored), deleted, mode-changed, reverted (the
+    disk holds an OLDER shared version: a git stash or reset; git storm checkout
+    restores it), not-a-file. 'made on an older version' means the shared file
+    changed since the edit's base: adopting it will be rejected with the diff.
 
     \b
     Example:
+      git storm status
+      git storm status -v          # with diffs
       git storm status --json
     """
     from . import render
 
-    st = _workspace().status()
+    st = _workspace().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
         _emit_json(st.to_dict())
     else:

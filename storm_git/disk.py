@@ -1,126 +1,474 @@
-"""Writing the shared head into the working tree (DESIGN §4).
+"""The shared working tree as a recorded state (DESIGN §4).
 
-After each accepted write the changed paths are written from the *current*
-shared head, under the worktree lock, so the disk converges to the shared ref
-even when writers finish out of order. A file whose content on disk is not any
-version storm recently had for that path was edited by something else (an
-editor, a formatter): it is kept, and reported, never silently overwritten.
+Storm records, per path, what it last put on disk: the *disk record*, a tree
+(``base``) plus an append-only journal of later entries, kept in
+``<common git dir>/storm/disk-record`` and changed only under the ``worktree``
+flock. With it the state of every path is known, not guessed:
+
+* disk equal to the record, record equal to the shared head: in step;
+* disk equal to the record, record behind the head: *behind*; storm brings it
+  forward (every command that touches the disk does, so a writer killed
+  between its CAS and its disk write is repaired by the next command);
+* disk different from the record: *unmediated* (an editor, a formatter, a
+  person); the record's version is the base that edit was made on, and storm
+  never overwrites it.
+
+``synced`` is the shared head the disk was last brought to in full: a writer
+then only has to look at the paths that changed between ``synced`` and the
+current head (its own, and those of writers that finished out of order or
+died), not at the whole tree.
+
+Every disk write walks the path one directory at a time with ``O_NOFOLLOW``
+directory descriptors and renames a temporary file inside the directory it
+checked, so a directory swapped for a symbolic link while a writer waited can
+never send a write outside the working tree.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
+import stat as stat_mod
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import pygit2
 
-from .errors import BadPath
+from .errors import BadPath, CorruptState
 from .locks import flocked
-from .store import MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store
+from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store
 
 WRITTEN = "written"
 CURRENT = "current"
 KEPT = "kept-unmediated"
 FAILED = "failed"
 
-HISTORY_DEPTH = 64
+RECORD_NAME = "disk-record"
+HEADER = b"storm disk record 1\n"
+FOLD_AT = 512  # journal entries before they are folded into the base tree
+TEMP_PREFIX = ".storm-tmp-"
+HASH_CHUNK = 1 << 20
+
+# A path's state on disk: (blob id, mode), None when absent, False when something
+# storm does not manage is there (a directory, a fifo, a path through a symlink).
+DiskState = "tuple[pygit2.Oid, int] | None | bool"
+
+
+class UnsafePath(BadPath):
+    """A disk write refused at the moment of writing (a component is a symlink or a file)."""
+
+    kind = "unsafe_path"
+
+
+# -- reading the disk without following symlinks ----------------------------------
+@contextmanager
+def _parent_fd(top: str, path: str, *, create: bool) -> Iterator[tuple[int, str, list[int]]]:
+    """Open the directory holding ``path`` below ``top`` one component at a time,
+    never following a symlink. Yields (dir fd, final name, fds of the chain).
+    Raises UnsafePath when a component is a symlink or not a directory, and
+    FileNotFoundError when one is missing and ``create`` is False."""
+    parts = path.split("/")
+    fds = [os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        for i, part in enumerate(parts[:-1]):
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(part, flags, dir_fd=fds[-1])
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
+                fd = _open_dir(part, flags, fds[-1], parts[:i + 1])
+            except OSError as exc:
+                raise _unsafe(exc, parts[:i + 1]) from None
+            fds.append(fd)
+        yield fds[-1], parts[-1], fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_dir(part: str, flags: int, dir_fd: int, shown: list[str]) -> int:
+    try:
+        return os.open(part, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _unsafe(exc, shown) from None
+
+
+def _unsafe(exc: OSError, parts: list[str]) -> Exception:
+    where = "/".join(parts)
+    if exc.errno == errno.ELOOP:
+        return UnsafePath(f"{where!r} is a symbolic link; storm never writes through one",
+                          hint="replace the link by a directory, or name the file by its real path")
+    if exc.errno == errno.ENOTDIR:
+        return UnsafePath(f"{where!r} is not a directory on disk",
+                          hint="git storm status shows what is there; move it away")
+    return exc
+
+
+def _git_hash_fd(fd: int, size: int) -> pygit2.Oid:
+    h = hashlib.sha1(b"blob %d\0" % size)
+    while True:
+        chunk = os.read(fd, HASH_CHUNK)
+        if not chunk:
+            break
+        h.update(chunk)
+    return pygit2.Oid(hex=h.hexdigest())
+
+
+def disk_state(top: str, path: str) -> "DiskState":
+    """(blob id, mode) of ``path`` under ``top`` as git would record it, without
+    following symlinks anywhere; None if absent; False if not a file or link."""
+    try:
+        with _parent_fd(top, path, create=False) as (dfd, name, _):
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if stat_mod.S_ISLNK(st.st_mode):
+                return pygit2.hash(os.fsencode(os.readlink(name, dir_fd=dfd))), MODE_LINK
+            if not stat_mod.S_ISREG(st.st_mode):
+                return False
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                oid = _git_hash_fd(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
+    except FileNotFoundError:
+        return None
+    except (UnsafePath, OSError):
+        return False
 
 
 def disk_oid(full: str) -> pygit2.Oid | None | bool:
-    """Blob id of the file at ``full``; None if absent; False if not a file."""
+    """Blob id of the file at ``full`` (kept for callers that need only the id)."""
+    top, name = os.path.split(full)
+    s = disk_state(top or ".", name)
+    return s[0] if isinstance(s, tuple) else s
+
+
+def same(state: "DiskState", entry: Entry | None) -> bool:
+    if entry is None:
+        return state is None or state is False
+    return isinstance(state, tuple) and state[0] == entry.oid and state[1] == entry.mode
+
+
+def read_disk(top: str, path: str, limit: int | None = None) -> bytes | None:
+    """Content of a regular file (or a link's text), read without following
+    symlinks; None if absent. Raises TooLarge-sized ValueError over ``limit``."""
     try:
-        st = os.lstat(full)
+        with _parent_fd(top, path, create=False) as (dfd, name, _):
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat_mod.S_ISLNK(st.st_mode):
+                return os.fsencode(os.readlink(name, dir_fd=dfd))
+            if limit is not None and st.st_size > limit:
+                raise ValueError(st.st_size)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            with open(fd, "rb", closefd=True) as fh:
+                return fh.read()
     except FileNotFoundError:
         return None
-    except OSError:  # a parent is a file, permission denied, ...
-        return False
-    try:
-        if os.path.islink(full):
-            return pygit2.hash(os.fsencode(os.readlink(full)))
-        if os.path.isdir(full) or not os.path.isfile(full):
-            return False
-        if st.st_size == 0:
-            return pygit2.hash(b"")
-        return pygit2.hashfile(full)
-    except (OSError, KeyError, pygit2.GitError):  # vanished meanwhile
-        return None if not os.path.lexists(full) else False
 
 
-def known_version(store: Store, head: pygit2.Oid, path: str, oid: pygit2.Oid | None,
-                  depth: int = HISTORY_DEPTH) -> bool:
-    """Was ``oid`` (None: absent) the shared version of ``path`` recently?"""
-    c = store.commit(head)
-    for _ in range(depth):
-        if not c.parent_ids:
-            return False
-        c = store.commit(c.parent_ids[0])
+# -- writing the disk ------------------------------------------------------------------
+def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB) -> None:
+    """Replace ``path`` with ``data`` by a rename inside its (checked) directory."""
+    with _parent_fd(top, path, create=True) as (dfd, name, _):
+        tmp = f"{TEMP_PREFIX}{os.getpid()}"
         try:
-            e = store.entry(c.tree, path)
-        except BadPath:
-            e = None
-        if (e.oid if e else None) == oid:
-            return True
-    return False
+            os.unlink(tmp, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        if mode == MODE_LINK:
+            os.symlink(os.fsdecode(data), tmp, dir_fd=dfd)
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
+            with open(fd, "wb", closefd=True) as fh:
+                fh.write(data)
+        try:
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError:
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+
+
+def remove_path(top: str, path: str) -> None:
+    """Delete ``path`` and the directories it leaves empty, as git does."""
+    try:
+        with _parent_fd(top, path, create=False) as (dfd, name, fds):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            parts = path.split("/")[:-1]
+            for i in range(len(parts) - 1, -1, -1):
+                try:
+                    os.rmdir(parts[i], dir_fd=fds[i])
+                except OSError:
+                    break
+    except FileNotFoundError:
+        pass
 
 
 def write_atomic(full: str, data: bytes, *, executable: bool = False, link: bool = False) -> None:
-    """Replace ``full`` with ``data`` in one rename, so no reader sees half a file."""
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    # a short temporary name: a 255-byte file name plus a suffix would not fit the filesystem
-    tmp = os.path.join(os.path.dirname(full), f".storm-tmp-{os.getpid()}")
-    if link:
-        os.symlink(os.fsdecode(data), tmp)
-    else:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o777 if executable else 0o666)
-        with open(fd, "wb", closefd=True) as fh:
-            fh.write(data)
-    os.replace(tmp, full)
+    """``write_file`` for a full path (worktree mode writes into an agent's worktree)."""
+    top, name = os.path.split(full)
+    write_file(top, name, data, MODE_LINK if link else MODE_EXEC if executable else MODE_BLOB)
 
 
 def remove_file(top: str, full: str) -> None:
-    """Delete ``full`` and the directories it leaves empty below ``top``, as git does."""
-    os.unlink(full)
-    d = os.path.dirname(full)
-    while d != top and d.startswith(top):
-        try:
-            os.rmdir(d)
-        except OSError:
-            break
-        d = os.path.dirname(d)
+    remove_path(top, os.path.relpath(full, top).replace(os.sep, "/"))
 
 
-def _write_file(store: Store, full: str, entry: Entry) -> None:
-    write_atomic(full, store.blob_bytes(entry.oid), executable=entry.mode == MODE_EXEC,
-                 link=entry.mode == MODE_LINK)
+# -- the record ---------------------------------------------------------------------------
+@dataclass
+class Record:
+    """What storm last put on disk: ``base`` tree + ``overlay`` journal entries."""
+
+    base: pygit2.Oid
+    synced: pygit2.Oid | None
+    overlay: dict[str, Entry | None] = field(default_factory=dict)
+    journal_len: int = 0
+
+    def get(self, store: Store, path: str) -> Entry | None:
+        if path in self.overlay:
+            return self.overlay[path]
+        return entry_or_none(store, store.repo[self.base], path)
 
 
-def materialize(store: Store, paths: list[str]) -> dict[str, str]:
-    """Bring ``paths`` on disk to the current shared head; {path: outcome}."""
-    out: dict[str, str] = {}
+def entry_or_none(store: Store, tree: pygit2.Tree, path: str) -> Entry | None:
+    """The file entry at ``path``; None when absent or not a file there."""
+    try:
+        return store.entry(tree, path)
+    except BadPath:
+        return None
+
+
+def record_path(store: Store) -> str:
+    return os.path.join(store.commondir, "storm", RECORD_NAME)
+
+
+def _encode(kind: str, path: str = "", entry: Entry | None = None, oid: pygit2.Oid | None = None) -> bytes:
+    if kind == "s":
+        return f"s {oid}".encode("ascii") + b"\0"
+    if entry is None:
+        return b"d " + path.encode("utf-8", "surrogateescape") + b"\0"
+    return f"e {entry.mode:o} {entry.oid} ".encode("ascii") + path.encode("utf-8", "surrogateescape") + b"\0"
+
+
+def _default_base(store: Store) -> tuple[pygit2.Oid, pygit2.Oid | None]:
+    """No record yet (a repository initialised by an older storm): git's own
+    HEAD tree is what a checkout put on disk; the next full sync compares it with
+    the shared head (a path already equal to the head is simply recorded)."""
+    try:
+        if not store.repo.head_is_unborn:
+            return store.repo.head.peel(pygit2.Commit).tree.id, None
+    except (pygit2.GitError, KeyError):
+        pass
+    head = store.ref_target(WORKSPACE_REF)
+    return (store.commit(head).tree.id, head) if head is not None else (store.empty_tree(), None)
+
+
+def load(store: Store) -> Record:
+    """The record (caller holds the worktree lock). A missing file starts one."""
+    path = record_path(store)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        base, synced = _default_base(store)
+        reset(store, base, synced)
+        return Record(base, synced)
+    try:
+        if not data.startswith(HEADER):
+            raise ValueError("header")
+        first, _, rest = data[len(HEADER):].partition(b"\n")
+        if not first.startswith(b"base "):
+            raise ValueError("base")
+        rec = Record(pygit2.Oid(hex=first[5:].decode("ascii")), None)
+        items = rest.split(b"\0")
+        for item in items[:-1]:  # the last piece is '' or a torn (killed) append
+            kind, _, body = item.partition(b" ")
+            if kind == b"s":
+                rec.synced = pygit2.Oid(hex=body.decode("ascii"))
+            elif kind == b"d":
+                rec.overlay[body.decode("utf-8", "surrogateescape")] = None
+            elif kind == b"e":
+                mode, oid, p = body.split(b" ", 2)
+                rec.overlay[p.decode("utf-8", "surrogateescape")] = Entry(pygit2.Oid(hex=oid.decode("ascii")),
+                                                                          int(mode, 8))
+            else:
+                raise ValueError(kind)
+            rec.journal_len += 1
+        if not isinstance(store.repo.get(rec.base), pygit2.Tree):
+            raise ValueError("base tree missing")
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptState(f"storm's disk record {path} is unreadable",
+                           hint="git storm doctor --fix rebuilds it") from None
+    return rec
+
+
+def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None) -> None:
+    """Start the record afresh at ``base`` (init, doctor, folding)."""
+    path = record_path(store)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = HEADER + f"base {base}\n".encode("ascii") + (_encode("s", oid=synced) if synced else b"")
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(body)
+    os.replace(tmp, path)
+
+
+def append(store: Store, items: list[bytes]) -> None:
+    """One ``write()`` of journal entries: a killed writer leaves at most a torn tail."""
+    if not items:
+        return
+    fd = os.open(record_path(store), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"".join(items))
+    finally:
+        os.close(fd)
+
+
+def fold(store: Store, rec: Record) -> Record:
+    """Fold the journal into a new base tree (an ordinary git tree object)."""
+    if rec.overlay:
+        changes = {p: (None if e is None else (e.oid, e.mode)) for p, e in rec.overlay.items()}
+        base = store.tree_with(store.repo[rec.base], changes)
+    else:
+        base = rec.base
+    reset(store, base, rec.synced)
+    return Record(base, rec.synced)
+
+
+def set_entries(store: Store, rec: Record, entries: dict[str, Entry | None]) -> None:
+    """Record ``entries`` as what is now on disk (caller holds the worktree lock)."""
+    append(store, [_encode("e" if e else "d", p, e) for p, e in entries.items()])
+    rec.overlay.update(entries)
+    rec.journal_len += len(entries)
+
+
+# -- bringing the disk forward --------------------------------------------------------------
+def _changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]:
+    """Files that differ between two trees (libgit2's diff skips equal subtrees)."""
+    if old.id == new.id:
+        return []
+    out = []
+    for d in old.diff_to_tree(new):
+        delta = d.delta
+        out.append(delta.old_file.path)
+        if delta.new_file.path != delta.old_file.path:
+            out.append(delta.new_file.path)
+    return out
+
+
+@dataclass
+class SyncResult:
+    """Outcome per path of bringing the disk to the shared head."""
+
+    head: pygit2.Oid | None
+    outcomes: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
+                contents: dict[pygit2.Oid, bytes] | None = None) -> SyncResult:
+    """Bring ``paths`` — and every path that changed since the last sync — on disk
+    to the current shared head. ``full`` compares the whole record with the head
+    (repairs anything left behind). Caller holds the worktree lock."""
+    head = store.ref_target(WORKSPACE_REF)
+    if head is None:
+        return SyncResult(None)
+    htree = store.commit(head).tree
+    rec = load(store)
+    if full or rec.synced is None or rec.journal_len >= FOLD_AT:
+        rec = fold(store, rec)
+    if full or rec.synced is None:
+        since = store.repo[rec.base]
+    else:
+        since = store.commit(rec.synced).tree
+    candidates = list(dict.fromkeys([*paths, *_changed_paths(store, since, htree)]))
+    res = SyncResult(head)
     top = store.main_workdir
+    wants = {p: entry_or_none(store, htree, p) for p in candidates}
+    new: dict[str, Entry | None] = {}
+    # removals first: a file that becomes a directory (or the reverse) frees its name
+    for p in sorted(candidates, key=lambda p: wants[p] is not None):
+        want = wants[p]
+        have = disk_state(top, p)
+        if same(have, want):
+            res.outcomes[p] = CURRENT
+            if rec.get(store, p) != want:
+                new[p] = want
+            continue
+        if not same(have, rec.get(store, p)):
+            res.outcomes[p] = KEPT
+            continue
+        try:
+            if want is None:
+                remove_path(top, p)
+            else:
+                data = contents.get(want.oid) if contents else None
+                write_file(top, p, store.blob_bytes(want.oid) if data is None else data, want.mode)
+        except (UnsafePath, OSError) as exc:
+            res.outcomes[p] = FAILED
+            res.errors[p] = exc.message if isinstance(exc, UnsafePath) else f"{exc.strerror or exc}"
+            continue
+        res.outcomes[p] = WRITTEN
+        new[p] = want
+    set_entries(store, rec, new)
+    if rec.synced != head:
+        append(store, [_encode("s", oid=head)])
+    return res
+
+
+def sync(store: Store, paths: list[str] = (), *, full: bool = False,
+         contents: dict[pygit2.Oid, bytes] | None = None) -> SyncResult:
+    with flocked(store.commondir, "worktree"):
+        return sync_locked(store, paths, full=full, contents=contents)
+
+
+def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None) -> dict[str, str]:
+    """After an accepted write: bring ``paths`` (and anything else behind) forward."""
+    return sync(store, paths, contents=contents).outcomes
+
+
+def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:
+    """The record folded into one tree (caller holds the worktree lock)."""
+    rec = fold(store, load(store))
+    return store.repo[rec.base], rec
+
+
+def restore(store: Store, paths: list[str]) -> dict[str, str]:
+    """Overwrite ``paths`` on disk with the shared head (``git storm checkout``):
+    the one place storm discards an unmediated edit, on the user's explicit word."""
     with flocked(store.commondir, "worktree"):
         head = store.ref_target(WORKSPACE_REF)
-        if head is None:
-            return out
-        tree = store.commit(head).tree
-        for path in paths:
-            try:
-                want = store.entry(tree, path)
-            except BadPath:
-                out[path] = FAILED
-                continue
-            full = os.path.join(top, path)
-            have = disk_oid(full)
-            if have == (want.oid if want else None):
-                out[path] = CURRENT
-                continue
-            if have is False or not known_version(store, head, path, have):
-                out[path] = KEPT
-                continue
-            try:
+        htree = store.commit(head).tree
+        rec = load(store)
+        out, new = {}, {}
+        top = store.main_workdir
+        for p in paths:
+            want = entry_or_none(store, htree, p)
+            have = disk_state(top, p)
+            if same(have, want):
+                out[p] = CURRENT
+            else:
+                if have is False and want is None:
+                    out[p] = FAILED
+                    continue
                 if want is None:
-                    remove_file(top, full)
+                    remove_path(top, p)
                 else:
-                    _write_file(store, full, want)
-                out[path] = WRITTEN
-            except OSError:
-                out[path] = FAILED
-    return out
+                    write_file(top, p, store.blob_bytes(want.oid), want.mode)
+                out[p] = WRITTEN
+            if rec.get(store, p) != want:
+                new[p] = want
+        set_entries(store, rec, new)
+        return out

@@ -228,7 +228,8 @@ class WorktreeWorkspace(BaseWorkspace):
         return ExecResult(list(argv), rc, timed_out, changed, write)
 
     # -- commit ---------------------------------------------------------------------------
-    def commit(self, message: str, *, agent: str | None = None, adopt: bool = False) -> CommitResult:
+    def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
+               strict: bool = False) -> CommitResult:
         """Commit everything changed in the agent's worktree to its branch.
 
         Refused (CommitRefused, nothing staged, nothing changed) when the worktree is
@@ -303,7 +304,7 @@ class WorktreeWorkspace(BaseWorkspace):
         return n
 
     # -- status and log -----------------------------------------------------------------
-    def status(self) -> Status:
+    def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
         """Target branch, agents' read sets, and every agent worktree with branch,
         ahead/behind the target, uncommitted changes and last merge outcome."""
         try:

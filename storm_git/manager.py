@@ -6,7 +6,8 @@ integrates: ``commit`` makes a commit on the current branch whose tree is the
 shared head's tree, whose parent is the branch tip, and whose trailers name the
 agents whose writes it contains since the previous such commit. Afterwards the
 index is reset to that tree, so ``git status`` is clean when the disk matches
-the shared head (which is why unmediated edits are refused, or adopted first).
+the shared head. Unmediated edits on disk are reported, adopted with ``--adopt``
+(validated against the version each was made on), or refused with ``--strict``.
 
 ``refs/storm/committed`` remembers the shared head last committed, and a
 ``commit`` event in ``refs/storm/log`` lists the writes each commit contains.
@@ -100,7 +101,12 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
                                  hint="run git read-tree HEAD once the index is free")
 
 
-def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, adopt: bool = False) -> CommitResult:
+def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, adopt: bool = False,
+           strict: bool = False) -> CommitResult:
+    """The shared head's tree becomes a commit on the branch. Unmediated edits on
+    disk are not part of the shared state: they are reported (like git's untracked
+    files), adopted first with ``adopt`` (validated against the version each was
+    made on; a reverted file is never adopted), or refused with ``strict``."""
     store = ws.store
     manager = manager_id(store)
     who = validate_agent(agent) if agent else validate_agent(manager)
@@ -115,17 +121,23 @@ def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, ado
         raise UsageError("HEAD is detached", hint="check out the branch the shared state goes to")
     if store.repo.head_is_unborn:
         raise RepoStateError("the branch has no commit yet", hint="make a first commit")
-    pending = ws.unmediated()
-    if pending and not adopt:
+    pending = ws.unmediated(diffs=False)  # also brings every path that was only behind forward
+    adopted: list[str] = []
+    if pending and adopt:
+        adoptable = [u["path"] for u in pending if u["state"] not in ("reverted", "not-a-file")]
+        if adoptable:
+            res = _adopt(ws, adoptable, manager)
+            if not res.accepted:
+                raise AdoptRejected(f"could not adopt the unmediated edits: {res.rejection.message}",
+                                    hint="they were made on a version another agent has replaced since; "
+                                         "git storm status -v shows them")
+            adopted = adoptable
+            pending = [u for u in pending if u["path"] not in adopted]
+    if pending and strict:
         names = ", ".join(u["path"] for u in pending[:10]) + (" …" if len(pending) > 10 else "")
         raise UnmediatedEdits(f"{len(pending)} unmediated edit(s) on disk: {names}",
-                              hint="record them with git storm adopt PATH... --agent ID, or pass --adopt "
-                                   "to record them as the manager's write; git storm status shows the diffs")
-    if pending:
-        res = _adopt_as_is(ws, [u["path"] for u in pending], manager)
-        if not res.accepted:
-            raise AdoptRejected(f"could not adopt the unmediated edits: {res.rejection.message}",
-                                hint="another agent wrote those files meanwhile; git storm status")
+                              hint="record them with git storm adopt PATH... --agent ID (or --adopt), "
+                                   "or restore them with git storm checkout PATH; git storm status -v shows them")
 
     with flocked(store.commondir, "workspace"):
         head = ws.head()
@@ -155,11 +167,12 @@ def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, ado
     if new is not None:
         _reset_index(store, shared.tree.id)
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
-                        message.strip() if new else "nothing to commit: the branch already has the shared tree")
+                        message.strip() if new else "nothing to commit: the branch already has the shared tree",
+                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])
 
 
-def _adopt_as_is(ws: "SharedWorkspace", paths: list[str], manager: str):
+def _adopt(ws: "SharedWorkspace", paths: list[str], manager: str):
     from .tracking import adopt
 
     return adopt(ws, paths, agent=manager, intent=f"{manager}: adopt unmediated edits before commit",
-                 as_is=True)
+                 repo_relative=True)

@@ -171,6 +171,8 @@ class CommitResult:
     writes: int
     paths: list[str]
     message: str = ""
+    adopted: list[str] = field(default_factory=list)
+    unmediated: list[dict[str, Any]] = field(default_factory=list)  # left on disk, not committed
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

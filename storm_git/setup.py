@@ -31,6 +31,18 @@ def resolve_commit(store: Store, rev: str) -> pygit2.Commit:
         raise UsageError(f"{rev!r} does not name a commit", hint="give a branch, tag or commit id") from None
 
 
+def _record_disk(store: Store) -> None:
+    """What is on disk now is git's checkout of HEAD: record that (not the shared
+    head, which --base may set elsewhere); the first sync brings clean files to
+    the shared head and finds the person's own edits as unmediated."""
+    from .disk import reset
+
+    with flocked(store.commondir, "worktree"):
+        tree = (store.repo.head.peel(pygit2.Commit).tree.id if not store.repo.head_is_unborn
+                else store.empty_tree())
+        reset(store, tree, None)
+
+
 def init(store: Store, base: str | None = None) -> InitResult:
     """Create ``refs/storm/workspace`` at ``base`` (default HEAD); idempotent."""
     if store.repo.head_is_unborn and base is None:
@@ -46,6 +58,8 @@ def init(store: Store, base: str | None = None) -> InitResult:
         if existing is None:
             commit = resolve_commit(store, base or "HEAD")
             created = store.cas(None, WORKSPACE_REF, commit.id, "storm: init")
+            if created:
+                _record_disk(store)
         head = store.ref_target(WORKSPACE_REF)
         if mode is None:
             mode = "storm"

@@ -25,6 +25,7 @@ import pygit2
 from . import events, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
+from .disk import _parent_fd as disk_parent
 from .disk import materialize
 from .errors import BadPath, NotFound, NotInitialised, UsageError
 from .locks import flocked
@@ -213,9 +214,17 @@ class SharedWorkspace(BaseWorkspace):
         """
         store = self.store
         paths = list(changes)
-        blobs: dict[str, Any] = {
-            p: (store.write_blob(c) if isinstance(c, bytes) else c) for p, c in changes.items()
-        }
+        blobs: dict[str, Any] = {}
+        modes: dict[str, int] = {}
+        contents: dict[pygit2.Oid, bytes] = {}
+        for p, c in changes.items():
+            if isinstance(c, tuple):  # (content, mode): exec and adopt record the exec bit and links
+                c, modes[p] = c
+            if isinstance(c, bytes):
+                blobs[p] = store.write_blob(c)
+                contents[blobs[p]] = c
+            else:
+                blobs[p] = c
         reads = readsets.load(store, agent)
         if deps is not None:
             dep_paths = [normalize(d, store.prefix) for d in deps]
@@ -251,12 +260,15 @@ class SharedWorkspace(BaseWorkspace):
                             break
                         held.append(p)
                 if blocked is None:
-                    verdict = self._validate(tree, paths, reads, scope, expected)
+                    # checked again at the moment of writing, under the lock (a deletion writes nothing)
+                    _check_disk_parents(store.main_workdir, [p for p in paths if blobs[p] is not None])
+                    verdict = self._validate(tree, paths, reads, scope, expected, changes)
                     if verdict.reason is None:
                         if any(b is MUST_REJECT for b in blobs.values()):
                             raise NotFound(f"{paths[0]} does not exist in the shared workspace")
                         new_tree = store.tree_with(tree, {
-                            p: None if b is None else (b, _mode(verdict.current[p])) for p, b in blobs.items()
+                            p: None if b is None else (b, modes.get(p) or _mode(verdict.current[p]))
+                            for p, b in blobs.items()
                         })
                         commit = None
                         if new_tree != tree.id:
@@ -290,11 +302,14 @@ class SharedWorkspace(BaseWorkspace):
                 prov = (commit, readsets.provenance_text(agent, head, scope_name, scope.values()))
             readsets.record(store, agent, [ReadEntry(p, v, str(new_head)) for p, v in versions.items()],
                             why=op, provenance=prov)
-            disk = materialize(store, paths) if commit is not None else {}
+            disk = materialize(store, paths, contents) if commit is not None else {}
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
                                flags=[OUTSIDE_ASSIGNMENT] if outside else [])
-        rejection = self._payload(agent, verdict, head, reads, granted if verdict.reason != RESERVED else blocked)
+        seen = dict(reads)
+        for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
+            seen[p] = ReadEntry(p, v, "")
+        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
         if verdict.reason != RESERVED:
             shown = [rejection.path] + [s.path for s in rejection.stale]
             if len(paths) > 1:
@@ -306,6 +321,22 @@ class SharedWorkspace(BaseWorkspace):
         return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited)
 
     # -- validation and payloads ------------------------------------------------
+    def _target_entry(self, tree: pygit2.Tree, path: str, changes: dict[str, Any]) -> Entry | None:
+        """The target's current entry; a path under a file is refused unless the
+        same write deletes that file (a command that turned a file into a directory)."""
+        try:
+            return self.store.entry(tree, path)
+        except BadPath:
+            parts = path.split("/")
+            if any(changes.get("/".join(parts[:i]), b"") is None for i in range(1, len(parts))):
+                return None
+            # a directory replaced by a file: only if the same write deletes all of it
+            obj = tree[path] if path in tree else None
+            if isinstance(obj, pygit2.Tree) and all(changes.get(f"{path}/{f}", b"") is None
+                                                    for f in _files(obj)):
+                return None
+            raise
+
     def _entry_or_none(self, tree: pygit2.Tree, path: str) -> Entry | None:
         try:
             return self.store.entry(tree, path)
@@ -313,8 +344,9 @@ class SharedWorkspace(BaseWorkspace):
             return None
 
     def _validate(self, tree: pygit2.Tree, paths: list[str], reads: dict[str, ReadEntry],
-                  scope: dict[str, ReadEntry], expected: dict[str, str | None] | None) -> _Verdict:
-        current = {p: self.store.entry(tree, p) for p in paths}
+                  scope: dict[str, ReadEntry], expected: dict[str, str | None] | None,
+                  changes: dict[str, Any] | None = None) -> _Verdict:
+        current = {p: self._target_entry(tree, p, changes or {}) for p in paths}
         conflicts, unread = [], []
         for p in paths:
             cur = hex_(current[p].oid) if current[p] else None
@@ -350,13 +382,18 @@ class SharedWorkspace(BaseWorkspace):
                        "stale": verdict.stale, "head": str(head)})
         return granted
 
-    def _file_history(self, path: str, head: pygit2.Oid, since: str | None) -> tuple[list[str], int | None]:
-        """Agents that changed ``path`` between ``since`` and ``head`` (newest first), and how many times."""
+    def _file_history(self, path: str, head: pygit2.Oid, since: str | None,
+                      base: str | None = None) -> tuple[list[str], int | None]:
+        """Agents that changed ``path`` between ``since`` and ``head`` (newest first), and
+        how many times. Without ``since`` (an edit on disk has no head, only the
+        version ``base`` it was made on) the walk stops where the path was ``base``."""
         c = self.store.commit(head)
         by: list[str] = []
         behind = 0
         for _ in range(HISTORY_LIMIT):
-            if since is not None and str(c.id) == since:
+            if since and str(c.id) == since:
+                return list(dict.fromkeys(by)), behind
+            if not since and hex_(getattr(self._entry_or_none(c.tree, path), "oid", None)) == base:
                 return list(dict.fromkeys(by)), behind
             if not c.parent_ids:
                 break
@@ -370,7 +407,7 @@ class SharedWorkspace(BaseWorkspace):
     def _change(self, path: str, seen: ReadEntry | None, current: Entry | None, head: pygit2.Oid) -> FileChange:
         old = self.store.blob_bytes(pygit2.Oid(hex=seen.blob)) if seen and seen.blob else None
         new = self.store.blob_bytes(current.oid) if current else None
-        by, behind = self._file_history(path, head, seen.head if seen else None)
+        by, behind = self._file_history(path, head, seen.head if seen else None, seen.blob if seen else None)
         return FileChange(path, seen.blob if seen else None, hex_(current.oid) if current else None,
                           by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
 
@@ -395,7 +432,7 @@ class SharedWorkspace(BaseWorkspace):
                          self.store.blob_bytes(cur.oid) if cur else None, change, stale, reservation, text)
 
     # -- status and log ----------------------------------------------------------
-    def status(self) -> Status:
+    def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
         head = self.head()
         tree = self.store.commit(head).tree
         agents = []
@@ -405,7 +442,7 @@ class SharedWorkspace(BaseWorkspace):
                            if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
         return Status(self.mode, str(head), agents, reservations.active(self.store),
-                      extra={"unmediated": self.unmediated()})
+                      extra={"unmediated": self.unmediated(diffs=diffs, untracked_content=untracked_content)})
 
     # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
@@ -416,23 +453,34 @@ class SharedWorkspace(BaseWorkspace):
         return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait)
 
     def adopt(self, paths: list[str], *, agent: str | None, intent: str | None = None,
-              wait: bool = True) -> WriteResult:
-        """Record files edited outside storm as the agent's write (usual validation)."""
+              wait: bool = True, allow_revert: bool = False) -> WriteResult:
+        """Record files edited outside storm as the agent's write, validated against
+        the version each edit was made on."""
         from .tracking import adopt
 
-        return adopt(self, paths, agent=agent, intent=intent, wait=wait)
+        return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert)
 
-    def unmediated(self) -> list[dict[str, Any]]:
-        """Paths whose disk content differs from the shared head, with diffs."""
+    def unmediated(self, *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
+        """Paths whose disk differs from what storm last put there (with diffs on request)."""
         from .tracking import unmediated
 
-        return unmediated(self)
+        return unmediated(self, diffs=diffs, untracked_content=untracked_content)
 
-    def commit(self, message: str, *, agent: str | None = None, adopt: bool = False) -> CommitResult:
+    def checkout(self, paths: list[str]) -> dict[str, str]:
+        """Restore ``paths`` on disk from the shared head, discarding edits made there."""
+        from .disk import restore
+
+        norm = list(dict.fromkeys(self.path(p) for p in paths))
+        if not norm:
+            raise UsageError("no path given", hint="git storm checkout PATH... (git storm status lists them)")
+        return restore(self.store, norm)
+
+    def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
+               strict: bool = False) -> CommitResult:
         """The manager commits the shared head's tree to the current branch."""
         from .manager import commit
 
-        return commit(self, message, agent=agent, adopt=adopt)
+        return commit(self, message, agent=agent, adopt=adopt, strict=strict)
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
@@ -451,6 +499,27 @@ class SharedWorkspace(BaseWorkspace):
         out.extend(events.read(self.store, limit))
         out.sort(key=lambda e: e.get("time", 0), reverse=True)
         return out[:limit]
+
+
+def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:
+    for e in tree:
+        if isinstance(e, pygit2.Tree):
+            yield from _files(e, f"{prefix}{e.name}/")
+        else:
+            yield prefix + e.name
+
+
+def _check_disk_parents(top: str, paths: list[str]) -> None:
+    """Refuse (exit 2, nothing written) a path whose directory on disk became a
+    symlink or a file while the writer waited; the disk write re-checks it."""
+    for p in paths:
+        if "/" not in p:
+            continue
+        try:
+            with disk_parent(top, p, create=False):
+                pass
+        except FileNotFoundError:
+            pass
 
 
 def _mode(current: Entry | None) -> int:

@@ -40,12 +40,13 @@ import pygit2
 
 from .agents import validate_agent
 from .diffs import is_binary, unified
-from .disk import disk_oid
-from .errors import BadPath, NotInitialised, RepoStateError, TooLarge, UsageError
+from . import disk
+from .disk import TEMP_PREFIX, disk_state, entry_or_none, same
+from .errors import BadPath, NotInitialised, RepoStateError, StormError, TooLarge, UsageError
 from .locks import flocked
 from .paths import check_on_disk, normalize
 from .payloads import ExecResult, WriteResult
-from .store import MODE_TREE, WORKSPACE_REF, Store, hex_
+from .store import MODE_BLOB, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store, hex_
 from .store import git_env as store_git_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,10 +86,12 @@ class GitFailed(RepoStateError):
 
 @dataclass
 class Snapshot:
-    """Which paths differ on disk from the shared head ``head`` (and their state)."""
+    """Which paths differ on disk from storm's disk record (and their state), after
+    every path that was merely behind the shared head ``head`` was brought forward."""
 
     head: pygit2.Oid
     tree: pygit2.Tree
+    record: pygit2.Tree  # what storm last put on disk, as one tree
     dirty: dict[str, Any]  # path -> DiskState
 
 
@@ -107,14 +110,26 @@ def git_env(store: Store, index: str | None) -> dict[str, str]:
     return env
 
 
+def _clear_index_lock(index: str | None) -> None:
+    """Only storm uses its private index, always under the worktree flock, which the
+    caller holds: a ``<index>.lock`` seen now was left by a killed process."""
+    if index is not None:
+        try:
+            os.unlink(index + ".lock")
+        except FileNotFoundError:
+            pass
+
+
 def _git(store: Store, args: list[str], *, index: str | None, input: bytes | None = None) -> bytes:
+    _clear_index_lock(index)
     r = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=store.main_workdir,
                        env=git_env(store, index), input=input, capture_output=True)
     if r.returncode != 0:
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         sub = next(x for x in args if not x.startswith("-") and "=" not in x)
         raise GitFailed(f"git {sub} failed: {err[-1] if err else r.returncode}",
-                        hint="is another git process holding the index lock? run git storm doctor")
+                        hint="run git storm doctor; storm's private index is "
+                             f"{index or os.path.join(store.commondir, 'index')}")
     return r.stdout
 
 
@@ -202,13 +217,16 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
 
 
 def snapshot(store: Store) -> Snapshot:
-    """Paths whose disk content differs from the current shared head (tracked or
-    untracked-not-ignored), with their disk state. Caller holds the worktree lock."""
-    head = store.ref_target(WORKSPACE_REF)
-    if head is None:
+    """Bring behind paths forward, then find every path whose disk state differs
+    from storm's disk record (tracked or untracked-not-ignored), with its disk
+    state. Caller holds the worktree lock."""
+    synced = disk.sync_locked(store, full=True)
+    if synced.head is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    head = synced.head
     tree = store.commit(head).tree
-    index = _sync_index(store, tree)
+    rtree, _ = disk.record_tree(store)
+    index = _sync_index(store, rtree)
     raw = _git(store, ["-c", "core.untrackedCache=true", "-c", "core.fsmonitor=false",
                        "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=normal",
                        "--ignore-submodules=all"], index=index)
@@ -228,21 +246,26 @@ def snapshot(store: Store) -> Snapshot:
     dirty: dict[str, Any] = {}
     top = store.main_workdir
     for path in candidates:
-        have = disk_oid(os.path.join(top, path))
-        want = _entry(store, tree, path)
-        if have != (want.oid if want else None):
+        have = disk_state(top, path)
+        if not same(have, entry_or_none(store, rtree, path)) or (have is False and _entry(store, rtree, path)):
             dirty[path] = have
             if have is False and os.path.isdir(os.path.join(top, path)):
-                untracked_dirs.append(path + "/")  # a directory where a tracked file was
+                untracked_dirs.append(path + "/")  # a directory where a recorded file was
     if untracked_dirs:
         more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
                     index=index)
         for p in more.split(b"\0"):
             if p:
                 path = p.decode("utf-8", "surrogateescape")
-                dirty[path] = disk_oid(os.path.join(top, path))
+                dirty[path] = disk_state(top, path)
+    dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
     _save_missing(store, [p for p, v in dirty.items() if v is None])
-    return Snapshot(head, tree, dirty)
+    return Snapshot(head, tree, rtree, dirty)
+
+
+def _storm_temp(path: str) -> bool:
+    """Storm's own temporary file, mid-rename (or left by a killed writer: doctor)."""
+    return path.rsplit("/", 1)[-1].startswith(TEMP_PREFIX)
 
 
 def _save_missing(store: Store, missing: list[str]) -> None:
@@ -289,11 +312,8 @@ def clock_mark(store: Store, worktree_dev: int) -> int | None:
     return None
 
 
-def _entry(store: Store, tree: pygit2.Tree, path: str):
-    try:
-        return store.entry(tree, path)
-    except BadPath:
-        return None
+def _entry(store: Store, tree: pygit2.Tree, path: str) -> Entry | None:
+    return entry_or_none(store, tree, path)
 
 
 def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
@@ -302,74 +322,163 @@ def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
 
 
 def _read_disk(store: Store, path: str) -> bytes | None:
-    full = os.path.join(store.main_workdir, path)
-    if os.path.islink(full) or not os.path.isfile(full):
+    try:
+        return disk.read_disk(store.main_workdir, path)
+    except (disk.UnsafePath, OSError):
         return None
-    with open(full, "rb") as fh:
-        return fh.read()
+
+
+def _with_mode(content: bytes | None, state: Any) -> Any:
+    """What ``apply`` records: None (deleted), or (content, mode) so that the exec
+    bit and symlinks reach the shared tree as git records them."""
+    if content is None:
+        return None
+    return (content, state[1]) if isinstance(state, tuple) else (content, MODE_BLOB)
+
+
+def check_recordable(store: Store, path: str, state: Any, ws: "SharedWorkspace") -> None:
+    """Every path that exec or adopt records passes the refusals of ``write``:
+    a bad name, a link leading out, a file over the size limit (exit 2)."""
+    try:
+        normalize(path)
+    except BadPath as exc:
+        raise BadPath(f"the working tree has a file storm cannot record: {exc.message}",
+                      hint="rename or remove it; nothing was recorded") from None
+    if isinstance(state, tuple) and state[1] == MODE_LINK:
+        check_on_disk(path, store.main_workdir, for_write=False)  # refuses a link leading out
+
+
+# Searched for "reverted" content: the shared history this far back, plus git's HEAD.
+REVERT_LOOKBACK = 100
+
+
+def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
+                   record: pygit2.Tree) -> set[str]:
+    """Paths whose disk content is an *older* version storm had (a ``git stash``,
+    ``git reset --hard``, an editor's stale buffer): never adopted by default."""
+    want = {p: s[0] for p, s in states.items() if isinstance(s, tuple)}
+    want.update({p: None for p, s in states.items() if s is None})
+    out: set[str] = set()
+    trees = []
+    c = store.commit(head)
+    for _ in range(REVERT_LOOKBACK):
+        if not c.parent_ids:
+            break
+        c = store.commit(c.parent_ids[0])
+        trees.append(c.tree)
+    try:
+        if not store.repo.head_is_unborn:
+            trees.append(store.repo.head.peel(pygit2.Commit).tree)
+    except (pygit2.GitError, KeyError):
+        pass
+    for p, oid in want.items():
+        base = _version(store, record, p)
+        if oid == base:
+            continue
+        for t in trees:
+            if _version(store, t, p) == oid:
+                out.add(p)
+                break
+    return out
 
 
 # -- unmediated edits ---------------------------------------------------------------
-def unmediated(ws: "SharedWorkspace") -> list[dict[str, Any]]:
-    """Every path that differs on disk from the shared head, with its diff."""
+def unmediated(ws: "SharedWorkspace", *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
+    """Every path whose disk differs from what storm last put there, with the
+    version it was made on (``base_version``) and, on request, its diff."""
     store = ws.store
     with flocked(store.commondir, "worktree"):
         snap = snapshot(store)
+        reverted = reverted_paths(store, snap.head, snap.dirty, snap.record)
         out = []
         for path in sorted(snap.dirty):
             have = snap.dirty[path]
+            base = _entry(store, snap.record, path)
             cur = _version(store, snap.tree, path)
-            old = store.blob_bytes(cur) if cur is not None else None
             if have is False:
-                state, new = "not-a-file", None
+                state = "not-a-file"
+            elif path in reverted:
+                state = "reverted"
             elif have is None:
-                state, new = "deleted", None
+                state = "deleted"
+            elif base is None:
+                state = "added"
+            elif have[0] == base.oid:
+                state = "mode-changed"
             else:
-                state = "added" if cur is None else "modified"
-                new = _read_disk(store, path)
-            out.append({"path": path, "state": state, "shared_version": hex_(cur),
-                        "disk_version": hex_(have) if isinstance(have, pygit2.Oid) else None,
-                        "binary": is_binary(old) or is_binary(new),
-                        "diff": unified(path, old, new) if have is not False else ""})
+                state = "modified"
+            item = {"path": path, "state": state, "shared_version": hex_(cur),
+                    "base_version": hex_(base.oid) if base else None,
+                    "behind": (base.oid if base else None) != cur,
+                    "disk_version": hex_(have[0]) if isinstance(have, tuple) else None}
+            show = diffs and have is not False and (state != "added" or untracked_content)
+            if show:
+                old = store.blob_bytes(base.oid) if base else None
+                new = _read_disk(store, path) if have is not None else None
+                item["binary"] = is_binary(old) or is_binary(new)
+                item["diff"] = unified(path, old, new)
+            out.append(item)
     return out
 
 
 # -- adopt ---------------------------------------------------------------------------
+class RevertRefused(UsageError):
+    """Adopting content that is an older shared version would undo accepted work."""
+
+    kind = "reverted"
+
+
 def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent: str | None = None,
-          wait: bool = True, as_is: bool = False) -> WriteResult:
+          wait: bool = True, repo_relative: bool = False, allow_revert: bool = False) -> WriteResult:
     """Record the disk content of ``paths`` (edited outside storm) as ``agent``'s write.
 
-    Usual validation (the agent must have read what it changes, its read set must
-    be fresh). ``as_is`` validates the targets against the shared versions seen
-    now instead of the read set (the manager adopting everything at commit time).
+    Validated against the version each edit was made on (the disk record), plus
+    the agent's read set: an edit made on an older version than the shared head
+    is a direct conflict with the diff, never a silent revert of a newer write.
     """
     agent = validate_agent(agent)
     store = ws.store
-    prefix = "" if as_is else store.prefix  # as_is callers pass repository-relative paths
+    prefix = "" if repo_relative else store.prefix
     norm = list(dict.fromkeys(normalize(p, prefix) for p in paths))
     if not norm:
         raise UsageError("no path given", hint="name the files to adopt (git storm status lists them)")
-    changes: dict[str, bytes | None] = {}
+    changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
-    tree = store.commit(ws.head()).tree
-    for p in norm:
-        full = os.path.join(store.main_workdir, p)
-        if os.path.lexists(full):
-            check_on_disk(p, store.main_workdir, for_write=True)
-        have = disk_oid(full)
-        cur = _version(store, tree, p)
-        if have is False:
-            raise BadPath(f"{p} is not a regular file on disk", hint="storm adopts regular files")
-        if have == cur:
-            raise UsageError(f"{p} is not modified: the disk matches the shared workspace",
-                             hint="nothing to adopt; git storm status lists unmediated edits")
-        content = _read_disk(store, p) if have is not None else None
-        if content is not None:
-            ws._check_size(p, content)
-        changes[p] = content
-        expected[p] = hex_(cur)
+    with flocked(store.commondir, "worktree"):
+        disk.sync_locked(store, norm)  # a path that was only behind is brought forward, not adopted
+        rtree, _ = disk.record_tree(store)
+        head = store.ref_target(WORKSPACE_REF)
+        states = {}
+        for p in norm:
+            if os.path.lexists(os.path.join(store.main_workdir, p)):
+                check_on_disk(p, store.main_workdir, for_write=False)  # a directory, a link out
+            have = disk_state(store.main_workdir, p)
+            base = _entry(store, rtree, p)
+            if have is False:
+                raise BadPath(f"{p} is not a regular file on disk (or lies beyond a symbolic link)",
+                              hint="storm adopts regular files and symbolic links inside the repository")
+            if same(have, base):
+                cur = _entry(store, store.commit(head).tree, p)
+                raise UsageError(f"{p} is not modified: the disk holds what storm put there"
+                                 + ("" if same(have, cur) else " (it could not be brought up to date)"),
+                                 hint="nothing to adopt; git storm status lists unmediated edits")
+            check_recordable(store, p, have, ws)
+            states[p] = have
+        reverted = reverted_paths(store, head, states, rtree)
+        if reverted and not allow_revert:
+            names = ", ".join(sorted(reverted)[:5])
+            raise RevertRefused(f"{names}: the disk holds an older shared version (a git stash or reset?); "
+                                "adopting it would undo accepted writes",
+                                hint="git storm checkout PATH restores the shared version; "
+                                     "pass --allow-revert if the revert is intended")
+        for p, have in states.items():
+            content = _read_disk(store, p) if have is not None else None
+            if content is not None:
+                ws._check_size(p, content)
+            changes[p] = _with_mode(content, have)
+            expected[p] = hex_(_version(store, rtree, p))
     return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
-                    deps=None, wait=wait, op="adopt", expected=expected if as_is else None)
+                    deps=None, wait=wait, op="adopt", expected=expected)
 
 
 # -- exec ------------------------------------------------------------------------------
@@ -390,25 +499,40 @@ def _resolve(argv0: str, cwd: str) -> str:
 
 
 def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
-    """Run with inherited stdio; (returncode, timed_out). The command gets its own
-    process group so a timeout or a signal to storm ends all of it."""
+    """Run with inherited stdio; (returncode, timed_out).
+
+    On a terminal the command stays in storm's (foreground) process group, so it
+    can read the terminal and Ctrl-C reaches it directly; storm ignores SIGINT
+    and SIGQUIT meanwhile and records nothing if the command dies of a signal.
+    Otherwise the command gets its own process group, so a timeout or a signal to
+    storm ends all of it."""
+    foreground = _on_terminal()
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, process_group=0)
+        proc = subprocess.Popen(argv, cwd=cwd, process_group=None if foreground else 0)
     except PermissionError:
         raise CommandNotExecutable(f"{argv[0]} is not executable") from None
     except FileNotFoundError:
         raise CommandNotFound(f"command not found: {argv[0]}") from None
 
-    def forward(signum: int, _frame: Any) -> None:
+    def kill(sig: int) -> None:
         try:
-            os.killpg(proc.pid, signum)
+            if foreground:
+                proc.send_signal(sig)
+            else:
+                os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
 
+    def forward(signum: int, _frame: Any) -> None:
+        kill(signum)
+
     old = {}
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    handlers = ({signal.SIGINT: signal.SIG_IGN, signal.SIGQUIT: signal.SIG_IGN, signal.SIGTERM: forward,
+                 signal.SIGHUP: forward} if foreground else
+                {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGHUP: forward})
+    for s, h in handlers.items():
         try:
-            old[s] = signal.signal(s, forward)
+            old[s] = signal.signal(s, h)
         except ValueError:  # not the main thread
             break
     try:
@@ -416,10 +540,7 @@ def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
             for sig, grace in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
+                kill(sig)
                 try:
                     proc.wait(timeout=grace)
                     break
@@ -432,28 +553,40 @@ def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
             signal.signal(s, h)
 
 
-def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str, bytes | None], dict[str, str | None]]:
-    """The command's changes {path: content or None} and the versions they are
-    validated against (the shared versions when the command started)."""
-    changes: dict[str, bytes | None] = {}
+def _on_terminal() -> bool:
+    """stdin is a terminal and storm is in its foreground process group."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """Without a clock: the command's changes are the paths that differ from the
+    disk record after it and whose state is not what it was before it."""
+    changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
-    for path in sorted(before.dirty.keys() | after.dirty.keys()):
-        h0 = _version(store, before.tree, path)
-        h1 = _version(store, after.tree, path)
-        b = before.dirty[path] if path in before.dirty else h0
-        a = after.dirty[path] if path in after.dirty else h1
+    for path in sorted(after.dirty):
+        a = after.dirty[path]
+        b = before.dirty[path] if path in before.dirty else _state_of(_entry(store, before.record, path))
         if a == b:
             continue  # untouched by the command (maybe an unmediated edit from before)
-        if a is False:
-            a = None  # a file became a directory: the file is gone
-        if a == h1:
-            continue  # what the shared head holds: another agent's write reached the disk
-        full = os.path.join(store.main_workdir, path)
-        if os.path.islink(full):
-            continue  # storm writes regular files only; the link stays unmediated
-        changes[path] = _read_disk(store, path) if a is not None else None
-        expected[path] = hex_(h0)
+        _add_change(store, before.record, path, a, changes, expected)
     return changes, expected
+
+
+def _state_of(e: Entry | None) -> Any:
+    return None if e is None else (e.oid, e.mode)
+
+
+def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: dict, expected: dict) -> None:
+    """Record the command's change of ``path``, validated against what was on disk
+    when the command started (``start``, the disk record then): a path another
+    agent wrote while the command ran is a direct conflict, never overwritten."""
+    if a is False:
+        a = None  # a file became a directory: the file is gone
+    changes[path] = _with_mode(_read_disk(store, path), a) if a is not None else None
+    expected[path] = hex_(_version(store, start, path))
 
 
 def _deleted_after(top: str, path: str, mark: int) -> bool:
@@ -468,38 +601,35 @@ def _deleted_after(top: str, path: str, mark: int) -> bool:
             if not d:
                 return True
             d = os.path.dirname(d)
+        except NotADirectoryError:  # a directory replaced by a file: stamped by the command
+            d = os.path.dirname(d)
 
 
-def classify_since(store: Store, start_tree: pygit2.Tree, mark: int, missing_before: set[str] | None,
-                   after: Snapshot) -> tuple[dict[str, bytes | None], dict[str, str | None]]:
-    """One-scan classification: a path differing from the shared head after the
+def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: set[str] | None,
+                   after: Snapshot) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """One-scan classification: a path differing from the disk record after the
     command is the command's change iff the file was stamped after ``mark`` (for a
     deletion: it was not already missing at the last snapshot and its directory
     was stamped after ``mark``). Edits from before the command keep their older
     stamps and stay unmediated."""
-    changes: dict[str, bytes | None] = {}
+    changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
     top = store.main_workdir
     for path in sorted(after.dirty):
         a = after.dirty[path]
-        full = os.path.join(top, path)
         if a is None or a is False:  # the file is gone (maybe a directory is there now)
             if missing_before is not None and path in missing_before:
                 continue  # already missing at the last snapshot
             if not _deleted_after(top, path + "/x" if a is False else path, mark):
                 continue
-            a = None
         else:
             try:
-                st = os.lstat(full)
-            except FileNotFoundError:
+                st = os.lstat(os.path.join(top, path))
+            except OSError:
                 continue
             if st.st_ctime_ns <= mark:
                 continue  # changed before the command: an unmediated edit
-            if os.path.islink(full):
-                continue  # storm writes regular files only; the link stays unmediated
-        changes[path] = _read_disk(store, path) if a is not None else None
-        expected[path] = hex_(_version(store, start_tree, path))
+        _add_change(store, start, path, a, changes, expected)
     return changes, expected
 
 
@@ -519,7 +649,9 @@ def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: 
     _resolve(argv[0], cwd)
     dev = os.stat(store.main_workdir).st_dev
     with flocked(store.commondir, "worktree"):
-        start = store.commit(ws.head())
+        ws.head()  # not initialised: refuse before running anything
+        disk.sync_locked(store, full=True)  # behind paths forward: they are not the command's
+        start, _ = disk.record_tree(store)
         use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
         mark = clock_mark(store, dev) if use_clock else None
         # Without a usable file-system clock: a full snapshot before the command too.
@@ -529,17 +661,20 @@ def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: 
     with flocked(store.commondir, "worktree"):
         after = snapshot(store)
         if before is None:
-            changes, expected = classify_since(store, start.tree, mark, missing_before, after)
+            changes, expected = classify_since(store, start, mark, missing_before, after)
         else:
             changes, expected = classify(store, before, after)
-    paths = list(changes)
-    if timed_out or rc < 0:
-        # Killed: its changes may be half done. Record nothing; they stay on disk
-        # and show as unmediated edits.
-        return ExecResult(argv, rc, timed_out, paths, None)
+        paths = list(changes)
+        if timed_out or rc < 0:
+            # Killed: its changes may be half done. Record nothing; they stay on disk
+            # and show as unmediated edits.
+            return ExecResult(argv, rc, timed_out, paths, None)
+        for p in paths:
+            check_recordable(store, p, after.dirty.get(p), ws)
     if not changes:
         return ExecResult(argv, rc, False, [], None)
-    for p, content in changes.items():
+    for p, change in changes.items():
+        content = change[0] if isinstance(change, tuple) else None
         if content is not None and len(content) > ws.max_file_bytes:
             raise TooLarge(f"the command left {p} with {len(content)} bytes, over storm.maxFileBytes "
                            f"({ws.max_file_bytes}); nothing was recorded",

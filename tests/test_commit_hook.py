@@ -66,15 +66,24 @@ def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
     assert code == 0 and res["commit"] is None and rev(repo, "HEAD") == rev(repo, "HEAD")
 
 
-def test_commit_refuses_unmediated_edits_unless_adopting(repo):
+def test_commit_warns_about_unmediated_edits_refuses_with_strict_and_adopts(repo):
     _write(repo, "e1", "src/api.py", "x = 1\n")
     (repo / "src/util.py").write_text("edited outside storm\n")
+    (repo / ".env").write_text("SECRET=1\n")  # untracked: never committed, never printed
     base = rev(repo, "HEAD")
-    r = storm(repo, "commit", "-m", "Integrate")
+    r = storm(repo, "commit", "-m", "Integrate", "--strict")
     assert r.returncode == 3 and "unmediated" in r.stderr and "src/util.py" in r.stderr
     assert rev(repo, "HEAD") == base
+    # without --strict: the shared tree is committed; the edits stay on disk, named in a warning
+    r = storm(repo, "commit", "-m", "Integrate")
+    assert r.returncode == 0, r.stderr
+    assert "src/util.py (modified)" in r.stderr and ".env (added)" in r.stderr and "SECRET" not in r.stderr
+    assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1\n"
+    assert git(repo, "show", "HEAD:src/util.py").stdout != b"edited outside storm\n"
+    assert (repo / "src/util.py").read_text() == "edited outside storm\n"
+    (repo / ".env").unlink()
     code, res = storm_json(repo, "commit", "-m", "Integrate", "--adopt")
-    assert code == 0 and res["agents"] == ["e1", "manager"]
+    assert code == 0 and res["agents"] == ["manager"] and res["adopted"] == ["src/util.py"]
     assert git(repo, "show", "HEAD:src/util.py").stdout == b"edited outside storm\n"
     assert git(repo, "status", "--porcelain").stdout == b""
 

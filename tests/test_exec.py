@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -219,19 +220,32 @@ def test_exec_on_a_fresh_clone_sized_tree(tmp_path):
 
 def test_unmediated_deletion_seen_by_status_is_not_the_commands(repo):
     os.unlink(repo / "README.md")  # deleted outside storm
-    assert "README.md (deleted)" in storm(repo, "status").stdout
+    assert re.search(r"deleted: +README.md", storm(repo, "status").stdout)
     r = storm(repo, "exec", "--json", "--", "sh", "-c", "echo new > top-level.txt", agent="e1")
     assert r.returncode == 0, r.stderr
     assert _last_json(r.stdout)["paths"] == ["top-level.txt"]
     assert show(repo, "refs/storm/workspace", "README.md") == b"# service\n"
 
 
-def test_exec_replacing_a_file_by_a_directory_is_refused_clearly(repo):
-    # one write cannot turn a file into a directory (the core validates each path
-    # against the current tree): a clear refusal, nothing recorded, disk kept
-    before = snapshot_refs(repo)
+def test_exec_replacing_a_file_by_a_directory_is_recorded_as_one_write(repo):
+    # the file's deletion and the new directory's files are one write
     r = storm(repo, "exec", "--", "sh", "-c", "rm README.md; mkdir README.md; echo x > README.md/inner",
               agent="e1")
-    assert r.returncode == 2 and "'README.md' is a file in the shared workspace" in r.stderr
-    assert snapshot_refs(repo) == before
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "README.md/inner") == b"x\n"
     assert (repo / "README.md/inner").read_text() == "x\n"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+
+
+def test_exec_replacing_a_directory_by_a_file_keeps_storm_working(repo):
+    # issue 8 item 4: this used to make every later exec exit 3 (NotADirectoryError)
+    r = storm(repo, "exec", "--", "sh", "-c", "rm -rf src; echo f > src", agent="e1")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "src") == b"f\n"
+    assert git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout.split() == [b"README.md", b"src"]
+    r = storm(repo, "exec", "--", "sh", "-c", "echo more >> README.md", agent="e2")
+    assert r.returncode == 0, r.stderr
+    assert storm(repo, "status").returncode == 0
+    r = storm(repo, "commit", "-m", "integrate", agent="manager")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "HEAD", "src") == b"f\n"
