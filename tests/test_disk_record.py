@@ -1,0 +1,358 @@
+"""The working tree as a recorded state (issue 8): every numbered case that lost
+accepted work or escaped the repository, through the real CLI with real
+processes. Windows are held open with ``flock`` on storm's own lock files."""
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from helpers import git, rev, show, snapshot_refs, storm, storm_json
+
+LOCKS = Path(".git/storm/locks")
+
+
+def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
+    """Hold storm's flock ``name`` from another process; returns once it is held."""
+    path = repo / LOCKS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["flock", str(path), "sleep", str(seconds)])
+    deadline = time.monotonic() + 10
+    while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
+        assert time.monotonic() < deadline, "could not take the lock"
+        time.sleep(0.01)
+    return proc
+
+
+def spawn(repo: Path, *args: str, agent: str | None = None, input: bytes | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("STORM_AGENT", None)
+    if agent:
+        env["STORM_AGENT"] = agent
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", *args], cwd=repo, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        p.stdin.write(input)
+    p.stdin.close()
+    p.stdin = None  # communicate() must not flush it again
+    return p
+
+
+def wait_ref_moves(repo: Path, old: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while rev(repo, "refs/storm/workspace") == old:
+        assert time.monotonic() < deadline, "the write never reached the shared ref"
+        time.sleep(0.01)
+
+
+def write(repo: Path, agent: str, path: str, text: str) -> None:
+    storm(repo, "read", path, agent=agent)
+    r = storm(repo, "write", path, input=text, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
+    """A writer SIGKILLed between its CAS and its disk write (the worktree lock is held
+    so it cannot get further); returns the shared head it made."""
+    storm(repo, "read", path, agent=agent)
+    before = rev(repo, "refs/storm/workspace")
+    holder = hold(repo, "worktree", 30)
+    try:
+        w = spawn(repo, "write", path, agent=agent, input=text.encode())
+        wait_ref_moves(repo, before)
+        w.kill()
+        w.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    return rev(repo, "refs/storm/workspace")
+
+
+# -- 1. accepted writes are never reverted ------------------------------------------------
+def test_commit_adopt_racing_a_writers_disk_write_keeps_the_write(repo):
+    holder = hold(repo, "worktree", 2.5)
+    manager = spawn(repo, "commit", "--adopt", "-m", "integrate", agent="manager")
+    time.sleep(0.3)
+    storm(repo, "read", "src/api.py", agent="e1")
+    r = storm(repo, "write", "src/api.py", input="new api\n", agent="e1")
+    assert r.returncode == 0, r.stderr
+    out, err = manager.communicate(timeout=60)
+    holder.wait()
+    assert manager.returncode == 0, err
+    assert show(repo, "refs/storm/workspace", "src/api.py") == b"new api\n"
+    assert (repo / "src/api.py").read_text() == "new api\n"
+    # whichever ran first, the branch never holds the old content with e1's credit
+    r = storm(repo, "commit", "-m", "again", agent="manager")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "HEAD", "src/api.py") == b"new api\n"
+
+
+def test_writer_killed_between_cas_and_disk_write_is_repaired_by_the_next_command(repo):
+    head = kill_after_cas(repo, "e1", "src/api.py", "accepted\n")
+    assert show(repo, head, "src/api.py") == b"accepted\n"
+    assert (repo / "src/api.py").read_text() != "accepted\n"  # the disk was left behind
+    write(repo, "e2", "README.md", "# other\n")  # any later write brings it forward
+    assert (repo / "src/api.py").read_text() == "accepted\n"
+    _, st = storm_json(repo, "status")
+    assert st["unmediated"] == []
+
+
+def test_more_than_64_writes_after_a_lost_disk_write_do_not_make_it_an_edit(repo):
+    head = kill_after_cas(repo, "e1", "src/api.py", "accepted\n")
+    # 70 further commits on the shared ref whose disk writes never happen (writers
+    # outside storm's lock): no look-back limit can matter any more
+    r = pygit2.Repository(str(repo))
+    ref = r.lookup_reference("refs/storm/workspace")
+    for i in range(70):
+        c = r[ref.target]
+        tb = r.TreeBuilder(c.tree)
+        tb.insert("counter.txt", r.create_blob(f"{i}\n".encode()), pygit2.GIT_FILEMODE_BLOB)
+        sig = pygit2.Signature("e9", "e9@storm.invalid")
+        new = r.create_commit(None, sig, sig, f"w{i}\n\nStorm-Agent: e9\nStorm-Op: write\nStorm-Path: counter.txt\n",
+                              tb.write(), [c.id])
+        ref.set_target(new)
+    assert rev(repo, "refs/storm/workspace") != head
+    code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
+    assert code == 0, res
+    assert res["adopted"] == [] and res["unmediated"] == []
+    assert show(repo, "HEAD", "src/api.py") == b"accepted\n"
+    assert (repo / "src/api.py").read_text() == "accepted\n"
+    assert (repo / "counter.txt").read_text() == "69\n"
+
+
+@pytest.mark.parametrize("how", ["stash", "reset"])
+def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
+    write(repo, "e1", "src/api.py", "accepted\n")
+    shared = rev(repo, "refs/storm/workspace")
+    if how == "stash":
+        git(repo, "stash")
+    else:
+        git(repo, "reset", "--hard")
+    assert (repo / "src/api.py").read_text() != "accepted\n"
+    _, st = storm_json(repo, "status")
+    assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("src/api.py", "reverted")]
+    r = storm(repo, "adopt", "src/api.py", agent="e1")
+    assert r.returncode == 2 and "older shared version" in r.stderr and "checkout" in r.stderr
+    code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
+    assert code == 0, res
+    assert res["adopted"] == [] and res["unmediated"] == [{"path": "src/api.py", "state": "reverted"}]
+    assert rev(repo, "refs/storm/workspace") == shared
+    assert show(repo, "HEAD", "src/api.py") == b"accepted\n"
+    r = storm(repo, "checkout", "src/api.py")
+    assert r.returncode == 0 and "restored" in r.stdout
+    assert (repo / "src/api.py").read_text() == "accepted\n"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+
+
+def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
+    (repo / "src/util.py").write_text("edited in an editor\n")  # made on the initial version
+    write(repo, "e2", "src/util.py", "e2's accepted version\n")  # disk kept (unmediated)
+    assert (repo / "src/util.py").read_text() == "edited in an editor\n"
+    for _ in range(2):  # a blind retry does not overwrite either
+        code, res = storm_json(repo, "adopt", "src/util.py", agent="e1")
+        assert code == 1 and res["rejection"]["reason"] == "direct_conflict"
+        assert "-edited in an editor" not in res["rejection"]["diff"]  # diffed from the edit's base
+        assert "+e2's accepted version" in res["rejection"]["diff"]
+    assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
+    code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")
+    assert code == 1
+    assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
+
+
+# -- 2. no write outside the repository by a race --------------------------------------------
+def _swap_for_link(repo: Path, d: str, outside: Path) -> None:
+    os.rename(repo / d, repo / (d + ".moved"))
+    os.symlink(outside, repo / d)
+
+
+def test_directory_swapped_for_a_symlink_while_waiting_for_the_lock(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    storm(repo, "read", "src/new.py", agent="e1")
+    holder = hold(repo, "workspace", 1.5)
+    w = spawn(repo, "write", "src/new.py", agent="e1", input=b"escaped?\n")
+    time.sleep(0.4)
+    _swap_for_link(repo, "src", outside)
+    out, err = w.communicate(timeout=60)
+    holder.wait()
+    assert w.returncode == 2 and b"symbolic link" in err, err
+    assert list(outside.iterdir()) == []
+    assert git(repo, "cat-file", "-e", "refs/storm/workspace:src/new.py", check=False).returncode != 0
+
+
+def test_directory_swapped_after_the_cas_is_never_written_through(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "api.py").write_text("outside file\n")
+    storm(repo, "read", "src/api.py", agent="e1")
+    holder = hold(repo, "worktree", 30)
+    before = rev(repo, "refs/storm/workspace")
+    w = spawn(repo, "write", "src/api.py", agent="e1", input=b"accepted\n")
+    wait_ref_moves(repo, before)
+    _swap_for_link(repo, "src", outside)
+    holder.kill()
+    holder.wait()
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == 0, err
+    assert b"[disk: " in out  # accepted in the shared ref; the disk write did not happen
+    assert (outside / "api.py").read_text() == "outside file\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["api.py"]
+
+
+def test_directory_swapped_while_waiting_for_a_reservation(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "util.py").write_text("outside file\n")
+    git(repo, "config", "storm.reservationSeconds", "3")
+    storm(repo, "read", "src/util.py", agent="e1")
+    storm(repo, "read", "src/util.py", agent="e2")
+    write(repo, "e3", "src/util.py", "e3\n")
+    assert storm(repo, "write", "src/util.py", input="e2\n", agent="e2").returncode == 1  # e2 reserves it
+    storm(repo, "read", "src/util.py", agent="e1")
+    w = spawn(repo, "write", "src/util.py", agent="e1", input=b"escaped?\n")
+    time.sleep(0.5)
+    _swap_for_link(repo, "src", outside)
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == 2 and b"symbolic link" in err, err
+    assert (outside / "util.py").read_text() == "outside file\n"
+
+
+# -- 3. exec records only paths that write would accept ------------------------------------------
+@pytest.mark.parametrize("name", ["a\nStorm-Agent: spoof", ".GIT/config", "git~1/x"])
+def test_exec_creating_a_refused_name_records_nothing_and_bricks_nothing(repo, name):
+    before = snapshot_refs(repo)
+    script = f"mkdir -p \"$(dirname \"$1\")\"; echo x > \"$1\"; echo y >> README.md"
+    r = storm(repo, "exec", "--", "sh", "-c", script, "sh", name, agent="e1")
+    assert r.returncode == 2, r.stderr
+    assert "cannot record" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert snapshot_refs(repo) == before
+    assert storm(repo, "forget", agent="e1").returncode == 0
+    assert storm(repo, "status").returncode == 0
+    os.unlink(repo / name)
+    r = storm(repo, "exec", "--", "sh", "-c", "echo z >> src/util.py", agent="e1")
+    assert r.returncode == 0, r.stderr
+    log = storm_json(repo, "log")[1]
+    assert all(e.get("agent") != "spoof" for e in log)
+    assert storm(repo, "commit", "-m", "i", agent="manager").returncode == 0
+
+
+def test_exec_creating_a_non_utf8_name_is_refused(repo):
+    before = snapshot_refs(repo)
+    r = subprocess.run([sys.executable, "-m", "storm_git", "exec", "--", "sh", "-c", b"echo x > '\xff\xfe'"],
+                       cwd=repo, capture_output=True, env=dict(os.environ, STORM_AGENT="e1"))
+    assert r.returncode == 2 and b"UTF-8" in r.stderr, r.stderr
+    assert snapshot_refs(repo) == before
+
+
+def test_exec_records_the_exec_bit_and_links_inside_and_refuses_links_out(repo, tmp_path):
+    r = storm(repo, "exec", "--", "sh", "-c", "chmod +x src/util.py; ln -s api.py src/alias.py", agent="e1")
+    assert r.returncode == 0, r.stderr
+    tree = git(repo, "ls-tree", "-r", "refs/storm/workspace").stdout.decode()
+    assert "100755 blob" in next(ln for ln in tree.splitlines() if ln.endswith("src/util.py"))
+    assert "120000 blob" in next(ln for ln in tree.splitlines() if ln.endswith("src/alias.py"))
+    assert show(repo, "refs/storm/workspace", "src/alias.py") == b"api.py"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    before = snapshot_refs(repo)
+    r = storm(repo, "exec", "--", "ln", "-s", str(tmp_path), "out", agent="e1")
+    assert r.returncode == 2 and "leading out" in r.stderr
+    assert snapshot_refs(repo) == before
+    # the manager's commit leaves git status clean (the exec bit included)
+    os.unlink(repo / "out")
+    assert storm(repo, "commit", "-m", "i", agent="manager").returncode == 0
+    assert git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_adopt_records_chmod(repo):
+    os.chmod(repo / "src/api.py", 0o755)
+    code, res = storm_json(repo, "adopt", "src/api.py", agent="e1")
+    assert code == 0, res
+    assert git(repo, "ls-tree", "refs/storm/workspace", "src/api.py").stdout.startswith(b"100755")
+
+
+# -- 5. a stale private-index lock ----------------------------------------------------------
+def test_stale_private_index_lock_is_cleared(repo):
+    storm(repo, "status")
+    lock = repo / ".git/storm/exec-index.lock"
+    lock.write_text("")
+    assert storm(repo, "status").returncode == 0
+    assert not lock.exists()
+    lock.write_text("")
+    r = storm(repo, "exec", "--", "sh", "-c", "echo x >> README.md", agent="e1")
+    assert r.returncode == 0, r.stderr
+    lock.write_text("")
+    assert storm(repo, "commit", "-m", "i", agent="manager").returncode == 0
+
+
+# -- 6. exec on a terminal ----------------------------------------------------------------
+def _on_pty(repo: Path, argv: list[str]) -> tuple[int, int]:
+    """Run ``git storm`` as the session leader of a new pseudo-terminal."""
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the pty is its controlling terminal, it is in the foreground
+        os.chdir(repo)
+        os.environ["STORM_AGENT"] = "e1"
+        os.execv(sys.executable, [sys.executable, "-m", "storm_git", *argv])
+    return pid, fd
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 30) -> bytes:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while needle not in buf:
+        assert time.monotonic() < deadline, buf
+        try:
+            buf += os.read(fd, 1024)
+        except OSError:
+            break
+    return buf
+
+
+def test_exec_command_reads_the_terminal(repo):
+    pid, fd = _on_pty(repo, ["exec", "--", "sh", "-c", "echo ready; read line; echo \"$line\" > typed.txt"])
+    _read_until(fd, b"ready")
+    os.write(fd, b"hello\n")
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert show(repo, "refs/storm/workspace", "typed.txt") == b"hello\n"
+
+
+def test_ctrl_c_reaches_the_command_and_nothing_is_recorded(repo):
+    before = snapshot_refs(repo)
+    pid, fd = _on_pty(repo, ["exec", "--", "sh", "-c", "echo x > half.txt; echo ready; sleep 30"])
+    _read_until(fd, b"ready")
+    os.write(fd, b"\x03")  # Ctrl-C on the terminal
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT
+    assert snapshot_refs(repo) == before
+    assert (repo / "half.txt").exists()  # left on disk, shown as unmediated
+
+
+# -- 10. storm's own temporary files ------------------------------------------------------------
+def test_a_killed_writers_temp_file_is_never_committed(repo):
+    (repo / "src/.storm-tmp-999999").write_text("half a file")
+    code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")
+    assert code == 0, res
+    assert git(repo, "cat-file", "-e", "refs/storm/workspace:src/.storm-tmp-999999", check=False).returncode != 0
+    assert all(".storm-tmp" not in u["path"] for u in storm_json(repo, "status")[1]["unmediated"])
+
+
+def test_init_records_the_checkout_and_a_base_elsewhere_brings_clean_files_forward(tmp_path):
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "r", {"a.txt": "one\n", "b.txt": "b\n"}, init_storm=False)
+    git(repo, "tag", "v1")
+    (repo / "a.txt").write_text("two\n")
+    git(repo, "commit", "-qam", "two")
+    (repo / "b.txt").write_text("my own edit\n")
+    assert storm(repo, "init", "--base", "v1").returncode == 0
+    _, st = storm_json(repo, "status")
+    assert (repo / "a.txt").read_text() == "one\n"  # clean: brought to the shared head
+    assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("b.txt", "modified")]
