@@ -288,20 +288,23 @@ def _print_demo(report) -> None:
     from .worktree_cmds import render_merge
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
+    wrap = {"width": width, "break_long_words": False, "break_on_hyphens": False}
 
     def quoted(text: str) -> None:
         for line in text.split("\n"):
             click.echo(("    " + line).rstrip())
 
     for step in report.steps:
-        if step.kind == "title":
-            click.echo(f"\n{step.text}\n{'-' * len(step.text)}")
+        if step.kind in ("part", "title"):
+            click.echo(f"\n{step.text}\n{('=' if step.kind == 'part' else '-') * len(step.text)}")
         elif step.kind == "say":
-            click.echo(textwrap.fill(step.text, width))
+            click.echo(textwrap.fill(step.text, **wrap))
+        elif step.kind == "item":
+            click.echo(textwrap.fill(step.text, initial_indent="  - ", subsequent_indent="    ", **wrap))
         elif step.kind == "accepted":
-            click.echo(textwrap.fill(step.text, width, initial_indent="  + ", subsequent_indent="    "))
+            click.echo(textwrap.fill(step.text, initial_indent="  + ", subsequent_indent="    ", **wrap))
         elif step.kind == "rejected":
-            click.echo(textwrap.fill(step.text, width, initial_indent="  x ", subsequent_indent="    "))
+            click.echo(textwrap.fill(step.text, initial_indent="  x ", subsequent_indent="    ", **wrap))
             quoted(render.rejection(step.rejection))
         elif step.kind == "merge":
             quoted(render_merge(step.merge))

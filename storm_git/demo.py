@@ -51,13 +51,13 @@ STORM, WORKTREE = "storm", "worktree"
 class Step:
     """One thing the demo tells: ``kind`` says how to show it.
 
-    title / say: narration; accepted: a write that landed; rejected: the
+    part / title / say / item: narration (a part holds titled sections; an item is a list entry); accepted: a write that landed; rejected: the
     ``rejection`` exactly as the writing agent received it; merge: the manager's
     ``merge`` report; table: ``rows`` (first row is the header); command: a
     command line to try, ``text`` being what it shows.
     """
 
-    kind: str
+    kind: str  # part | title | say | item | accepted | rejected | merge | table | command
     text: str = ""
     mode: str = ""
     agent: str | None = None
@@ -242,12 +242,13 @@ def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
     def say(text: str) -> None:
         steps.append(Step("say", text, STORM))
 
-    steps.append(Step("title", "Part 1: storm mode, one shared workspace", STORM))
+    steps.append(Step("part", "Part 1: storm mode, one shared workspace", STORM))
     say("All three engineers read and write the same files. Every read returns the file together with its "
         "version. A write is accepted only if the file, and every other file the engineer read, is still the "
         "version the engineer saw; otherwise the write is refused, nothing is changed, and the engineer is "
-        "told what changed. The engineers are three separate processes calling git storm's library, as "
-        "`git storm read` and `git storm write` would.")
+        "told what changed. Each accepted write is a git commit on the shared branch refs/storm/workspace, "
+        "and the file is updated on disk. The engineers are three separate processes calling git storm's "
+        "library, as `git storm read` and `git storm write` would.")
     steps.append(Step("title", "1. Three engineers edit three different files at the same moment", STORM))
     steps.extend(by_phase[1])
     say("Nothing overlapped, so all three writes landed.")
@@ -264,7 +265,8 @@ def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
         steps.append(rest[1])
         say("What engineer_2 does next: it does not overwrite engineer_1's change. The rejection carries the "
             "current content, so engineer_2 applies its own change to that version (retries next to "
-            "timeout) and writes again:")
+            "timeout) and writes again. Meanwhile it holds the file for a short while, so that nobody "
+            "overtakes its retry:")
     steps.extend(rest[2])
 
     steps.append(Step("title", "3. A function is renamed while another engineer starts calling it", STORM))
@@ -329,13 +331,13 @@ def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
     def say(text: str) -> None:
         steps.append(Step("say", text, WORKTREE))
 
-    steps.append(Step("title", "Part 2: the same work in worktree mode, one branch per engineer", WORKTREE))
+    steps.append(Step("part", "Part 2: the same work in worktree mode, one branch per engineer", WORKTREE))
     say("Same starting files, same three engineers, same changes. This time each engineer gets its own git "
         "worktree and branch, and a manager merges the branches at the end "
         "(`git storm mode worktree`, then `git storm spawn engineer_1`, and so on):")
     for name in AGENTS:
         res = spawn(store, name, by="manager")
-        steps.append(Step("say", f"{name}: branch {res.branch}, worktree {os.path.relpath(res.path, repo)}",
+        steps.append(Step("item", f"{name}: branch {res.branch}, worktree {os.path.relpath(res.path, repo)}",
                           WORKTREE, name))
 
     def write(name: str, path: str, content: str, intent: str) -> None:
@@ -411,8 +413,8 @@ def _closing(repos: dict[str, str], kept: bool) -> list[Step]:
              command=f"git -C {keep}/worktree-mode branch -v"),
         Step("command", "every command; each has its own -h with an example", command="git storm -h"),
     ]
-    return [Step("title", "When was each conflict caught?"), Step("table", rows=rows),
-            Step("title", "Try next")] + cmds
+    return [Step("part", "When was each conflict caught?"), Step("table", rows=rows),
+            Step("part", "Try next")] + cmds
 
 
 def run_demo(keep: str | None = None) -> DemoReport:

@@ -64,7 +64,7 @@ def test_demo_keep_json_leaves_both_repositories(tmp_path):
     out = json.loads(r.stdout)
     assert out["ok"] and out["problems"] == [] and out["kept"]
     kinds = [e["kind"] for e in out["events"]]
-    assert {"title", "say", "accepted", "rejected", "merge", "table", "command"} <= set(kinds)
+    assert {"part", "title", "say", "accepted", "rejected", "merge", "table", "command"} <= set(kinds)
     rejected = [e for e in out["events"] if e["kind"] == "rejected"]
     assert [(e["agent"], e["rejection"]["reason"]) for e in rejected] == [
         ("engineer_2", "direct_conflict"), ("engineer_3", "stale_dependency")]
