@@ -121,8 +121,10 @@ def batch_file(name: str) -> str:
 
 
 def _git(repo: str, *args: str) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="storm demo", GIT_AUTHOR_EMAIL="demo@storm.invalid",
-               GIT_COMMITTER_NAME="storm demo", GIT_COMMITTER_EMAIL="demo@storm.invalid")
+    from .store import git_env  # without the caller's GIT_DIR & co: the demo makes its own repositories
+
+    env = git_env(GIT_AUTHOR_NAME="storm demo", GIT_AUTHOR_EMAIL="demo@storm.invalid",
+                  GIT_COMMITTER_NAME="storm demo", GIT_COMMITTER_EMAIL="demo@storm.invalid")
     subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
 
 
