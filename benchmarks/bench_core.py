@@ -66,7 +66,7 @@ def fmt(st: dict[str, Any]) -> str:
     return f"median {st['median_ms']:8.2f} ms   p90 {st['p90_ms']:8.2f} ms   (n={st['n']})"
 
 
-def fmt_cli(st: dict[str, Any], base: dict[str, Any] | None = None, what: str = "git") -> str:
+def fmt_cli(st: dict[str, Any], bases: list[tuple[dict[str, Any], str]] | None = None) -> str:
     """A command-line row: the median with its spread over the runs, and the ratio to git in the same run.
 
     Process start-up dominates these and swings with machine load (the same
@@ -77,8 +77,9 @@ def fmt_cli(st: dict[str, Any], base: dict[str, Any] | None = None, what: str = 
         return f"FAILED: {st['error']}"
     out = (f"median {st['median_ms']:6.0f} ms  p10-p90 {st['p10_ms']:4.0f}-{st['p90_ms']:<4.0f} ms  "
            f"min-max {st['min_ms']:4.0f}-{st['max_ms']:<4.0f} ms  (n={st['n']})")
-    if base is not None and "error" not in base:
-        out += f"  = {ratio(st['median_ms'], base['median_ms']):5.1f}x {what}"
+    for base, what in bases or []:
+        if "error" not in base:
+            out += f"  = {ratio(st['median_ms'], base['median_ms']):5.1f}x {what}"
     return out
 
 
@@ -527,7 +528,9 @@ def bench_cli(repo: str, paths: list[str], it: dict[str, int]) -> dict[str, Any]
     cmds = {"storm_status": ["git", "storm", "status"],
             "git_status": ["git", "status", "--porcelain"],  # the same kind of scan, by git
             "storm_read": ["git", "storm", "read", rpath, "--agent", "bench-cli-reader"],
-            "git_show": ["git", "show", f"HEAD:{rpath}"]}  # git's own read of a committed file
+            "git_show": ["git", "show", f"HEAD:{rpath}"],  # git's own read of a committed file
+            # the floor of any Python command that uses pygit2, under the same load
+            "python_pygit2": [sys.executable, "-c", "import pygit2"]}
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     failed: dict[str, str] = {}
     for _ in range(it["startup"]):
@@ -715,22 +718,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-CLI_ROWS = [  # (key, label, baseline key, baseline label)
-    ("storm_write", "git storm write", "git_add_commit", "git add+commit"),
-    ("storm_write_direct", "git-storm write (entry script)", "git_add_commit", "git add+commit"),
-    ("git_add_commit", "baseline: git add F && git commit", None, ""),
-    ("storm_read", "git storm read", "git_show", "git show"),
-    ("git_show", "baseline: git show HEAD:F", None, ""),
-    ("storm_status", "git storm status", "git_status", "git status"),
-    ("git_status", "baseline: git status --porcelain", None, ""),
+PY_FLOOR = ("python_pygit2", "python+pygit2")
+CLI_ROWS = [  # (key, label, [(baseline key, baseline label)...]); the first baseline is the table's
+    ("storm_write", "git storm write", [("git_add_commit", "git add+commit"), PY_FLOOR]),
+    ("storm_write_direct", "git-storm write (entry script)", [("git_add_commit", "git add+commit"), PY_FLOOR]),
+    ("git_add_commit", "baseline: git add F && git commit", []),
+    ("storm_read", "git storm read", [("git_show", "git show"), PY_FLOOR]),
+    ("git_show", "baseline: git show HEAD:F", []),
+    ("storm_status", "git storm status", [("git_status", "git status"), PY_FLOOR]),
+    ("git_status", "baseline: git status --porcelain", []),
+    ("python_pygit2", "floor: python -c 'import pygit2'", []),
 ]
 
 
 def log_cli(cl: dict[str, Any], prefix: str = "  ") -> None:
-    for i, (key, label, base, what) in enumerate(CLI_ROWS):
+    for i, (key, label, bases) in enumerate(CLI_ROWS):
         if key in cl:
             head = prefix if i == 0 else " " * len(prefix)
-            log(f"{head}{label:34s} {fmt_cli(cl[key], cl.get(base) if base else None, what)}")
+            log(f"{head}{label:34s} {fmt_cli(cl[key], [(cl[b], w) for b, w in bases if b in cl])}")
 
 
 def run_cli_only(args: argparse.Namespace) -> dict[str, Any]:
@@ -758,9 +763,10 @@ def run_cli_only(args: argparse.Namespace) -> dict[str, Any]:
     out["loadavg_end"] = os.getloadavg()
     log("\n| command | " + " | ".join(f"{human(n)} files" for n in sizes) + " |")
     log("| --- |" + " --- |" * len(sizes))
-    for key, label, base, what in CLI_ROWS:
-        if base is None or key not in out["per_size"][str(sizes[0])]:
+    for key, label, bases in CLI_ROWS:
+        if not bases or key not in out["per_size"][str(sizes[0])]:
             continue
+        base, what = bases[0]
         cells = []
         for n in sizes:
             cl = out["per_size"][str(n)]
@@ -768,8 +774,10 @@ def run_cli_only(args: argparse.Namespace) -> dict[str, Any]:
             if "error" in st or "error" in b:
                 cells.append("failed")
                 continue
+            floor = cl.get(PY_FLOOR[0], {"error": "-"})
+            fl = "" if "error" in floor else f"; {ratio(st['median_ms'], floor['median_ms']):.1f}x python+pygit2"
             cells.append(f"{ratio(st['median_ms'], b['median_ms']):.1f}x {what}: {st['median_ms']:.0f} ms "
-                         f"(p10-p90 {st['p10_ms']:.0f}-{st['p90_ms']:.0f}) vs {b['median_ms']:.0f} ms")
+                         f"(p10-p90 {st['p10_ms']:.0f}-{st['p90_ms']:.0f}) vs {b['median_ms']:.0f} ms{fl}")
         log(f"| `{label}` | " + " | ".join(cells) + " |")
     log(f"\ntotal {out['seconds']:.0f}s; load average {out['loadavg_start'][0]:.2f} at start, "
         f"{out['loadavg_end'][0]:.2f} at end")
