@@ -311,7 +311,8 @@ def _print_demo(report) -> None:
         elif step.kind == "table":
             click.echo(_table(step.rows, width))
         elif step.kind == "command":
-            click.echo(f"  {step.command:<48} # {step.text}")
+            click.echo(f"  {step.command}\n      # {step.text}" if len(step.command) > 48
+                       else f"  {step.command:<48} # {step.text}")
     last = (f"repositories kept at {report.repo} (storm-mode/, worktree-mode/)" if report.kept
             else "the temporary repositories were removed (--keep DIR keeps them)")
     click.echo(f"\ndemo finished in {report.seconds:.1f}s: {last}")

@@ -411,6 +411,8 @@ def _closing(repos: dict[str, str], kept: bool) -> list[Step]:
              command=f"git -C {keep}/storm-mode storm log"),
         Step("command", "the engineers, what they read, what is stale now",
              command=f"git -C {keep}/storm-mode storm status"),
+        Step("command", "the manager commits the shared work of part 1 to main",
+             command=f"STORM_AGENT=manager git -C {keep}/storm-mode storm commit -m 'integrate'"),
         Step("command", "the branches of part 2 (engineer_2's is still unmerged)",
              command=f"git -C {keep}/worktree-mode branch -v"),
         Step("command", "every command; each has its own -h with an example", command="git storm -h"),
