@@ -253,10 +253,11 @@ def log(limit: int, as_json: bool) -> None:
 def demo(keep: str | None, as_json: bool) -> None:
     """Show, on throw-away repositories, what git storm does when agents collide.
 
-    Three engineers (real processes) make the same changes twice: in storm
-    mode, where a write that would undo or break another engineer's work is
-    refused with what changed, and the engineer retries; then in worktree
-    mode, where each works on its own branch and conflicts appear at merge.
+    Three engineers make the same changes twice: in storm mode (three real
+    processes), where a write that would undo or break another engineer's
+    work is refused with what changed, and the engineer retries; then in
+    worktree mode, where each works on its own branch and conflicts appear
+    at merge.
     Prints the rejections and the merge report as agents and managers get
     them, and a table of when each conflict was caught. Exit 1 if the demo
     did not go as described (a bug).
