@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -226,7 +227,7 @@ def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
     while any(p.is_alive() for p in procs) or not out.empty():
         try:  # drain while they run: a full pipe would block an agent at exit
             told.append(out.get(timeout=0.05))
-        except Exception:  # noqa: BLE001 - queue.Empty
+        except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in procs):
                 barrier.abort()  # a dead agent must not leave the others at the barrier
         if time.monotonic() - t0 > 120:
@@ -291,9 +292,11 @@ def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
     runs, error = imports_cleanly(os.path.join(repo, "src"))
     accepted = sum(1 for s in told if s.kind == "accepted")
     refused = [s for s in told if s.kind == "rejected"]
+    first = api.splitlines()[0] if api else "(empty)"
     say(f"Result: {accepted} writes accepted, {len(refused)} refused and retried by {len(AGENTS)} processes "
-        f"in {elapsed:.1f}s. src/api.py now starts with `{api.splitlines()[0]}`: both parameters and the new "
-        "name, nothing lost, and the code imports cleanly (`import client, batch`).")
+        f"in {elapsed:.1f}s. src/api.py now starts with `{first}`"
+        + (": both parameters and the new name, nothing lost, and the code imports cleanly "
+           "(`import client, batch`)." if api == FINAL_API and runs else f"; `import client, batch`: {error or 'ok'}."))
 
     reasons = sorted((s.agent or "", s.rejection.reason) for s in refused)
     checks = {
