@@ -8,6 +8,7 @@ table of the targets with MET / NOT MET. See benchmarks/README.md.
     python3 benchmarks/bench_core.py                      # 1k, 10k, 100k files
     python3 benchmarks/bench_core.py --quick              # smoke run: 1k, 10k, fewer iterations
     python3 benchmarks/bench_core.py --sizes 1000,100000 --workdir ~/.cache/storm-bench --json
+    python3 benchmarks/bench_core.py --only cli --sizes 1000,10000   # the command-line rows only
 
 Repositories are built once per size (git fast-import + one checkout) under
 --workdir and reused; each run resets their storm state first.
@@ -46,18 +47,40 @@ def log(msg: str = "") -> None:
 # statistics
 # ----------------------------------------------------------------------------
 def stats(samples_s: list[float]) -> dict[str, float]:
-    """Median, p90 (nearest rank), min, in milliseconds."""
+    """Median, p10 and p90 (nearest rank), min, max, in milliseconds."""
     xs = sorted(samples_s)
     if not xs:
-        return {"n": 0, "median_ms": float("nan"), "p90_ms": float("nan"), "min_ms": float("nan")}
-    p90 = xs[min(len(xs) - 1, max(0, math.ceil(0.9 * len(xs)) - 1))]
-    return {"n": len(xs), "median_ms": statistics.median(xs) * 1e3, "p90_ms": p90 * 1e3, "min_ms": xs[0] * 1e3}
+        nan = float("nan")
+        return {"n": 0, "median_ms": nan, "p10_ms": nan, "p90_ms": nan, "min_ms": nan, "max_ms": nan}
+
+    def rank(q: float) -> float:
+        return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] * 1e3
+
+    return {"n": len(xs), "median_ms": statistics.median(xs) * 1e3, "p10_ms": rank(0.1), "p90_ms": rank(0.9),
+            "min_ms": xs[0] * 1e3, "max_ms": xs[-1] * 1e3}
 
 
 def fmt(st: dict[str, Any]) -> str:
     if "error" in st:
         return f"FAILED: {st['error']}"
     return f"median {st['median_ms']:8.2f} ms   p90 {st['p90_ms']:8.2f} ms   (n={st['n']})"
+
+
+def fmt_cli(st: dict[str, Any], bases: list[tuple[dict[str, Any], str]] | None = None) -> str:
+    """A command-line row: the median with its spread over the runs, and the ratio to git in the same run.
+
+    Process start-up dominates these and swings with machine load (the same
+    command measured 125 ms on one run and 160-310 ms on another), so the spread
+    and the ratio are the figures to compare, not the absolute milliseconds.
+    """
+    if "error" in st:
+        return f"FAILED: {st['error']}"
+    out = (f"median {st['median_ms']:6.0f} ms  p10-p90 {st['p10_ms']:4.0f}-{st['p90_ms']:<4.0f} ms  "
+           f"min-max {st['min_ms']:4.0f}-{st['max_ms']:<4.0f} ms  (n={st['n']})")
+    for base, what in bases or []:
+        if "error" not in base:
+            out += f"  = {ratio(st['median_ms'], base['median_ms']):5.1f}x {what}"
+    return out
 
 
 def ratio(a: float, b: float) -> float:
@@ -503,7 +526,11 @@ def bench_cli(repo: str, paths: list[str], it: dict[str, int]) -> dict[str, Any]
     # start-up: status and read (a re-read: no notes commit after the first)
     rpath = pick(paths, 1, offset=31)[0]
     cmds = {"storm_status": ["git", "storm", "status"],
-            "storm_read": ["git", "storm", "read", rpath, "--agent", "bench-cli-reader"]}
+            "git_status": ["git", "status", "--porcelain"],  # the same kind of scan, by git
+            "storm_read": ["git", "storm", "read", rpath, "--agent", "bench-cli-reader"],
+            "git_show": ["git", "show", f"HEAD:{rpath}"],  # git's own read of a committed file
+            # the floor of any Python command that uses pygit2, under the same load
+            "python_pygit2": [sys.executable, "-c", "import pygit2"]}
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     failed: dict[str, str] = {}
     for _ in range(it["startup"]):
@@ -641,12 +668,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         r["profile"] = bench_profile(repo, paths, it["prof"], it["cprof"])
 
         r["cli"] = cl = bench_cli(repo, paths, it)
-        log(f"  4. git storm write         {fmt(cl['storm_write'])}{vs(cl['storm_write'], cl['git_add_commit'], 'git')}")
-        if "storm_write_direct" in cl:
-            log(f"     git-storm write (direct){fmt(cl['storm_write_direct'])}{vs(cl['storm_write_direct'], cl['git_add_commit'], 'git')}")
-        log(f"     baseline: git add+commit{fmt(cl['git_add_commit'])}")
-        log(f"  5. git storm status        {fmt(cl['storm_status'])}")
-        log(f"     git storm read          {fmt(cl['storm_read'])}")
+        log_cli(cl, "  4. ")
 
         r["throughput1"] = tp1 = bench_throughput(repo, paths, 1, it["tp1_writes"])
         r["throughput"] = tp = bench_throughput(repo, paths, N_WORKERS, it["tp_writes"])
@@ -693,6 +715,72 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{'MET' if t['met'] else 'NOT MET'} |")
     log(f"\ntotal {out['seconds']:.0f}s; load average at end {out['loadavg_end'][0]:.2f} "
         "(figures on a busy machine are noisy; compare ratios, not absolutes)")
+    return out
+
+
+PY_FLOOR = ("python_pygit2", "python+pygit2")
+CLI_ROWS = [  # (key, label, [(baseline key, baseline label)...]); the first baseline is the table's
+    ("storm_write", "git storm write", [("git_add_commit", "git add+commit"), PY_FLOOR]),
+    ("storm_write_direct", "git-storm write (entry script)", [("git_add_commit", "git add+commit"), PY_FLOOR]),
+    ("git_add_commit", "baseline: git add F && git commit", []),
+    ("storm_read", "git storm read", [("git_show", "git show"), PY_FLOOR]),
+    ("git_show", "baseline: git show HEAD:F", []),
+    ("storm_status", "git storm status", [("git_status", "git status"), PY_FLOOR]),
+    ("git_status", "baseline: git status --porcelain", []),
+    ("python_pygit2", "floor: python -c 'import pygit2'", []),
+]
+
+
+def log_cli(cl: dict[str, Any], prefix: str = "  ") -> None:
+    for i, (key, label, bases) in enumerate(CLI_ROWS):
+        if key in cl:
+            head = prefix if i == 0 else " " * len(prefix)
+            log(f"{head}{label:34s} {fmt_cli(cl[key], [(cl[b], w) for b, w in bases if b in cl])}")
+
+
+def run_cli_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--only cli``: the command-line rows at each size, nothing else (a short run)."""
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [1000, 10000]
+    it = {"cli": 6, "startup": 6} if args.quick else {"cli": 20, "startup": 20}
+    workdir = args.workdir or tempfile.mkdtemp(prefix="storm-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    out: dict[str, Any] = {"only": "cli", "sizes": sizes, "iterations": it, "workdir": workdir,
+                           "python": sys.version.split()[0],
+                           "git": subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip(),
+                           "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "per_size": {}}
+    log(f"# git storm command-line benchmark ({out['git']}, Python {out['python']}, {out['cpus']} cpus, "
+        f"load {out['loadavg_start'][0]:.2f})")
+    log("each row: median, p10-p90 and min-max over the runs, and the ratio to the git command measured in the"
+        " same loop; absolute times swing with machine load, compare the ratios")
+    t_all = time.perf_counter()
+    for n in sizes:
+        log(f"\n## {human(n)} files")
+        repo, paths = build_repo(workdir, n)
+        reset_repo(repo)
+        out["per_size"][str(n)] = cl = {"cli": bench_cli(repo, paths, it)}["cli"]
+        log_cli(cl)
+    out["seconds"] = time.perf_counter() - t_all
+    out["loadavg_end"] = os.getloadavg()
+    log("\n| command | " + " | ".join(f"{human(n)} files" for n in sizes) + " |")
+    log("| --- |" + " --- |" * len(sizes))
+    for key, label, bases in CLI_ROWS:
+        if not bases or key not in out["per_size"][str(sizes[0])]:
+            continue
+        base, what = bases[0]
+        cells = []
+        for n in sizes:
+            cl = out["per_size"][str(n)]
+            st, b = cl[key], cl[base]
+            if "error" in st or "error" in b:
+                cells.append("failed")
+                continue
+            floor = cl.get(PY_FLOOR[0], {"error": "-"})
+            fl = "" if "error" in floor else f"; {ratio(st['median_ms'], floor['median_ms']):.1f}x python+pygit2"
+            cells.append(f"{ratio(st['median_ms'], b['median_ms']):.1f}x {what}: {st['median_ms']:.0f} ms "
+                         f"(p10-p90 {st['p10_ms']:.0f}-{st['p90_ms']:.0f}) vs {b['median_ms']:.0f} ms{fl}")
+        log(f"| `{label}` | " + " | ".join(cells) + " |")
+    log(f"\ntotal {out['seconds']:.0f}s; load average {out['loadavg_start'][0]:.2f} at start, "
+        f"{out['loadavg_end'][0]:.2f} at end")
     return out
 
 
@@ -777,6 +865,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=None, help="comma-separated file counts (default 1000,10000,100000)")
     ap.add_argument("--quick", action="store_true", help="smoke run: sizes 1k,10k and fewer iterations")
+    ap.add_argument("--only", choices=["all", "cli"], default="all",
+                    help="cli: only the command-line rows (git storm write/read/status beside git), default sizes "
+                         "1k,10k")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout (report on stderr)")
     ap.add_argument("--workdir", default=None, help="where to build and cache the repositories (default: a temp dir)")
     ap.add_argument("--rev", default=None,
@@ -788,7 +879,7 @@ def main() -> None:
     if args.rev:
         args.workdir = args.workdir or tempfile.mkdtemp(prefix="storm-bench-")
         use_rev(args.rev, args.workdir)
-    out = run(args)
+    out = run_cli_only(args) if args.only == "cli" else run(args)
     if args.json:
         json.dump(out, sys.stdout, indent=1)
         print()

@@ -258,18 +258,25 @@ def log(limit: int, as_json: bool) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--keep", metavar="DIR", default=None, help="Create the demo repository in DIR and keep it.")
+@click.option("--keep", metavar="DIR", default=None,
+              help="Create the demo repositories in DIR (new or empty) and keep them to look around.")
 @json_option
 def demo(keep: str | None, as_json: bool) -> None:
-    """Run three scripted agents as concurrent processes on a throw-away repository.
+    """Show, on throw-away repositories, what git storm does when agents collide.
 
-    Shows disjoint writes that all succeed, a direct conflict and a stale
-    dependency that are rejected with their payloads, then succeed on retry.
+    Three engineers make the same changes twice: in storm mode (three real
+    processes), where a write that would undo or break another engineer's
+    work is refused with what changed, and the engineer retries; then in
+    worktree mode, where each works on its own branch and conflicts appear
+    at merge.
+    Prints the rejections and the merge report as agents and managers get
+    them, and a table of when each conflict was caught. Exit 1 if the demo
+    did not go as described (a bug).
 
     \b
     Example:
       git storm demo
-      git storm demo --keep /tmp/storm-demo && git -C /tmp/storm-demo storm log
+      git storm demo --keep /tmp/storm-demo && git -C /tmp/storm-demo/storm-mode storm log
     """
     from storm_git.demo import run_demo
 
@@ -277,9 +284,65 @@ def demo(keep: str | None, as_json: bool) -> None:
     if as_json:
         _emit_json(report.to_dict())
     else:
-        for line in report.lines:
-            click.echo(line)
+        _print_demo(report)
     if not report.ok:
+        click.echo(f"git storm demo: it did not go as described: {'; '.join(report.problems)} "
+                   "(a bug: please report it with this output)", err=True)
         sys.exit(1)
 
 
+def _print_demo(report) -> None:
+    """Narration wrapped to the terminal; payloads indented, verbatim as agents receive them."""
+    import shutil
+    import textwrap
+
+    from . import render
+    from .worktree_cmds import render_merge
+
+    width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
+    wrap = {"width": width, "break_long_words": False, "break_on_hyphens": False}
+
+    def quoted(text: str) -> None:
+        for line in text.split("\n"):
+            click.echo(("    " + line).rstrip())
+
+    for step in report.steps:
+        if step.kind in ("part", "title"):
+            click.echo(f"\n{step.text}\n{('=' if step.kind == 'part' else '-') * len(step.text)}")
+        elif step.kind == "say":
+            click.echo(textwrap.fill(step.text, **wrap))
+        elif step.kind == "item":
+            click.echo(textwrap.fill(step.text, initial_indent="  - ", subsequent_indent="    ", **wrap))
+        elif step.kind == "accepted":
+            click.echo(textwrap.fill(step.text, initial_indent="  + ", subsequent_indent="    ", **wrap))
+        elif step.kind == "rejected":
+            click.echo(textwrap.fill(step.text, initial_indent="  x ", subsequent_indent="    ", **wrap))
+            quoted(render.rejection(step.rejection))
+        elif step.kind == "merge":
+            quoted(render_merge(step.merge))
+        elif step.kind == "table":
+            click.echo(_table(step.rows, width))
+        elif step.kind == "command":
+            click.echo(f"  {step.command}\n      # {step.text}" if len(step.command) > 48
+                       else f"  {step.command:<48} # {step.text}")
+    last = (f"repositories kept at {report.repo} (storm-mode/, worktree-mode/)" if report.kept
+            else "the temporary repositories were removed (--keep DIR keeps them)")
+    click.echo(f"\ndemo finished in {report.seconds:.1f}s: {last}")
+
+
+def _table(rows: list[list[str]], width: int) -> str:
+    """A plain text table, cells wrapped to fit ``width``."""
+    import itertools
+    import textwrap
+
+    first = max(len(r[0]) for r in rows)
+    other = max(16, (width - first - 3 * len(rows[0])) // (len(rows[0]) - 1))
+    widths = [first] + [other] * (len(rows[0]) - 1)
+    out = []
+    for i, row in enumerate(rows):
+        cells = [textwrap.wrap(c, w) or [""] for c, w in zip(row, widths)]
+        for parts in itertools.zip_longest(*cells, fillvalue=""):
+            out.append(" | ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip())
+        if i == 0:
+            out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)

@@ -130,22 +130,6 @@ def test_json_error_object(repo):
     assert code == 2 and out["error"]["kind"] == "bad_path" and out["error"]["exit_code"] == 2
 
 
-def test_demo_runs_and_passes_its_checks():
-    r = storm(".", "demo")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "direct_conflict" in r.stdout and "stale_dependency" in r.stdout and "all checks passed" in r.stdout
-
-
-def test_demo_keep(tmp_path):
-    r = storm(tmp_path, "demo", "--keep", str(tmp_path / "d"), "--json")
-    out = json.loads(r.stdout)
-    assert r.returncode == 0 and out["ok"]
-    log = git(tmp_path / "d", "log", "--format=%an", "refs/storm/workspace").stdout.decode().split()
-    assert {"engineer_1", "engineer_2", "engineer_3"} <= set(log)
-    r = storm(tmp_path, "demo", "--keep", str(tmp_path / "d"))
-    assert r.returncode == 2 and "not empty" in r.stderr
-
-
 def test_nothing_changes_on_refused_write(repo):
     before = snapshot_refs(repo)
     r = storm(repo, "write", "../outside.txt", input="x", agent="e1")
