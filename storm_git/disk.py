@@ -216,16 +216,6 @@ def remove_path(top: str, path: str) -> None:
         pass
 
 
-def write_atomic(full: str, data: bytes, *, executable: bool = False, link: bool = False) -> None:
-    """``write_file`` for a full path (worktree mode writes into an agent's worktree)."""
-    top, name = os.path.split(full)
-    write_file(top, name, data, MODE_LINK if link else MODE_EXEC if executable else MODE_BLOB)
-
-
-def remove_file(top: str, full: str) -> None:
-    remove_path(top, os.path.relpath(full, top).replace(os.sep, "/"))
-
-
 # -- the record ---------------------------------------------------------------------------
 @dataclass
 class Record:

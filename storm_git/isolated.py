@@ -21,12 +21,12 @@ import pygit2
 
 from . import events, readsets, scope
 from .agents import validate_agent
-from .errors import NotFound, RepoStateError, StormError, UsageError
+from .errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from .locks import flocked
 from .paths import check_on_disk, normalize
 from .payloads import CommitResult, ExecResult, ReadResult, WriteResult
 from .readsets import ReadEntry
-from .disk import remove_file, write_atomic
+from .disk import UnsafePath, remove_path, write_file
 from .shared import AgentStatus, Status
 from .workspace import BaseWorkspace
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK
@@ -125,13 +125,18 @@ class WorktreeWorkspace(BaseWorkspace):
     def _put(self, agent: str, w: WorktreeInfo, p: str, content: bytes | None, op: str,
              intent: str | None) -> WriteResult:
         full = os.path.join(w.path, p)
-        if content is None:
-            remove_file(w.path, full)
-            version = None
-        else:
-            executable = bool(os.path.isfile(full) and os.stat(full).st_mode & 0o111)
-            write_atomic(full, content, executable=executable)
-            version = str(pygit2.hash(content))
+        try:
+            if content is None:
+                remove_path(w.path, p)
+                version = None
+            else:
+                executable = bool(os.path.isfile(full) and os.stat(full).st_mode & 0o111)
+                write_file(w.path, p, content, MODE_EXEC if executable else MODE_BLOB)
+                version = str(pygit2.hash(content))
+        except UnsafePath:
+            raise
+        except OSError as exc:
+            raise BadPath(f"cannot write {p} in {agent}'s worktree: {exc.strerror or exc}") from None
         head = self._head(w)
         readsets.record(self.store, agent, [ReadEntry(p, version, head)], why=op)
         flags = self._flags(agent, [p])
