@@ -84,7 +84,7 @@ def _parent_fd(top: str, path: str, *, create: bool) -> Iterator[tuple[int, str,
                     pass
                 fd = _open_dir(part, flags, fds[-1], parts[:i + 1])
             except OSError as exc:
-                raise _unsafe(exc, parts[:i + 1]) from None
+                raise _unsafe(exc, parts[:i + 1], fds[-1]) from None
             fds.append(fd)
         yield fds[-1], parts[-1], fds
     finally:
@@ -96,11 +96,17 @@ def _open_dir(part: str, flags: int, dir_fd: int, shown: list[str]) -> int:
     try:
         return os.open(part, flags, dir_fd=dir_fd)
     except OSError as exc:
-        raise _unsafe(exc, shown) from None
+        raise _unsafe(exc, shown, dir_fd) from None
 
 
-def _unsafe(exc: OSError, parts: list[str]) -> Exception:
+def _unsafe(exc: OSError, parts: list[str], dir_fd: int | None = None) -> Exception:
     where = "/".join(parts)
+    if exc.errno == errno.ENOTDIR and dir_fd is not None:
+        try:  # Linux answers ENOTDIR, not ELOOP, for O_DIRECTORY|O_NOFOLLOW on a link
+            if stat_mod.S_ISLNK(os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                exc = OSError(errno.ELOOP, "symbolic link")
+        except OSError:
+            pass
     if exc.errno == errno.ELOOP:
         return UnsafePath(f"{where!r} is a symbolic link; storm never writes through one",
                           hint="replace the link by a directory, or name the file by its real path")
