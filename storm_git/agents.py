@@ -11,7 +11,7 @@ import re
 
 from .errors import BadAgent
 
-_AGENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_AGENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: "$" would accept a trailing newline
 
 ENV_VAR = "STORM_AGENT"
 
@@ -24,7 +24,7 @@ def validate_agent(agent: str | None) -> str:
             hint=f"pass --agent NAME or set {ENV_VAR}",
         )
     if (
-        not _AGENT_RE.match(agent)
+        not _AGENT_RE.fullmatch(agent)
         or ".." in agent
         or agent.endswith(".")
         or agent.endswith(".lock")

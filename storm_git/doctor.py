@@ -58,7 +58,7 @@ from .store import (
 )
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm")
-TEMP_RE = re.compile(r"\.storm-tmp-(\d+)$")
+TEMP_RE = re.compile(r"\.storm-tmp-([0-9]+)\Z")  # \Z: "$" also matches before a final newline
 
 
 @dataclass

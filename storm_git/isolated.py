@@ -82,7 +82,7 @@ class WorktreeWorkspace(BaseWorkspace):
         return w
 
     def _path(self, raw: str, top: str, *, for_write: bool = False) -> str:
-        p = normalize(raw, self.store.prefix)
+        p = normalize(raw, self.store.prefix, top)
         check_on_disk(p, top, for_write=for_write)
         return p
 

@@ -108,7 +108,7 @@ class SharedWorkspace(BaseWorkspace):
     # -- helpers ---------------------------------------------------------------
     def path(self, raw: str, *, for_write: bool = False) -> str:
         """Validate a user path (relative to the caller's directory)."""
-        p = normalize(raw, self.store.prefix)
+        p = normalize(raw, self.store.prefix, self.store.top)
         check_on_disk(p, self.store.main_workdir, for_write=for_write)
         return p
 
@@ -191,7 +191,7 @@ class SharedWorkspace(BaseWorkspace):
     def release(self, path: str, *, agent: str | None) -> Reservation | None:
         """End the agent's own reservation on ``path``; returns it (None if there was none)."""
         agent = validate_agent(agent)
-        p = normalize(path, self.store.prefix)
+        p = normalize(path, self.store.prefix, self.store.top)
         with flocked(self.store.commondir, "workspace"):
             self._head_ref()
             r = reservations.get(self.store, p)
@@ -218,7 +218,7 @@ class SharedWorkspace(BaseWorkspace):
         }
         reads = readsets.load(store, agent)
         if deps is not None:
-            dep_paths = [normalize(d, store.prefix) for d in deps]
+            dep_paths = [normalize(d, store.prefix, store.top) for d in deps]
             missing = [d for d in dep_paths if d not in reads and d not in changes]
             if missing:
                 raise UsageError(f"--deps {missing[0]} was never read by {agent}",

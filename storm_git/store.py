@@ -269,6 +269,10 @@ class Store:
                 if mode == pygit2.GIT_FILEMODE_COMMIT:
                     raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
                 return Entry(obj.id, mode)
+            if mode == pygit2.GIT_FILEMODE_COMMIT:
+                inner = "/".join(parts[:i + 1])
+                raise BadPath(f"{path!r} is inside the submodule {inner!r}; storm does not write inside submodules",
+                              hint=f"work in {inner} with git itself")
             if mode != MODE_TREE:
                 what = "a symbolic link" if mode == MODE_LINK else "a file"
                 raise BadPath(f"{'/'.join(parts[:i + 1])!r} is {what} in the shared workspace, "
