@@ -398,14 +398,19 @@ class SharedWorkspace(BaseWorkspace):
     def status(self) -> Status:
         head = self.head()
         tree = self.store.commit(head).tree
-        agents = []
+        agents, corrupt = [], []
         for a in readsets.agents(self.store):
-            reads = readsets.load(self.store, a)
+            try:
+                reads = readsets.load(self.store, a)
+            except readsets.CorruptReadSet as exc:  # that agent's problem: status still reports the rest
+                corrupt.append(str(exc))
+                continue
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
         return Status(self.mode, str(head), agents, reservations.active(self.store),
-                      extra={"unmediated": self.unmediated()})
+                      extra={"unmediated": self.unmediated(),
+                             **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
