@@ -31,7 +31,7 @@ def validate_agent(agent: str | None) -> str:
     ):
         shown = agent.encode("unicode_escape").decode("ascii")
         raise BadAgent(
-            f"invalid agent id {shown!r}",
+            f"invalid agent id '{shown}'",
             hint="use 1-64 characters from A-Z a-z 0-9 _ . -, starting with a letter"
             " or digit, no '..', not ending in '.' or '.lock'",
         )

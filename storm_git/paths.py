@@ -61,7 +61,7 @@ def _from_absolute(raw: str, top: str | None, shown: str) -> str:
     compared by real path, so /tmp/repo and /private/tmp/repo name the same tree.
     """
     if top is None:
-        raise BadPath(f"absolute path {shown!r} refused",
+        raise BadPath(f"absolute path '{shown}' refused",
                       hint="give a path relative to the repository (or your directory in it)")
     path = os.path.normpath(raw)
     for root in dict.fromkeys((os.path.normpath(top), os.path.realpath(top))):
@@ -81,7 +81,7 @@ def _from_absolute(raw: str, top: str | None, shown: str) -> str:
     for head, tail in reversed(chain):
         if os.path.realpath(head) == real_top:
             return "/".join(tail) if tail else "."
-    raise BadPath(f"{shown!r} is outside the repository ({top})",
+    raise BadPath(f"'{shown}' is outside the repository ({top})",
                   hint="give a path inside the working tree, or relative to it")
 
 
@@ -99,36 +99,36 @@ def normalize(raw: str, prefix: str = "", top: str | None = None) -> str:
         raise BadPath("empty path", hint="name a file relative to the repository")
     shown = _show(raw)
     if "\x00" in raw or "\n" in raw or "\r" in raw:
-        raise BadPath(f"path {shown!r} contains a NUL, newline or carriage return",
+        raise BadPath(f"path '{shown}' contains a NUL, newline or carriage return",
                       hint="storm refuses such names")
     try:
         raw.encode("utf-8")
     except UnicodeEncodeError:
-        raise BadPath(f"path {shown!r} is not valid UTF-8") from None
+        raise BadPath(f"path '{shown}' is not valid UTF-8") from None
     if raw.startswith("/") or os.path.isabs(raw):
         if raw.endswith("/"):
-            raise BadPath(f"{shown!r} names a directory, not a file")
+            raise BadPath(f"'{shown}' names a directory, not a file")
         raw, prefix = _from_absolute(raw, top, shown), ""
     joined = posixpath.join(prefix, raw.replace(os.sep, "/")) if prefix else raw
     path = posixpath.normpath(joined)
     if path in (".", ""):
-        raise BadPath(f"{shown!r} is the top of the repository, not a file")
+        raise BadPath(f"'{shown}' is the top of the repository, not a file")
     if path == ".." or path.startswith("../"):
-        raise BadPath(f"path {shown!r} leads outside the repository")
+        raise BadPath(f"path '{shown}' leads outside the repository")
     parts = path.split("/")
     for part in parts:
         if part.lower() in (".git", ".git.") or part.lower().startswith(".git/"):
-            raise BadPath(f"path {shown!r} is inside .git", hint="storm never touches git's own files")
+            raise BadPath(f"path '{shown}' is inside .git", hint="storm never touches git's own files")
         why = _refused_name(part)
         if why is not None:
-            raise BadPath(f"path {shown!r} is refused: {_show(part)!r} {why}",
+            raise BadPath(f"path '{shown}' is refused: '{_show(part)}' {why}",
                           hint="git refuses such names too; choose another name")
         if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise BadPath(f"a component of {shown[:80]!r}... is longer than {MAX_COMPONENT_BYTES} bytes")
+            raise BadPath(f"a component of '{shown[:80]}'... is longer than {MAX_COMPONENT_BYTES} bytes")
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
-        raise BadPath(f"path {shown[:80]!r}... is longer than {MAX_PATH_BYTES} bytes")
+        raise BadPath(f"path '{shown[:80]}'... is longer than {MAX_PATH_BYTES} bytes")
     if raw.endswith("/"):
-        raise BadPath(f"{shown!r} names a directory, not a file")
+        raise BadPath(f"'{shown}' names a directory, not a file")
     return path
 
 
