@@ -94,6 +94,10 @@ def main() -> None:
         arch = subprocess.run(["git", "-C", here, "archive", args.rev, "storm_git", "cli", "hooks"],
                               check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", src], input=arch, check=True)
+        # installed layout: cli/ and hooks/ are the packages storm_git.cli and storm_git.hooks
+        for sub in ("cli", "hooks"):
+            if os.path.isdir(os.path.join(src, sub)):
+                os.rename(os.path.join(src, sub), os.path.join(src, "storm_git", sub))
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:
         repo = os.path.join(root, "repo")
