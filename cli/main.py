@@ -85,6 +85,13 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn library errors into one line and an exit code."""
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
+    bad = _non_utf8_argument(args)
+    if bad is not None:
+        from storm_git.errors import UsageError
+
+        sys.exit(_fail(UsageError(f"{bad} is not valid UTF-8",
+                                  hint="storm records intents, paths and commands as UTF-8 text in git; "
+                                       "nothing was run or changed"), as_json))
     try:
         cli.main(args=args, prog_name="git storm", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -101,6 +108,32 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         sys.exit(_fail(exc, as_json))
     sys.exit(0)
+
+
+def _non_utf8_argument(args: list[str]) -> str | None:
+    """Name the first argument holding bytes that are not UTF-8 (Python carries them
+    as lone surrogates), or None. Checked before any command runs: an intent, an
+    --old/--new text or an exec command line ends up in a commit message, and
+    failing there (after `exec` ran its command) would lose the change. A --file
+    name is exempt: any bytes name a file on disk."""
+    command = next((a for a in args if not a.startswith("-")), "")
+    for i, arg in enumerate(args):
+        try:
+            arg.encode("utf-8")
+            continue
+        except UnicodeEncodeError:
+            pass
+        prev = args[i - 1] if i else ""
+        if arg.startswith("--file=") or prev == "--file" or (prev == "-f" and command == "write"):
+            continue
+        name, value = arg.split("=", 1) if arg.startswith("--") and "=" in arg else ("", arg)
+        shown = "'" + value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace") + "'"
+        if "--" in args[:i] and command == "exec":
+            return f"the command argument {shown}"
+        if name or (prev.startswith("-") and prev != "--"):
+            return f"the value of {name or prev} ({shown})"
+        return f"argument {shown}"
+    return None
 
 
 def _usage(exc: click.ClickException, as_json: bool) -> int:

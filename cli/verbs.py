@@ -3,6 +3,7 @@ release, forget, status, log, and the demo."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 import click
@@ -52,7 +53,7 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
     """
     results = _workspace().read(list(paths), agent=_agent(agent))
     if as_json:
-        _emit_json({"head": results[0].head, "files": [r.to_dict() for r in results]})
+        _stream_read_json(results)
         return
     out = sys.stdout.buffer
     for r in results:
@@ -70,22 +71,128 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
             out.write(b"(not found: recorded as absent)\n")
 
 
+_CHUNK = 3 << 20  # a multiple of 3: base64 of consecutive chunks concatenates
+
+
+def _stream_read_json(results: list) -> None:
+    """``read --json``, with each file's content written to stdout in chunks.
+
+    The envelope is the one ``_emit_json`` prints (same keys, order and layout);
+    only the content strings are streamed, so a 200 MB file is not held again
+    as base64, as a JSON string and as its encoded bytes (5-6x the file)."""
+    import base64
+    import codecs
+    import dataclasses
+    import json
+    import uuid
+
+    token = f"@@storm-content-{uuid.uuid4().hex}-"
+    files, bodies = [], []
+    for i, r in enumerate(results):
+        data = r.content
+        if data is None:
+            files.append(r.to_dict())
+            continue
+        # payloads.content_fields' rule (git's binary heuristic, then UTF-8), without copies
+        key = "content_base64" if b"\x00" in data[:8000] or not _is_utf8(data) else "content"
+        d = dataclasses.replace(r, content=None).to_dict()
+        if key == "content":
+            d["content"] = f"{token}{i}"
+        else:
+            d = {k: v for k, v in d.items() if k != "content"}
+            d["content_base64"] = f"{token}{i}"
+            d["content"] = None
+        files.append(d)
+        bodies.append((i, key, data))
+    text = json.dumps({"head": results[0].head, "files": files}, indent=2, sort_keys=False, ensure_ascii=False)
+    out = sys.stdout.buffer
+    for i, key, data in bodies:
+        before, text = text.split(f'"{token}{i}"', 1)
+        out.write(before.encode("utf-8"))
+        out.write(b'"')
+        view = memoryview(data)
+        if key == "content":
+            dec = codecs.getincrementaldecoder("utf-8")()
+            for at in range(0, len(data), _CHUNK):
+                piece = dec.decode(view[at:at + _CHUNK], final=at + _CHUNK >= len(data))
+                out.write(json.dumps(piece, ensure_ascii=False)[1:-1].encode("utf-8"))
+        else:
+            for at in range(0, len(data), _CHUNK):
+                out.write(base64.b64encode(view[at:at + _CHUNK]))
+        out.write(b'"')
+    out.write(text.encode("utf-8") + b"\n")
+    out.flush()
+
+
+def _is_utf8(data: bytes) -> bool:
+    """Is ``data`` valid UTF-8? Checked in chunks, so no decoded copy of the whole file is made."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for at in range(0, len(data), _CHUNK):
+            dec.decode(view[at:at + _CHUNK], final=at + _CHUNK >= len(data))
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _agent(agent: str | None) -> str | None:
     return agent or os.environ.get("STORM_AGENT")
 
 
-def _content(file: str | None) -> bytes:
+def _content(file: str | None, limit: int) -> bytes:
+    """The new content from --file F or stdin, refused once it exceeds ``limit`` bytes.
+
+    At most ``limit + 1`` bytes are ever read, so an endless producer
+    (``cat /dev/zero | git storm write z``) is refused at once instead of
+    filling memory."""
     from storm_git.errors import UsageError
 
     if file is not None and file != "-":
         try:
             with open(file, "rb") as fh:
-                return fh.read()
+                return _read_limited(fh, limit, f"--file {file}")
         except OSError as exc:
             raise UsageError(f"cannot read --file {file}: {exc.strerror}") from None
     if file is None and sys.stdin.isatty():
         raise UsageError("no content given", hint="pass --file F or pipe the content on stdin")
-    return sys.stdin.buffer.read()
+    return _read_limited(sys.stdin.buffer, limit, "stdin")
+
+
+def _read_limited(fh, limit: int, what: str) -> bytes:
+    """Read all of ``fh`` if it holds at most ``limit`` bytes, else raise TooLarge.
+
+    One buffer, no copies: a regular file is read with its size known, a pipe with
+    one ``read(limit + 1)`` (CPython allocates that buffer lazily-mapped and
+    shrinks it in place, so only the bytes received take memory)."""
+    from storm_git.errors import TooLarge
+
+    want = limit + 1
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            want = min(want, max(0, st.st_size - fh.tell()) + 1)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        data = fh.read(want)
+    except MemoryError:  # a huge storm.maxFileBytes the machine cannot reserve at once
+        parts, size = [], 0
+        while size <= limit:
+            chunk = fh.read(min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        data = b"".join(parts)
+    if len(data) == want <= limit:  # a regular file that grew since its size was taken
+        data += fh.read(limit + 1 - want)
+    if len(data) <= limit:
+        return data
+    raise TooLarge(f"{what} holds more than storm.maxFileBytes ({limit} bytes); nothing was written",
+                   hint="raise it with git config storm.maxFileBytes N if this is intended")
 
 
 @cli.command(context_settings=CONTEXT)
@@ -112,7 +219,7 @@ def write(path: str, file: str | None, agent: str | None, intent: str | None, de
       git storm write src/app.py --file /tmp/app.py --deps src/util.py --json
     """
     ws = _workspace()
-    res = ws.write(path, _content(file), agent=_agent(agent), intent=intent,
+    res = ws.write(path, _content(file, ws.max_file_bytes), agent=_agent(agent), intent=intent,
                    deps=list(deps) if deps else None, wait=not no_wait)
     _report(res, as_json)
 

@@ -11,7 +11,7 @@ import re
 
 from .errors import BadAgent
 
-_AGENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_AGENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: "$" would accept a trailing newline
 
 ENV_VAR = "STORM_AGENT"
 
@@ -24,14 +24,14 @@ def validate_agent(agent: str | None) -> str:
             hint=f"pass --agent NAME or set {ENV_VAR}",
         )
     if (
-        not _AGENT_RE.match(agent)
+        not _AGENT_RE.fullmatch(agent)
         or ".." in agent
         or agent.endswith(".")
         or agent.endswith(".lock")
     ):
         shown = agent.encode("unicode_escape").decode("ascii")
         raise BadAgent(
-            f"invalid agent id {shown!r}",
+            f"invalid agent id '{shown}'",
             hint="use 1-64 characters from A-Z a-z 0-9 _ . -, starting with a letter"
             " or digit, no '..', not ending in '.' or '.lock'",
         )

@@ -26,8 +26,16 @@ What it looks for:
   operator names with ``forget_agents`` (``--forget-agent ID``). Storm mode has
   no registry of agents, so it never guesses. The fix empties the read set;
   the provenance notes in the same notes ref are history and are kept.
+* ``corrupt_read_set``: an agent's read-set note that cannot be parsed. Every
+  command of that agent refuses (naming it) until it is reset; the fix empties
+  it (``forget --agent A`` does the same), provenance notes stay.
 * ``expired_reservations``: reservations past their expiry still stored in
   ``refs/storm/reservations`` (harmless; pruned by the next reservation change).
+* ``skewed_reservation``: a reservation ending further ahead than
+  ``reservations.max_ahead`` (made with a clock far ahead). Writers already
+  ignore it; the fix removes it.
+* ``stale_ref_lock`` also covers a ``<ref>.lock`` dated in the future (by more
+  than ``FUTURE_REF_LOCK_SECONDS``): no live git process made it just now.
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -51,6 +59,7 @@ from .store import (
     AGENTS_PREFIX,
     EVENTS_REF,
     RESERVATIONS_REF,
+    FUTURE_REF_LOCK_SECONDS,
     STALE_REF_LOCK_SECONDS,
     WORKSPACE_REF,
     Store,
@@ -58,7 +67,7 @@ from .store import (
 )
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm")
-TEMP_RE = re.compile(r"\.storm-tmp-(\d+)$")
+TEMP_RE = re.compile(r"\.storm-tmp-([0-9]+)\Z")  # \Z: "$" also matches before a final newline
 
 
 @dataclass
@@ -129,9 +138,10 @@ def _one_ref_lock(store: Store, ref: str, full: str, guard: str | None, fix: boo
         return  # a writer finished meanwhile
     if guard is not None and is_locked(store.commondir, guard):
         return  # a live storm process holds the lock: the .lock is its own, in use
-    if age < STALE_REF_LOCK_SECONDS:
+    if -FUTURE_REF_LOCK_SECONDS <= age < STALE_REF_LOCK_SECONDS:
         return  # may be git's own pack-refs/gc at work right now
-    f = Finding("stale_ref_lock", ref, f"{os.path.relpath(full, store.commondir)} is {age:.0f}s old and no "
+    when = f"{age:.0f}s old" if age >= 0 else f"dated {-age:.0f}s in the future"
+    f = Finding("stale_ref_lock", ref, f"{os.path.relpath(full, store.commondir)} is {when} and no "
                 f"storm process holds {guard or 'a lock on it'}", True)
     out.append(f)
     if not fix:
@@ -199,6 +209,22 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
             f.fixed = _drop_read_set(store, agent)
 
 
+def _corrupt_read_sets(store: Store, fix: bool, out: list[Finding]) -> None:
+    for agent in readsets.agents(store):
+        try:
+            readsets.load(store, agent)
+            continue
+        except readsets.CorruptReadSet as exc:
+            detail = exc.message
+        except StormError:
+            continue  # a broken ref: reported as broken_ref
+        f = Finding("corrupt_read_set", agent, f"{AGENTS_PREFIX}{agent}: {detail}; the fix empties it "
+                    f"(provenance notes stay)", True)
+        out.append(f)
+        if fix:
+            f.fixed = _drop_read_set(store, agent)
+
+
 def _drop_read_set(store: Store, agent: str) -> bool:
     """Empty the agent's read set (its provenance notes stay: they are the audit trail)."""
     readsets.forget(store, agent, None)
@@ -210,8 +236,8 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     if ref is None:
         return
     tree = store.commit(ref.target).tree
-    now = reservations.clock()
-    expired = []
+    now, ahead = reservations.clock(), reservations.max_ahead(store)
+    expired, skewed = [], []
     for e in tree:
         try:
             r = reservations._parse(store, e.id)
@@ -220,6 +246,22 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
             continue
         if r.remaining(now) <= 0:
             expired.append(r.path)
+        elif r.skewed(now, ahead):
+            skewed.append(Finding("skewed_reservation", r.path,
+                                  f"held by {r.holder} until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
+                                  f" UTC, {(r.expires - now) / 3600:.0f}h ahead (more than {ahead:.0f}s: a skewed"
+                                  f" clock); writers ignore it, the fix removes it", True))
+    out.extend(skewed)
+    if skewed and fix:
+        with flocked(store.commondir, "workspace"):
+            reservations.update(store, {}, agent="storm-doctor",
+                                message="storm doctor: remove reservations from a skewed clock")
+        for f in skewed:
+            f.fixed = True
+        if expired:
+            out.append(Finding("expired_reservations", RESERVATIONS_REF,
+                               f"{len(expired)} expired reservation(s) pruned", True, fixed=True, harmless=True))
+        return
     if not expired:
         return
     f = Finding("expired_reservations", RESERVATIONS_REF,
@@ -284,6 +326,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
     if not broken & {RESERVATIONS_REF}:
         _expired_reservations(store, fix, rep.findings)
+    _corrupt_read_sets(store, fix, rep.findings)
     _orphan_read_sets(store, forget, fix, rep.findings)
     _temp_files(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)

@@ -82,7 +82,7 @@ class WorktreeWorkspace(BaseWorkspace):
         return w
 
     def _path(self, raw: str, top: str, *, for_write: bool = False) -> str:
-        p = normalize(raw, self.store.prefix)
+        p = normalize(raw, self.store.prefix, top)
         check_on_disk(p, top, for_write=for_write)
         return p
 
@@ -349,11 +349,15 @@ class WorktreeWorkspace(BaseWorkspace):
                          "head": str(tip) if tip else None, "ahead": ahead, "behind": behind,
                          "dirty": len(dirty), "dirty_paths": dirty[:20], "merge": outcome,
                          "worktree": state or "ok", "state": summary})
-        agents = []
+        agents, corrupt = [], []
         for a in readsets.agents(self.store):
-            agents.append(AgentStatus(a, len(readsets.load(self.store, a)), []))
+            try:
+                agents.append(AgentStatus(a, len(readsets.load(self.store, a)), []))
+            except readsets.CorruptReadSet as exc:
+                corrupt.append(str(exc))
         return Status(self.mode, str(target_oid) if target_oid else "", agents, [],
-                      extra={"target": target, "worktrees": rows})
+                      extra={"target": target, "worktrees": rows,
+                             **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Recorded events (writes in worktrees, commits, merges, mode switches…), newest first."""

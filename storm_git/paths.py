@@ -19,43 +19,116 @@ def _show(raw: str) -> str:
     return raw.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
-def normalize(raw: str, prefix: str = "") -> str:
+# Code points HFS+ ignores in names, so ".g\u200cit" is ".git" on a Mac (git's next_hfs_char).
+_HFS_IGNORED = frozenset([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+
+
+def _is_ntfs_dotgit(part: str) -> bool:
+    """git's is_ntfs_dotgit: ``.git`` or its 8.3 short name ``git~1`` (any case), followed
+    only by spaces and dots (NTFS drops them) up to the end, a backslash (a directory
+    separator on Windows) or a colon (an alternate data stream such as ``::$INDEX_ALLOCATION``)."""
+    for seg in part.split("\\"):
+        low = seg.lower()
+        for name in (".git", "git~1"):
+            if low.startswith(name):
+                rest = seg[len(name):].split(":", 1)[0]
+                if rest.strip(" .") == "":
+                    return True
+    return False
+
+
+def _is_hfs_dotgit(part: str) -> bool:
+    """git's is_hfs_dotgit: ``.git`` in any ASCII case once HFS+'s ignored code points are dropped."""
+    return "".join(c for c in part if ord(c) not in _HFS_IGNORED).lower() == ".git"
+
+
+def _refused_name(part: str) -> str | None:
+    """Why git (with core.protectNTFS and core.protectHFS, as on Windows and macOS) refuses
+    the component ``part``, or None. Storm refuses them on every platform: a tree holding one
+    cannot be checked out there and could write into ``.git``."""
+    if part.lower() == ".git" or _is_ntfs_dotgit(part) or _is_hfs_dotgit(part):
+        return "names .git on Windows or macOS"
+    if "::$" in part:
+        return "names an NTFS alternate data stream"
+    return None
+
+
+def _from_absolute(raw: str, top: str | None, shown: str) -> str:
+    """The path of absolute ``raw`` relative to the working tree ``top``.
+
+    Agents' file tools pass absolute paths. ``raw`` is taken lexically (no symlink
+    inside the tree is resolved: check_on_disk judges those); only the top itself is
+    compared by real path, so /tmp/repo and /private/tmp/repo name the same tree.
+    """
+    if top is None:
+        raise BadPath(f"absolute path '{shown}' refused",
+                      hint="give a path relative to the repository (or your directory in it)")
+    path = os.path.normpath(raw)
+    for root in dict.fromkeys((os.path.normpath(top), os.path.realpath(top))):
+        if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(path, root)
+    real_top = os.path.realpath(top)
+    # The shortest leading part of raw that is the top (through a symlinked parent such as /tmp).
+    head, rest = path, []
+    chain = []
+    while True:
+        chain.append((head, list(reversed(rest))))
+        parent, name = os.path.split(head)
+        if not name:
+            break
+        rest.append(name)
+        head = parent
+    for head, tail in reversed(chain):
+        if os.path.realpath(head) == real_top:
+            return "/".join(tail) if tail else "."
+    raise BadPath(f"'{shown}' is outside the repository ({top})",
+                  hint="give a path inside the working tree, or relative to it")
+
+
+def normalize(raw: str, prefix: str = "", top: str | None = None) -> str:
     """Return the repository-relative path for ``raw`` given relative to ``prefix``.
 
     ``prefix`` is the caller's directory relative to the top of the working tree
     ('' at the top), so ``git storm read x`` from ``src/`` means ``src/x`` as in git.
-    Refuses absolute paths, escapes above the top, anything in ``.git``, control
-    characters and names no filesystem can hold.
+    An absolute path is accepted when ``top`` (the working tree's top) is given and
+    it lies inside it. Refuses escapes above the top, anything in ``.git`` (with
+    the spellings Windows and macOS give it), control characters and names no
+    filesystem can hold.
     """
     if not isinstance(raw, str) or raw == "":
         raise BadPath("empty path", hint="name a file relative to the repository")
     shown = _show(raw)
     if "\x00" in raw or "\n" in raw or "\r" in raw:
-        raise BadPath(f"path {shown!r} contains a NUL, newline or carriage return",
+        raise BadPath(f"path '{shown}' contains a NUL, newline or carriage return",
                       hint="storm refuses such names")
     try:
         raw.encode("utf-8")
     except UnicodeEncodeError:
-        raise BadPath(f"path {shown!r} is not valid UTF-8") from None
+        raise BadPath(f"path '{shown}' is not valid UTF-8") from None
     if raw.startswith("/") or os.path.isabs(raw):
-        raise BadPath(f"absolute path {shown!r} refused",
-                      hint="give a path relative to the repository (or your directory in it)")
+        if raw.endswith("/"):
+            raise BadPath(f"'{shown}' names a directory, not a file")
+        raw, prefix = _from_absolute(raw, top, shown), ""
     joined = posixpath.join(prefix, raw.replace(os.sep, "/")) if prefix else raw
     path = posixpath.normpath(joined)
     if path in (".", ""):
-        raise BadPath(f"{shown!r} is the top of the repository, not a file")
+        raise BadPath(f"'{shown}' is the top of the repository, not a file")
     if path == ".." or path.startswith("../"):
-        raise BadPath(f"path {shown!r} leads outside the repository")
+        raise BadPath(f"path '{shown}' leads outside the repository")
     parts = path.split("/")
     for part in parts:
         if part.lower() in (".git", ".git.") or part.lower().startswith(".git/"):
-            raise BadPath(f"path {shown!r} is inside .git", hint="storm never touches git's own files")
+            raise BadPath(f"path '{shown}' is inside .git", hint="storm never touches git's own files")
+        why = _refused_name(part)
+        if why is not None:
+            raise BadPath(f"path '{shown}' is refused: '{_show(part)}' {why}",
+                          hint="git refuses such names too; choose another name")
         if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise BadPath(f"a component of {shown[:80]!r}... is longer than {MAX_COMPONENT_BYTES} bytes")
+            raise BadPath(f"a component of '{shown[:80]}'... is longer than {MAX_COMPONENT_BYTES} bytes")
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
-        raise BadPath(f"path {shown[:80]!r}... is longer than {MAX_PATH_BYTES} bytes")
+        raise BadPath(f"path '{shown[:80]}'... is longer than {MAX_PATH_BYTES} bytes")
     if raw.endswith("/"):
-        raise BadPath(f"{shown!r} names a directory, not a file")
+        raise BadPath(f"'{shown}' names a directory, not a file")
     return path
 
 
@@ -91,6 +164,12 @@ def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
             return
         if not os.path.lexists(cur):
             return
+        if not last and os.path.lexists(os.path.join(cur, ".git")):
+            inner = "/".join(parts[:i + 1])
+            sub = os.path.isfile(os.path.join(cur, ".git"))
+            what, whats = ("submodule", "submodules") if sub else ("nested repository", "nested repositories")
+            raise BadPath(f"{path!r} is inside the {what} {inner!r}; storm does not write inside {whats}",
+                          hint=f"work in {inner} with git itself")
         if not last and not os.path.isdir(cur):
             raise BadPath(f"{'/'.join(parts[:i + 1])!r} is a file, so {path!r} cannot exist")
         if last and os.path.isdir(cur):

@@ -15,6 +15,7 @@ loading a read set reads one blob whatever the number of writes.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -27,6 +28,21 @@ from .store import AGENTS_PREFIX, Store
 
 ABSENT = "absent"
 READ_SET_HEADER = "storm read set"
+# One read-set line: <blob|absent> <head, empty in worktree mode before a commit> <path>.
+_LINE_RE = re.compile(r"(absent|[0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}|) ([^\n]+)")
+
+
+class CorruptReadSet(CorruptState):
+    """An agent's read-set note that cannot be parsed. Only that agent is affected,
+    and ``forget --agent A`` (or ``doctor --fix``) resets it."""
+
+    kind = "corrupt_read_set"
+
+    def __init__(self, agent: str, detail: str) -> None:
+        super().__init__(f"the read set of {agent} is unreadable ({detail})",
+                         hint=f"reset it with git storm forget --agent {agent} (or git storm doctor --fix);"
+                              f" {agent} then reads again what it needs")
+        self.agent = agent
 
 
 @dataclass(frozen=True)
@@ -42,11 +58,11 @@ class ReadEntry:
 
     @classmethod
     def parse(cls, text: str) -> "ReadEntry":
-        try:
-            blob, head, path = text.rstrip("\n").split(" ", 2)
-        except ValueError:
-            raise CorruptState(f"unreadable read-set note {text[:60]!r}",
+        m = _LINE_RE.fullmatch(text.rstrip("\n"))
+        if m is None:
+            raise CorruptState(f"unreadable read-set line {text[:60]!r}",
                                hint="run git storm doctor") from None
+        blob, head, path = m.groups()
         return cls(path, None if blob == ABSENT else blob, head)
 
     def to_dict(self) -> dict:
@@ -91,7 +107,10 @@ def _note_text(store: Store, tree: pygit2.Tree | None, agent: str) -> str | None
 
 def _load_from(store: Store, tree: pygit2.Tree | None, agent: str) -> dict[str, ReadEntry]:
     text = _note_text(store, tree, agent)
-    return {} if text is None else _parse_set(text)
+    try:
+        return {} if text is None else _parse_set(text)
+    except CorruptState as exc:
+        raise CorruptReadSet(agent, exc.message) from None
 
 
 def load(store: Store, agent: str) -> dict[str, ReadEntry]:
@@ -99,16 +118,17 @@ def load(store: Store, agent: str) -> dict[str, ReadEntry]:
     return _load_from(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
 
 
-def _lines(text: str | None) -> dict[str, str]:
-    """{path: note line} without parsing entries: recording a read into a large
+def _lines(text: str | None, agent: str) -> dict[str, str]:
+    """{path: note line} without building entries: recording a read into a large
     read set must not cost a full parse and re-format of every entry."""
     out: dict[str, str] = {}
+    match = _LINE_RE.fullmatch
     for ln in (text or "").split("\n")[1:]:
         if ln:
-            parts = ln.split(" ", 2)
-            if len(parts) != 3:
-                ReadEntry.parse(ln)  # raises CorruptState naming the line
-            out[parts[2]] = ln
+            m = match(ln)
+            if m is None:
+                raise CorruptReadSet(agent, f"unreadable line {ln[:60]!r}")
+            out[m.group(3)] = ln
     return out
 
 
@@ -129,7 +149,7 @@ def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str =
     entries = list(entries)
     with flocked(store.commondir, agent_lock(agent)):
         tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
-        lines = _lines(_note_text(store, tree, agent))
+        lines = _lines(_note_text(store, tree, agent), agent)
         lines.update((e.path, e.line().rstrip("\n")) for e in entries)
         extra = {}
         if provenance is not None:
@@ -143,13 +163,27 @@ def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
     Provenance notes stay: they are the audit trail of past writes."""
     with flocked(store.commondir, agent_lock(agent)):
-        lines = _lines(_note_text(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent))
+        text = _note_text(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
+        try:
+            lines = _lines(text, agent)
+        except CorruptReadSet:
+            if paths is not None:
+                raise
+            return _reset_unreadable(store, agent, text or "")
         drop = list(lines) if paths is None else [p for p in paths if p in lines]
         if drop:
             for p in drop:
                 del lines[p]
             _store_set(store, agent, lines, {}, f"storm: {agent} forgot {len(drop)} path(s)")
     return drop
+
+
+def _reset_unreadable(store: Store, agent: str, text: str) -> list[str]:
+    """Empty an unparsable read set (the way out its error offers); returns the
+    paths still recognisable in it, or a marker when none is."""
+    _store_set(store, agent, {}, {}, f"storm: {agent} reset an unreadable read set")
+    found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2]
+    return found or ["(unreadable read set)"]
 
 
 def agents(store: Store) -> list[str]:

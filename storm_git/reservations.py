@@ -20,6 +20,11 @@ from .readsets import path_key
 
 
 CLOCK_ENV = "STORM_TEST_NOW"
+# A reservation lasts storm.reservationSeconds (default 30). One that ends further
+# ahead than this was made with a skewed clock (one was seen lasting 73 years):
+# writers treat it as expired, doctor reports and removes it.
+MAX_AHEAD_SECONDS = 3600.0
+MAX_AHEAD_FACTOR = 10
 
 
 def clock() -> float:
@@ -49,10 +54,22 @@ class Reservation:
     def remaining(self, now: float | None = None) -> float:
         return max(0.0, self.expires - (clock() if now is None else now))
 
+    def skewed(self, now: float, max_ahead: float) -> bool:
+        """Made with a clock far ahead of ours: it would hold the path for good."""
+        return self.expires - now > max_ahead
+
+    def live(self, now: float, max_ahead: float) -> bool:
+        return self.remaining(now) > 0 and not self.skewed(now, max_ahead)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["expires_in"] = round(self.remaining(), 3)
         return d
+
+
+def max_ahead(store: Store) -> float:
+    """How far ahead a reservation may end before it counts as made with a skewed clock."""
+    return max(MAX_AHEAD_SECONDS, MAX_AHEAD_FACTOR * store.config_float("storm.reservationSeconds", 30.0))
 
 
 def _tree(store: Store) -> tuple[pygit2.Reference | None, pygit2.Tree | None]:
@@ -74,7 +91,7 @@ def get(store: Store, path: str, now: float | None = None) -> Reservation | None
         r = _parse(store, tree[path_key(path)].id)
     except KeyError:
         return None
-    return r if r.remaining(now) > 0 else None
+    return r if r.live(clock() if now is None else now, max_ahead(store)) else None
 
 
 def active(store: Store, now: float | None = None) -> list[Reservation]:
@@ -82,18 +99,19 @@ def active(store: Store, now: float | None = None) -> list[Reservation]:
     if tree is None:
         return []
     out = [_parse(store, e.id) for e in tree]
-    return sorted((r for r in out if r.remaining(now) > 0), key=lambda r: r.path)
+    now, ahead = clock() if now is None else now, max_ahead(store)
+    return sorted((r for r in out if r.live(now, ahead)), key=lambda r: r.path)
 
 
 def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, message: str) -> None:
     """Set/clear reservations by path; caller holds the workspace lock."""
-    now = clock()
+    now, ahead = clock(), max_ahead(store)
     while True:
         ref, tree = _tree(store)
         tb = store.repo.TreeBuilder(tree) if tree is not None else store.repo.TreeBuilder()
         if tree is not None:
             for e in tree:
-                if _parse(store, e.id).remaining(now) <= 0:
+                if not _parse(store, e.id).live(now, ahead):  # expired, or from a skewed clock
                     tb.remove(e.name)
         for path, res in changes.items():
             key = path_key(path)

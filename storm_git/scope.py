@@ -89,7 +89,7 @@ def _regex(pattern: str) -> re.Pattern[str]:
             i += 1
     core = "".join(out)
     lead = "^" if anchored else "^(?:.*/)?"
-    return re.compile(lead + core + "(?:/.*)?$")
+    return re.compile(lead + core + r"(?:/.*)?\Z")  # \Z: "$" also matches before a final newline
 
 
 def check_pattern(pattern: str) -> str:

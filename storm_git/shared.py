@@ -109,7 +109,7 @@ class SharedWorkspace(BaseWorkspace):
     # -- helpers ---------------------------------------------------------------
     def path(self, raw: str, *, for_write: bool = False) -> str:
         """Validate a user path (relative to the caller's directory)."""
-        p = normalize(raw, self.store.prefix)
+        p = normalize(raw, self.store.prefix, self.store.top)
         check_on_disk(p, self.store.main_workdir, for_write=for_write)
         return p
 
@@ -192,7 +192,7 @@ class SharedWorkspace(BaseWorkspace):
     def release(self, path: str, *, agent: str | None) -> Reservation | None:
         """End the agent's own reservation on ``path``; returns it (None if there was none)."""
         agent = validate_agent(agent)
-        p = normalize(path, self.store.prefix)
+        p = normalize(path, self.store.prefix, self.store.top)
         with flocked(self.store.commondir, "workspace"):
             self._head_ref()
             r = reservations.get(self.store, p)
@@ -227,7 +227,7 @@ class SharedWorkspace(BaseWorkspace):
                 blobs[p] = c
         reads = readsets.load(store, agent)
         if deps is not None:
-            dep_paths = [normalize(d, store.prefix) for d in deps]
+            dep_paths = [normalize(d, store.prefix, store.top) for d in deps]
             missing = [d for d in dep_paths if d not in reads and d not in changes]
             if missing:
                 raise UsageError(f"--deps {missing[0]} was never read by {agent}",
@@ -435,14 +435,19 @@ class SharedWorkspace(BaseWorkspace):
     def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
         head = self.head()
         tree = self.store.commit(head).tree
-        agents = []
+        agents, corrupt = [], []
         for a in readsets.agents(self.store):
-            reads = readsets.load(self.store, a)
+            try:
+                reads = readsets.load(self.store, a)
+            except readsets.CorruptReadSet as exc:  # that agent's problem: status still reports the rest
+                corrupt.append(str(exc))
+                continue
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
         return Status(self.mode, str(head), agents, reservations.active(self.store),
-                      extra={"unmediated": self.unmediated(diffs=diffs, untracked_content=untracked_content)})
+                      extra={"unmediated": self.unmediated(diffs=diffs, untracked_content=untracked_content),
+                             **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,

@@ -29,8 +29,13 @@ MODE_TREE = pygit2.GIT_FILEMODE_TREE
 # A `<ref>.lock` older than this, seen while we hold the flock guarding that ref,
 # was left by a dead writer. git's own pack-refs/gc hold ref locks for moments.
 STALE_REF_LOCK_SECONDS = 2.0
+# A lock dated further in the future than this is no live git process's fresh lock
+# (its mtime comes from a skewed clock or a restored file): stale as well.
+FUTURE_REF_LOCK_SECONDS = 5.0
 REF_LOCK_PATIENCE_SECONDS = 10.0
 TREE_CACHE_LIMIT = 32 * 1024 * 1024
+# Blobs from this size on are read through `git cat-file` (one copy in memory, not three).
+BIG_BLOB_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -214,13 +219,15 @@ class Store:
         return os.path.join(self.commondir, *name.split("/")) + ".lock"
 
     def clear_stale_ref_lock(self, name: str, older_than: float = STALE_REF_LOCK_SECONDS) -> bool:
-        """Remove ``<ref>.lock`` if it is older than ``older_than`` seconds."""
+        """Remove ``<ref>.lock`` if it is older than ``older_than`` seconds, or dated
+        more than FUTURE_REF_LOCK_SECONDS in the future (it would otherwise block
+        every writer until the clock caught up)."""
         path = self.ref_lock_path(name)
         try:
             age = time.time() - os.stat(path).st_mtime
         except FileNotFoundError:
             return True  # gone meanwhile: try again
-        if age < older_than:
+        if -FUTURE_REF_LOCK_SECONDS <= age < older_than:
             return False
         try:
             os.unlink(path)
@@ -242,10 +249,34 @@ class Store:
         return obj
 
     def blob_bytes(self, oid: pygit2.Oid) -> bytes:
+        """The content of blob ``oid``, with one copy in memory.
+
+        libgit2 holds the compressed and the inflated object while reading, and
+        ``Blob.data`` copies it once more (a 200 MB blob peaked at 3x); a large
+        blob is streamed from ``git cat-file`` into one buffer instead."""
         try:
-            return self.repo[oid].data
+            size = self.repo.odb.read_header(oid)[1]
+            if size >= BIG_BLOB_BYTES:
+                data = self._blob_via_git(oid, size)
+                if data is not None:
+                    return data
+            return self.repo.odb.read(oid)[1]
         except (KeyError, ValueError):
             raise CorruptState(f"blob {oid} is missing", hint="run git fsck") from None
+
+    def _blob_via_git(self, oid: pygit2.Oid, size: int) -> bytes | None:
+        """``git cat-file blob`` read into one buffer of ``size`` bytes (None: fall back)."""
+        import subprocess
+
+        try:
+            with subprocess.Popen(["git", "--git-dir", self.gitdir, "cat-file", "blob", str(oid)],
+                                  stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env=git_env()) as proc:
+                data = proc.stdout.read(size)
+                extra = proc.stdout.read(1)
+        except OSError:
+            return None
+        return data if proc.returncode == 0 and len(data) == size and not extra else None
 
     def write_blob(self, data: bytes) -> pygit2.Oid:
         return odb_retry(self.repo.create_blob, data)
@@ -274,6 +305,10 @@ class Store:
                 if mode == pygit2.GIT_FILEMODE_COMMIT:
                     raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
                 return Entry(obj.id, mode)
+            if mode == pygit2.GIT_FILEMODE_COMMIT:
+                inner = "/".join(parts[:i + 1])
+                raise BadPath(f"{path!r} is inside the submodule {inner!r}; storm does not write inside submodules",
+                              hint=f"work in {inner} with git itself")
             if mode != MODE_TREE:
                 what = "a symbolic link" if mode == MODE_LINK else "a file"
                 raise BadPath(f"{'/'.join(parts[:i + 1])!r} is {what} in the shared workspace, "

@@ -439,7 +439,7 @@ def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent:
     agent = validate_agent(agent)
     store = ws.store
     prefix = "" if repo_relative else store.prefix
-    norm = list(dict.fromkeys(normalize(p, prefix) for p in paths))
+    norm = list(dict.fromkeys(normalize(p, prefix, store.top) for p in paths))
     if not norm:
         raise UsageError("no path given", hint="name the files to adopt (git storm status lists them)")
     changes: dict[str, Any] = {}

@@ -6,8 +6,39 @@ without any side table.
 """
 from __future__ import annotations
 
+import re
+
+from .errors import UsageError
+
+
+def _check_fields(agent: str, op: str, paths: list[str]) -> None:
+    """Refuse a trailer value that could end its line or start another trailer.
+
+    Agents and paths are validated upstream; this is the last line of defence,
+    so no value can ever forge a ``Storm-*`` trailer."""
+    for what, value in [("agent", agent), ("op", op)] + [("path", p) for p in paths]:
+        if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            shown = str(value).encode("unicode_escape").decode("ascii")
+            raise UsageError(f"{what} {shown!r} contains a newline or control character",
+                             hint="storm refuses it: it would forge a commit trailer")
+
+
+def _safe_intent(intent: str | None) -> str | None:
+    """The intent, with lines git takes for a patch divider ("---") indented by one
+    space: git interpret-trailers stops reading the message at such a line, so an
+    intent holding one could hide storm's trailers behind its own."""
+    if intent is None:
+        return None
+    try:
+        intent.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("the intent is not valid UTF-8", hint="pass the message as UTF-8 text") from None
+    return re.sub(r"(?m)^(?=---(?:\s|$))", " ", intent)
+
 
 def format_message(intent: str | None, agent: str, op: str, paths: list[str]) -> str:
+    _check_fields(agent, op, paths)
+    intent = _safe_intent(intent)
     subject = (intent or "").strip() or f"storm: {agent} {op} {', '.join(paths[:3])}"
     lines = [subject, "", f"Storm-Agent: {agent}", f"Storm-Op: {op}"]
     lines += [f"Storm-Path: {p}" for p in paths]

@@ -43,5 +43,5 @@ class BaseWorkspace:
     def forget(self, paths: Iterable[str] | None, *, agent: str | None) -> list[str]:
         """Drop paths (all when None) from the agent's read set: a new task starts fresh."""
         agent = validate_agent(agent)
-        norm = None if paths is None else [normalize(p, self.store.prefix) for p in paths]
+        norm = None if paths is None else [normalize(p, self.store.prefix, self.store.top) for p in paths]
         return readsets.forget(self.store, agent, norm)

@@ -172,7 +172,9 @@ def test_hostile_contents_library(hostile, content, name):
 
     repo, ws = hostile
     COUNTS["library_contents"] += 1
-    path = f"content/{name}.bin"
+    # not a plain word: Hypothesis also draws string literals of the code under test
+    # (e.g. "content") as paths, and the path test above shares this repository
+    path = f"content-{os.getpid()}/{name}.bin"
     ws.read([path], agent="c1")
     before = _refs(ws.store)["refs/storm/workspace"]
     if len(content) > LIMIT:
