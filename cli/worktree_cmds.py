@@ -160,8 +160,11 @@ def render_merge(rep: Any) -> str:
     if rep.updated:
         out.append(f"{rep.target} is now {rep.after[:10]} (updated {rep.updated})")
     if rep.conflicted:
-        out.append(f"{len(rep.conflicted)} agent(s) not merged: {', '.join(r.agent for r in rep.conflicted)}; "
-                   "rebase their branches on the target, or merge with --strategy ours|theirs")
+        out.append(f"{len(rep.conflicted)} agent(s) not merged: {', '.join(r.agent for r in rep.conflicted)}. "
+                   f"Bring each up to {rep.target} in its worktree, resolve there, commit, and merge again:")
+        for r in rep.conflicted:
+            out.append(f"  git storm sync {r.agent}" + (f" --onto {rep.target}" if rep.target else ""))
+        out.append("  (or merge anyway with --strategy ours|theirs, overriding one side's hunks)")
     return "\n".join(out)
 
 
@@ -202,6 +205,68 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     else:
         click.echo(render_merge(rep))
     if not rep.ok:
+        sys.exit(1)
+
+
+# -- sync -------------------------------------------------------------------------------
+def render_sync(res: Any) -> str:
+    if res.status == "up_to_date":
+        return f"{res.agent}: {res.branch} already contains {res.target} ({res.target_tip[:10]}): nothing to sync"
+    if res.status in ("merged", "fast_forward"):
+        how = "fast-forwarded to" if res.status == "fast_forward" else "merged"
+        return (f"{res.agent}: {res.branch} {how} {res.target} ({res.target_tip[:10]}): "
+                f"{res.before[:10]} -> {res.after[:10]}, no conflict; merge it with: git storm merge {res.agent}")
+    out = [f"{res.agent}: merging {res.target} ({res.target_tip[:10]}) into {res.branch} stopped on "
+           f"{len(res.conflicts)} conflicting path(s), left in {res.path}:"]
+    for c in res.conflicts:
+        out.append(f"  {c.path} ({c.kind}): {len(c.hunks)} hunk(s)")
+        for h in c.hunks:
+            out.append(f"  @@ line {h.ours_line}")
+            out.append("      ancestor:")
+            out.extend(_indent(h.ancestor, "        "))
+            out.append(f"      ours ({res.branch}):")
+            out.extend(_indent(h.ours, "        "))
+            out.append(f"      theirs ({res.target}):")
+            out.extend(_indent(h.theirs, "        "))
+    out.append(f"Next ({res.agent}): edit those files in {res.path} (remove the conflict markers), then")
+    out.append(f"  git storm commit --agent {res.agent} -m 'sync with {res.target}'")
+    out.append(f"and the manager merges: git storm merge {res.agent}   (to give up: git -C {res.path} merge --abort)")
+    return "\n".join(out)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("agent_id", metavar="AGENT")
+@click.option("--onto", metavar="BRANCH", default=None,
+              help="The branch to bring AGENT up to (default: storm.target, else the main working tree's branch).")
+@_manager_option
+@json_option
+def sync(agent_id: str, onto: str | None, agent: str | None, as_json: bool) -> None:
+    """Bring AGENT's branch up to the target: merge it in AGENT's worktree (worktree mode).
+
+    What to do when 'git storm merge' reports AGENT as conflicted. The target
+    branch is merged into storm/AGENT inside AGENT's worktree with git merge:
+    a clean result is committed (or fast-forwarded); conflicts are left in the
+    worktree for the agent to resolve, listed with their hunks (ancestor, ours
+    = the agent's branch, theirs = the target), exit 1. The agent resolves
+    them and runs 'git storm commit --agent AGENT -m MSG'; the manager's next
+    'git storm merge AGENT' is then clean. Refused (exit 3, nothing changed)
+    when the worktree has uncommitted changes or a merge in progress.
+
+    \b
+    Example:
+      git storm sync engineer_2
+      git storm sync engineer_2 --onto main --json
+    """
+    from storm_git.sync import sync as do_sync
+
+    store = _store()
+    _require_worktree_mode(store)
+    res = do_sync(store, agent_id, onto=onto, by=_by(agent))
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        click.echo(render_sync(res))
+    if not res.ok:
         sys.exit(1)
 
 
