@@ -74,7 +74,7 @@ def sync(store: Store, agent: str, *, onto: str | None = None, by: str | None = 
     """Merge the target branch into ``agent``'s branch in its worktree (module docstring)."""
     agent = validate_agent(agent)
     branch = branch_for(store, agent)
-    target = target_branch(store, onto)
+    target = target_branch(store, onto, option="--onto BRANCH")
     if target == branch:
         raise UsageError(f"cannot sync {branch} with itself", hint="pass --onto BRANCH naming the target")
     w = agent_worktree(store, agent)
