@@ -103,14 +103,24 @@ def _segments(line: str) -> list[dict]:
     return out
 
 
+def _storm_args(argv: list[str]) -> list[str] | None:
+    """The arguments of a 'git storm …' or 'git-storm …' command, else None."""
+    if argv[:2] == ["git", "storm"]:
+        return argv[2:]
+    if argv[:1] == ["git-storm"]:
+        return argv[1:]
+    return None
+
+
 def documented() -> list[tuple[str, list[str], dict]]:
     """(where, argv after 'git storm', segment) for every documented storm command."""
     found = []
     for doc in DOCS:
         for n, line in _lines(doc.read_text(encoding="utf-8")):
             for seg in _segments(line):
-                if seg["argv"][:2] == ["git", "storm"]:
-                    found.append((f"{doc.relative_to(ROOT)}:{n}", seg["argv"][2:], seg))
+                args = _storm_args(seg["argv"])
+                if args is not None:
+                    found.append((f"{doc.relative_to(ROOT)}:{n}", args, seg))
     return found
 
 
@@ -146,6 +156,7 @@ def parse(argv: list[str]) -> None:
 def test_the_docs_have_storm_commands():
     where = {w.split(":")[0] for w, _, _ in documented()}
     assert {"README.md", "docs/worktree-mode.md", "docs/storm-mode.md"} <= where, where
+    assert any(a == ["hook", "pre-commit"] for _, a, _ in documented())  # git-storm … counts too
     assert len(documented()) > 40 and len(help_examples()) > 20
 
 
@@ -197,7 +208,8 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
             if argv[:2] == ["git", "config"]:
                 git(repo, *argv[1:], check=False)
                 continue
-            if argv[:2] != ["git", "storm"]:
+            args = _storm_args(argv)
+            if args is None:
                 continue
             stdin = None
             if seg["stdin"]:
@@ -206,8 +218,8 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
                     p.write_text("def helper():\n    return 1\n")
                 stdin = p.read_bytes()
             e = dict(env, **seg["env"])
-            r = storm(repo, *argv[2:], input=stdin, agent=e.pop("STORM_AGENT", None), env=e, timeout=120)
-            results.append((f"{doc.name}:{n} git storm {shlex.join(argv[2:])}", r.returncode, r.stderr))
+            r = storm(repo, *args, input=stdin, agent=e.pop("STORM_AGENT", None), env=e, timeout=120)
+            results.append((f"{doc.name}:{n} git storm {shlex.join(args)}", r.returncode, r.stderr))
     return results
 
 
