@@ -126,3 +126,34 @@ def sync(store: Store, agent: str, *, onto: str | None = None, by: str | None = 
                        "conflicts": [c.path for c in res.conflicts],
                        "conflict_hunks": sum(len(c.hunks) for c in res.conflicts)})
     return res
+
+
+# -- the scope rules during a sync ------------------------------------------------------
+def merge_head(worktree: str) -> str | None:
+    """The commit being merged into the worktree's branch (a sync in progress), else None."""
+    try:
+        with open(os.path.join(_worktree_gitdir(worktree), "MERGE_HEAD"), encoding="utf-8") as fh:
+            return fh.readline().strip() or None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def taken_from_target(worktree: str, paths: list[str], *, staged: bool = False,
+                      env: dict[str, str] | None = None) -> set[str]:
+    """Of ``paths`` changed in ``worktree``, those whose content is the merged-in commit's,
+    unchanged, while a merge (a sync) is in progress: the target's work, which the agent
+    did not write. The assignment and storm.restricted rules do not count them, or
+    an agent could never conclude a sync that brings in other agents' files.
+
+    ``staged``: compare the index (the hook, with ``env``'s GIT_INDEX_FILE), else the
+    working tree (``git storm commit``, before it stages)."""
+    mh = merge_head(worktree)
+    if mh is None or not paths:
+        return set()
+    args = ["diff-index", "--cached"] if staged else ["diff"]
+    r = run_git([*args, "-z", "--name-only", "--no-renames", mh], worktree, env=env)
+    differ = set(r.stdout.decode("utf-8", "surrogateescape").split("\0"))
+    r = run_git(["--literal-pathspecs", "ls-tree", "-r", "-z", "--name-only", mh, "--", *paths], worktree)
+    in_target = set(r.stdout.decode("utf-8", "surrogateescape").split("\0"))
+    return {p for p in paths if p not in differ
+            and (p in in_target or staged or not os.path.lexists(os.path.join(worktree, p)))}

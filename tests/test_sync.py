@@ -115,3 +115,31 @@ def test_sync_needs_worktree_mode(tmp_path):
     repo = make_repo(tmp_path / "r")
     r = storm(repo, "sync", "a")
     assert r.returncode == 3 and "git storm mode worktree" in r.stderr
+
+
+def test_concluding_a_sync_counts_only_the_agents_own_changes(wrepo):
+    """The target's files that a sync brings in are not the agent's: neither git storm
+    commit nor the pre-commit hook counts them against its assignment or storm.restricted;
+    a file the agent itself changes outside its assignment is still refused."""
+    _spawn(wrepo, "a")
+    wb = _spawn(wrepo, "b")
+    assert storm(wrepo, "assign", "a", "src/api.py", "src/util.py").returncode == 0
+    assert storm(wrepo, "assign", "b", "src/api.py", "--allow-overlap").returncode == 0
+    _edit_and_commit(wrepo, "a", "src/util.py", "return max(lo, min(x, hi))", "return min(max(x, lo), hi)")
+    _edit_and_commit(wrepo, "a", "src/api.py", "return http_get(url)", "return http_get(url, timeout=5)")
+    _edit_and_commit(wrepo, "b", "src/api.py", "return http_get(url)", "return http_get(url, retries=3)")
+    assert storm(wrepo, "merge", "a").returncode == 0
+    git(wrepo, "config", "--add", "storm.restricted", "src/util.py")  # the manager restricts it afterwards
+    assert storm(wrepo, "sync", "b").returncode == 1
+    assert "min(max" in (wb / "src/util.py").read_text()  # brought in from main
+    (wb / "src/api.py").write_text("def fetch(url):\n    return http_get(url, timeout=5, retries=3)\n")
+    (wb / "src/client.py").write_text("# b strays outside its assignment\n")
+    r = storm(wrepo, "commit", "-m", "b: sync", agent="b")
+    assert r.returncode != 0 and "src/client.py" in r.stderr and "src/util.py" not in r.stderr, r.stderr
+    git(wb, "checkout", "--", "src/client.py")
+    # a plain git commit in b's worktree: the hook applies the same rule
+    git(wb, "add", "src/api.py")
+    c = git(wb, "commit", "--no-edit", check=False)
+    assert c.returncode == 0, c.stderr.decode()
+    code, rep = storm_json(wrepo, "merge", "b")
+    assert code == 0 and rep["merged"] == ["b"], rep
