@@ -73,3 +73,54 @@ def maintenance(as_json: bool) -> None:
         b, a = res.before, res.after
         click.echo(f"storm maintenance: loose objects {b.loose} -> {a.loose}, packed {b.packed} -> {a.packed}, "
                    f"packs {b.packs} -> {a.packs} ({', '.join(res.tasks)})")
+
+
+# -- what init and install-hooks report --------------------------------------------------
+DIRTY_SHOWN = 20
+
+
+def hooks_lines(h: dict) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) saying what was installed where, why and how a person
+    commits; or, when storm wrote nothing, why not and the line to add instead."""
+    if h.get("skipped"):
+        return [], [f"git storm: warning: pre-commit guard not installed: {h['skipped']}.",
+                    f"  To guard commits in this repository, add this line near the top of {h['add_to']}"
+                    " (after its #! line; create the file, executable, if there is none):",
+                    f"    {h['add_line']}",
+                    "  (it does nothing where git storm is not installed or not initialised)"]
+    out = []
+    for path in h.get("paths", []):
+        out.append(f"installed the pre-commit guard: {path}"
+                   + (" (core.hooksPath)" if h.get("hooks_path_config") else ""))
+    for name in h.get("chained", []):
+        out.append(f"  the existing {name} hook is kept as {name}.storm-chained and runs after the guard")
+    if out:
+        out.append(f"  why: {h['why']}")
+        out.append("  a person commits with: git storm commit -m MSG (as the manager),")
+        out.append("  or removes the guard to commit with plain git: git storm uninstall-hooks")
+    return out, []
+
+
+def init_lines(res) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) of git storm init."""
+    what = "initialised" if res.created else "already initialised"
+    out = [f"storm {what}: mode {res.mode}, shared head {res.head[:10]} (refs/storm/workspace)"]
+    hout, err = hooks_lines(res.hooks_install)
+    out += hout
+    if res.dirty:
+        err.append(f"git storm: warning: {res.warnings[-1]}:")
+        for d in res.dirty[:DIRTY_SHOWN]:
+            err.append(f"  {d['status']} {d['path']}")
+        if len(res.dirty) > DIRTY_SHOWN:
+            err.append(f"  and {len(res.dirty) - DIRTY_SHOWN} more (git status --short lists them)")
+        err.append("  Choose one:")
+        err += [f"  - {c}" for c in res.choices]
+    return out, err
+
+
+def echo_lines(out: list[str], err: list[str], as_json: bool) -> None:
+    if not as_json:
+        for line in out:
+            click.echo(line)
+    for line in err:
+        click.echo(line, err=True)

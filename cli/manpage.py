@@ -56,7 +56,9 @@ def render(group: click.Group) -> str:
         cmd = group.get_command(ctx, name)
         if cmd is None or cmd.hidden:
             continue
-        sub = click.Context(cmd, info_name=name, parent=ctx)
+        # with the command's own settings (help_option_names), as click builds it: otherwise
+        # the help option's record depends on whether the command was parsed before
+        sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
         usage = " ".join(cmd.collect_usage_pieces(sub))
         lines += [".SS " + _roff(f"git storm {name} {usage}"), _help(cmd)]
         for param in cmd.get_params(sub):

@@ -189,7 +189,9 @@ def install_hooks(as_json: bool) -> None:
 
     Installs into the directory git uses (core.hooksPath if set, which is
     respected, not changed). A hook already there is kept as
-    <hook>.storm-chained and still runs after storm's guard.
+    <hook>.storm-chained and still runs after storm's guard. Hooks inside the
+    working tree (tracked) or set by the global/system config are not
+    written: the line to add to them is printed instead (exit 0).
 
     \b
     Example:
@@ -198,14 +200,12 @@ def install_hooks(as_json: bool) -> None:
     from storm_git.hooks_install import install
     from storm_git.store import Store
 
+    from .admin_cmds import echo_lines, hooks_lines
+
     res = install(Store.discover())
     if as_json:
         _emit_json(res.to_dict())
-        return
-    click.echo(f"installed {', '.join(res.installed)} in {res.directory}"
-               + (" (core.hooksPath)" if res.hooks_path_config else ""))
-    for name in res.chained:
-        click.echo(f"  the existing {name} hook is kept as {name}.storm-chained and runs after the guard")
+    echo_lines(*hooks_lines(res.to_dict()), as_json)
 
 
 @cli.command("uninstall-hooks", context_settings=CONTEXT)

@@ -18,6 +18,12 @@ def init(base: str | None, as_json: bool) -> None:
     """Set up storm in this repository (idempotent).
 
     Creates refs/storm/workspace from HEAD (or --base) and sets storm.mode=storm.
+    Installs storm's pre-commit guard in .git/hooks and says so: it refuses a
+    plain git commit by an engineer and of content no agent wrote; a person
+    commits with 'git storm commit -m MSG' or removes it with 'git storm
+    uninstall-hooks'. Tracked or global hooks (core.hooksPath) are never
+    written: init prints the line to add to them instead. A dirty working tree
+    is listed with the choices (adopt, stash, --base); init still succeeds.
 
     \b
     Example:
@@ -27,12 +33,12 @@ def init(base: str | None, as_json: bool) -> None:
     from storm_git.setup import init as do_init
     from storm_git.store import Store
 
+    from .admin_cmds import echo_lines, init_lines
+
     res = do_init(Store.discover(), base)
     if as_json:
         _emit_json(res.to_dict())
-    else:
-        what = "initialised" if res.created else "already initialised"
-        click.echo(f"storm {what}: mode {res.mode}, shared head {res.head[:10]} (refs/storm/workspace)")
+    echo_lines(*init_lines(res), as_json)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -40,9 +40,11 @@ def _require_worktree_mode(store) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("new", required=False, type=click.Choice(["storm", "worktree"]), metavar="[storm|worktree]")
 @click.option("--force", is_flag=True, help="Switch even though the current mode has work not integrated.")
+@click.option("--into", metavar="BRANCH", default=None,
+              help="The target branch 'integrated' refers to (default: storm.target, else the checked-out branch).")
 @_manager_option
 @json_option
-def mode(new: str | None, force: bool, agent: str | None, as_json: bool) -> None:
+def mode(new: str | None, force: bool, into: str | None, agent: str | None, as_json: bool) -> None:
     """Show or switch storm.mode for this repository.
 
     storm: one shared workspace, validated writes. worktree: one worktree and
@@ -57,11 +59,13 @@ def mode(new: str | None, force: bool, agent: str | None, as_json: bool) -> None
       git storm mode                 # show, with anything not integrated
       git storm mode worktree
       git storm mode storm --force
+      git storm mode --into main     # with a detached HEAD: name the target
     """
     from storm_git import modes
 
     store = _store()
-    res = modes.show(store) if new is None else modes.switch(store, new, force=force, by=_by(agent))
+    res = modes.show(store, into=into) if new is None else modes.switch(store, new, force=force, by=_by(agent),
+                                                                         into=into)
     if as_json:
         _emit_json(res.to_dict())
         return
@@ -160,8 +164,11 @@ def render_merge(rep: Any) -> str:
     if rep.updated:
         out.append(f"{rep.target} is now {rep.after[:10]} (updated {rep.updated})")
     if rep.conflicted:
-        out.append(f"{len(rep.conflicted)} agent(s) not merged: {', '.join(r.agent for r in rep.conflicted)}; "
-                   "rebase their branches on the target, or merge with --strategy ours|theirs")
+        out.append(f"{len(rep.conflicted)} agent(s) not merged: {', '.join(r.agent for r in rep.conflicted)}. "
+                   f"Bring each up to {rep.target} in its worktree, resolve there, commit, and merge again:")
+        for r in rep.conflicted:
+            out.append(f"  git storm sync {r.agent}" + (f" --onto {rep.target}" if rep.target else ""))
+        out.append("  (or merge anyway with --strategy ours|theirs, overriding one side's hunks)")
     return "\n".join(out)
 
 
@@ -205,20 +212,86 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
         sys.exit(1)
 
 
+# -- sync -------------------------------------------------------------------------------
+def render_sync(res: Any) -> str:
+    if res.status == "up_to_date":
+        return f"{res.agent}: {res.branch} already contains {res.target} ({res.target_tip[:10]}): nothing to sync"
+    if res.status in ("merged", "fast_forward"):
+        how = "fast-forwarded to" if res.status == "fast_forward" else "merged"
+        return (f"{res.agent}: {res.branch} {how} {res.target} ({res.target_tip[:10]}): "
+                f"{res.before[:10]} -> {res.after[:10]}, no conflict; merge it with: git storm merge {res.agent}")
+    out = [f"{res.agent}: merging {res.target} ({res.target_tip[:10]}) into {res.branch} stopped on "
+           f"{len(res.conflicts)} conflicting path(s), left in {res.path}:"]
+    for c in res.conflicts:
+        out.append(f"  {c.path} ({c.kind}): {len(c.hunks)} hunk(s)")
+        for h in c.hunks:
+            out.append(f"  @@ line {h.ours_line}")
+            out.append("      ancestor:")
+            out.extend(_indent(h.ancestor, "        "))
+            out.append(f"      ours ({res.branch}):")
+            out.extend(_indent(h.ours, "        "))
+            out.append(f"      theirs ({res.target}):")
+            out.extend(_indent(h.theirs, "        "))
+    out.append(f"Next ({res.agent}): edit those files in {res.path} (remove the conflict markers), then")
+    out.append(f"  git storm commit --agent {res.agent} -m 'sync with {res.target}'")
+    out.append(f"and the manager merges: git storm merge {res.agent}   (to give up: git -C {res.path} merge --abort)")
+    return "\n".join(out)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("agent_id", metavar="AGENT")
+@click.option("--onto", metavar="BRANCH", default=None,
+              help="The branch to bring AGENT up to (default: storm.target, else the main working tree's branch).")
+@_manager_option
+@json_option
+def sync(agent_id: str, onto: str | None, agent: str | None, as_json: bool) -> None:
+    """Bring AGENT's branch up to the target: merge it in AGENT's worktree (worktree mode).
+
+    What to do when 'git storm merge' reports AGENT as conflicted. The target
+    branch is merged into storm/AGENT inside AGENT's worktree with git merge:
+    a clean result is committed (or fast-forwarded); conflicts are left in the
+    worktree for the agent to resolve, listed with their hunks (ancestor, ours
+    = the agent's branch, theirs = the target), exit 1. The agent resolves
+    them and runs 'git storm commit --agent AGENT -m MSG'; the manager's next
+    'git storm merge AGENT' is then clean. Refused (exit 3, nothing changed)
+    when the worktree has uncommitted changes or a merge in progress.
+
+    \b
+    Example:
+      git storm sync engineer_2
+      git storm sync engineer_2 --onto main --json
+    """
+    from storm_git.sync import sync as do_sync
+
+    store = _store()
+    _require_worktree_mode(store)
+    res = do_sync(store, agent_id, onto=onto, by=_by(agent))
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        click.echo(render_sync(res))
+    if not res.ok:
+        sys.exit(1)
+
+
 # -- assign -----------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
 @click.argument("assignee", required=False, metavar="[AGENT]")
+@click.argument("globs", nargs=-1, metavar="[GLOB...]")
 @click.option("--files", "-f", multiple=True, metavar="PATH_OR_GLOB",
-              help="The agent's primary files (repeatable; .gitignore-style globs).")
+              help="More primary files (repeatable; same as GLOB arguments).")
 @click.option("--task", "-t", metavar="TEXT", default=None,
               help="What the agent is to do; a new task also resets its read set.")
 @click.option("--allow-overlap", is_flag=True, help="Accept files that another agent's primary set covers.")
 @click.option("--clear", is_flag=True, help="Remove the agent's assignment.")
 @_manager_option
 @json_option
-def assign(assignee: str | None, files: tuple[str, ...], task: str | None, allow_overlap: bool, clear: bool,
-           agent: str | None, as_json: bool) -> None:
-    """Record AGENT's primary file set (and task); without AGENT, list assignments.
+def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...], task: str | None,
+           allow_overlap: bool, clear: bool, agent: str | None, as_json: bool) -> None:
+    """Record AGENT's primary file set (GLOBs, and task); without AGENT, list assignments.
+
+    GLOBs are paths or .gitignore-style patterns (quote them so the shell
+    does not expand them); --files/-f adds more, one per option.
 
     Primary sets of different agents must be disjoint (refused, exit 3, naming
     the overlap, unless --allow-overlap). storm.restricted globs name files no
@@ -228,18 +301,20 @@ def assign(assignee: str | None, files: tuple[str, ...], task: str | None, allow
 
     \b
     Example:
-      git storm assign engineer_1 --files 'src/api/**' --task 'add retries to fetch'
-      git storm assign engineer_2 -f src/client.py -f 'tests/test_client*.py'
+      git storm assign engineer_1 'src/api/**' --task 'add retries to fetch'
+      git storm assign engineer_2 src/client.py 'tests/test_client*.py'
+      git storm assign engineer_3 -f docs/ -f README.md
       git config --add storm.restricted __init__.py
       git storm assign --json
     """
     from storm_git import scope
     from storm_git.errors import UsageError
 
+    files = tuple(globs) + tuple(files)
     store = _store()
     if assignee is None:
         if files or task or clear:
-            raise UsageError("name the agent to assign", hint="git storm assign AGENT --files GLOB…")
+            raise UsageError("name the agent to assign", hint="git storm assign AGENT GLOB…")
         allv = scope.load_all(store)
         restricted = scope.restricted_globs(store)
         if as_json:
@@ -252,9 +327,9 @@ def assign(assignee: str | None, files: tuple[str, ...], task: str | None, allow
         click.echo(f"restricted: {', '.join(restricted) if restricted else 'none'}")
         return
     if clear and files:
-        raise UsageError("--clear and --files do not go together")
+        raise UsageError("--clear and files (GLOB or --files) do not go together")
     if not clear and not files:
-        raise UsageError("no --files given", hint="git storm assign AGENT --files GLOB… (or --clear)")
+        raise UsageError("no files given", hint="git storm assign AGENT GLOB… (or --clear)")
     res = scope.assign(store, assignee, None if clear else list(files), task=task, allow_overlap=allow_overlap,
                        by=_by(agent), integrated_tree=_integrated_tree(store))
     if as_json:

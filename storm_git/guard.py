@@ -27,6 +27,9 @@ WORKSPACE_REF = "refs/storm/workspace"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DEFAULT_MANAGER = "manager"
 MAX_NAMED = 20
+# Said to a person whose plain `git commit` the guard refused.
+HUMAN_WAY = ("  (This is storm's pre-commit hook, installed by git storm init. To commit with plain git\n"
+             "  instead, remove it: git storm uninstall-hooks)\n")
 
 
 def _git_exe() -> str:
@@ -108,6 +111,7 @@ def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
         "  To keep an edit made outside storm, record it first:  git storm adopt PATH... --agent ID\n"
         f"  Then commit the shared state (as {manager}):        git storm commit -m MSG\n"
         "  (git storm status shows the diffs; git restore --staged PATH unstages.)\n"
+        + HUMAN_WAY
     )
 
 

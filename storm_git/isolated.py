@@ -253,7 +253,10 @@ class WorktreeWorkspace(BaseWorkspace):
         branch = branch_for(self.store, agent)
         if not paths:
             return CommitResult(None, w.branch or branch, [agent], 0, [], "nothing to commit")
-        problems = scope.worktree_commit_problems(self.store, agent, w.branch, paths)
+        from .sync import taken_from_target
+
+        theirs = taken_from_target(w.path, paths)  # concluding a sync: the target's files are not the agent's
+        problems = scope.worktree_commit_problems(self.store, agent, w.branch, [p for p in paths if p not in theirs])
         if problems:
             self._log_refusal(agent, paths, problems)
             raise CommitRefused(f"commit by {agent} refused: {'; '.join(problems)}",

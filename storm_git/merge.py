@@ -112,6 +112,8 @@ class MergeReport:
             "updated": self.updated, "dry_run": self.dry_run, "ok": self.ok,
             "merged": [r.agent for r in self.results if r.status == "merged"],
             "conflicted": [r.agent for r in self.conflicted],
+            # what resolves a conflicted agent: merge the target into its branch, in its worktree
+            "next": [f"git storm sync {r.agent} --onto {self.target}" for r in self.conflicted],
             "results": [r.to_dict() for r in self.results],
         }
 

@@ -83,17 +83,18 @@ def unintegrated(store: Store, mode: str, target: str) -> list[str]:
     return out
 
 
-def show(store: Store) -> ModeResult:
+def show(store: Store, *, into: str | None = None) -> ModeResult:
     mode = current(store)
-    target = target_branch(store)
+    target = target_branch(store, into)
     return ModeResult(mode, mode, False, target=target, unintegrated=unintegrated(store, mode, target))
 
 
-def switch(store: Store, new: str, *, force: bool = False, by: str = "manager") -> ModeResult:
+def switch(store: Store, new: str, *, force: bool = False, by: str = "manager",
+           into: str | None = None) -> ModeResult:
     if new not in MODES:
         raise UsageError(f"unknown mode {new!r}", hint=f"use one of {', '.join(MODES)}")
     old = current(store)
-    target = target_branch(store)
+    target = target_branch(store, into)
     if new == old:
         return ModeResult(new, old, False, target=target)
     with flocked(store.commondir, "workspace"):

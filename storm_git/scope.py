@@ -368,7 +368,10 @@ def pre_commit(cwd: str | None = None, env: dict[str, str] | None = None) -> tup
     base = "4b825dc642cb6eb9a060e54bf8d69288fbee4904" if unborn else "HEAD"
     r = run_git(["diff-index", "--cached", "-z", "--name-only", "--no-renames", base], store.top, env=index)
     staged = [p for p in r.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
-    problems = worktree_commit_problems(store, agent, branch, staged)
+    from .sync import taken_from_target
+
+    theirs = taken_from_target(store.top, staged, staged=True, env=index)  # concluding a git storm sync
+    problems = worktree_commit_problems(store, agent, branch, [p for p in staged if p not in theirs])
     if not problems:
         return 0, ""
     lines = "".join(f"  - {p}\n" for p in problems)

@@ -1,13 +1,21 @@
-"""``git storm init``: create the shared ref and choose the mode."""
+"""``git storm init``: create the shared ref and choose the mode.
+
+Init also installs the pre-commit guard (:mod:`storm_git.hooks_install`) and
+reports it, since the guard changes what a plain ``git commit`` does; and it
+warns when the working tree is dirty: agents read the shared head (the last
+commit) while the person's edits stay on disk, unseen by them.
+"""
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 import pygit2
 
 from .errors import RepoStateError, UsageError
 from .locks import flocked
-from .store import WORKSPACE_REF, Store
+from .store import WORKSPACE_REF, Store, git_env
 
 MODES = ("storm", "worktree")
 
@@ -18,9 +26,39 @@ class InitResult:
     created: bool
     mode: str
     hooks: list[str] = field(default_factory=list)  # hook shims installed (storm_git.hooks_install)
+    hooks_install: dict[str, Any] = field(default_factory=dict)  # HooksResult: where, why, how to commit
+    dirty: list[dict[str, str]] = field(default_factory=list)  # {"status": XY, "path"} like git status --short
+    warnings: list[str] = field(default_factory=list)
+    choices: list[str] = field(default_factory=list)  # with a dirty tree: what the person can do
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+DIRTY_CHOICES = [
+    "keep them as a named agent's work (after init): git storm adopt PATH... --agent NAME",
+    "set them aside before init: git stash -u (then git storm init; git stash pop later)",
+    "start the shared workspace from another commit: git storm init --base REF",
+]
+
+
+def dirty_entries(store: Store) -> list[dict[str, str]]:
+    """The main working tree's changes as ``git status --short`` lists them (ignored files not)."""
+    r = subprocess.run(["git", "status", "--porcelain=v1", "-z"], cwd=store.main_workdir,
+                       capture_output=True, env=git_env())
+    if r.returncode != 0:
+        return []
+    fields = r.stdout.decode("utf-8", "surrogateescape").split("\0")
+    out, i = [], 0
+    while i < len(fields):
+        f = fields[i]
+        i += 1
+        if len(f) < 4:
+            continue
+        out.append({"status": f[:2], "path": f[3:]})
+        if f[0] in "RC":
+            i += 1  # the rename's source follows
+    return out
 
 
 def resolve_commit(store: Store, rev: str) -> pygit2.Commit:
@@ -66,5 +104,16 @@ def init(store: Store, base: str | None = None) -> InitResult:
             store.config_set("storm.mode", mode)
     from .hooks_install import install as install_hooks
 
-    hooks = install_hooks(store).installed
-    return InitResult(str(head), created, mode, hooks)
+    res = InitResult(str(head), created, mode)
+    hooks = install_hooks(store)
+    res.hooks, res.hooks_install = list(hooks.installed), hooks.to_dict()
+    if hooks.skipped:
+        res.warnings.append(f"pre-commit guard not installed: {hooks.skipped}")
+    if created:
+        res.dirty = dirty_entries(store)
+        if res.dirty:
+            res.warnings.append(
+                f"the working tree has {len(res.dirty)} uncommitted change(s): agents read the shared head "
+                f"({str(head)[:10]}), not these edits, which stay on disk unseen by them")
+            res.choices = list(DIRTY_CHOICES)
+    return res

@@ -88,21 +88,23 @@ def same_path(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def target_branch(store: Store, into: str | None = None) -> str:
+def target_branch(store: Store, into: str | None = None, *, option: str = "--into BRANCH") -> str:
     """The branch agents' work is merged into: ``into``, ``storm.target``, or the
-    branch checked out in the main working tree."""
+    branch checked out in the main working tree. ``option`` is how the calling
+    command names it, for the hint (``--into BRANCH``, ``--onto BRANCH``, ``--base REF``)."""
     name = into or store.config_get("storm.target")
     if not name:
         head = _read(os.path.join(store.commondir, "HEAD"))
         if head and head.startswith("ref: refs/heads/"):
             name = head[len("ref: refs/heads/"):]
         else:
-            raise UsageError("the main working tree has no branch checked out",
-                             hint="pass --into BRANCH or set git config storm.target BRANCH")
+            raise UsageError("the main working tree has no branch checked out (detached HEAD), so there is "
+                             "no default target branch",
+                             hint=f"pass {option}, or set one for good: git config storm.target BRANCH")
     if name.startswith("refs/heads/"):
         name = name[len("refs/heads/"):]
     if store.ref("refs/heads/" + name) is None:
-        raise UsageError(f"no branch {name!r} to merge into", hint="pass --into BRANCH naming an existing branch")
+        raise UsageError(f"no branch {name!r} to merge into", hint=f"pass {option} naming an existing branch")
     return name
 
 
@@ -381,7 +383,7 @@ def spawn(store: Store, agent: str, *, base: str | None = None, reuse: bool = Fa
                 run_git(["worktree", "add", "--quiet", path, branch], store.main_workdir)
                 reused = True
             else:
-                commit = resolve_commit(store, base or ("refs/heads/" + target_branch(store)))
+                commit = resolve_commit(store, base or ("refs/heads/" + target_branch(store, option="--base REF")))
                 base_oid = str(commit.id)
                 run_git(["worktree", "add", "--quiet", "-b", branch, path, base_oid], store.main_workdir)
             created = True
