@@ -2,8 +2,8 @@
 
 Parses arguments, calls the library, prints human text or ``--json``, and maps
 the library's typed errors to DESIGN §7's exit codes: 0 ok, 1 rejected, 2 bad
-input, 3 repository state, 4 internal error (a bug). The library (and pygit2) is imported inside the
-commands so ``-h`` stays instant.
+input, 3 repository state, 4 internal error (a bug). The library (and pygit2)
+is imported inside the commands so ``-h`` stays instant.
 """
 from __future__ import annotations
 

@@ -206,6 +206,21 @@ def test_a_writer_waiting_for_a_reservation_says_whose_on_what_and_reports_it(re
     assert re.search(r"waited \d+\.\ds for e2's reservation on src/api.py", r.stdout), r.stdout
 
 
+def test_library_on_wait_is_called_once_per_wait_and_never_prints(repo, ws, capfd):
+    git(repo, "config", "storm.reservationSeconds", "1")
+    ws.read(["src/api.py"], agent="e1")
+    ws.read(["src/api.py"], agent="e2")
+    assert ws.write("src/api.py", b"1\n", agent="e1").accepted
+    assert not ws.write("src/api.py", b"2\n", agent="e2").accepted  # e2 holds it for 1 s
+    ws.read(["src/api.py"], agent="e1")
+    seen = []
+    res = ws.write("src/api.py", b"3\n", agent="e1", on_wait=seen.append)
+    assert res.accepted and [(r.holder, r.path) for r in seen] == [("e2", "src/api.py")]
+    assert res.reservation_wait.holder == "e2" and 0.2 < res.reservation_wait.seconds <= res.waited
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
 def _hold_lock(lock: Path, ready: Path, seconds: float) -> subprocess.Popen:
     """Another process holds storm's workspace lock for ``seconds`` (a writer mid-write)."""
     p = subprocess.Popen([sys.executable, "-c", (
