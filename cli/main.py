@@ -2,8 +2,8 @@
 
 Parses arguments, calls the library, prints human text or ``--json``, and maps
 the library's typed errors to DESIGN §7's exit codes: 0 ok, 1 rejected, 2 bad
-input, 3 repository state. The library (and pygit2) is imported inside the
-commands so ``-h`` stays instant.
+input, 3 repository state, 4 internal error (a bug). The library (and pygit2)
+is imported inside the commands so ``-h`` stays instant.
 """
 from __future__ import annotations
 
@@ -46,13 +46,13 @@ def write_options(f: Callable) -> Callable:
     return f
 
 
-def _report(res: Any, as_json: bool) -> None:
+def _report(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> None:
     from . import render
 
     if as_json:
         _emit_json(res.to_dict())
     else:
-        click.echo(render.write_result(res))
+        click.echo(render.write_result(res, sizes))
     if not res.accepted:
         sys.exit(1)
 
@@ -76,14 +76,21 @@ def cli() -> None:
       git storm edit src/app.py --old 'x = 1' --new 'x = 2  # engineer_1: why'
       git storm status; git storm log
 
-    Exit codes: 0 ok, 1 write rejected (re-plan and retry), 2 bad input,
-    3 repository state (not a repository, not initialised, corrupt).
+    \b
+    Exit codes:
+      0  ok (also: this help, shown when no command is given)
+      1  write rejected: re-plan from the payload and retry
+      2  bad input (unknown option, bad path, missing content)
+      3  repository state (not a repository, not initialised, corrupt)
+      4  internal error: a bug in git storm (rerun with STORM_DEBUG=1, report it)
     """
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn library errors into one line and an exit code."""
     args = sys.argv[1:] if argv is None else argv
+    if not args:  # like `git storm --help`, multi-line on stdout, exit 0 (not a usage error)
+        args = ["--help"]
     as_json = "--json" in args
     bad = _non_utf8_argument(args)
     if bad is not None:

@@ -72,7 +72,8 @@ def render(group: click.Group) -> str:
         ".SH EXIT STATUS",
         "0 success; 1 write rejected (conflict or reservation: re\\-plan and retry); "
         "2 bad input or usage; 3 repository state (not a repository, not initialised, corrupt); "
-        "4 internal error (a bug). \\fBexec\\fR passes through the command's own status.",
+        "4 internal error (a bug in git storm: rerun with STORM_DEBUG=1 and report it). "
+        "\\fBexec\\fR passes through the command's own status.",
         ".SH SEE ALSO",
         "\\fBgit\\-worktree\\fR(1), \\fBgit\\-notes\\fR(1), \\fBgit\\-update\\-ref\\fR(1)",
     ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Any
 
 
@@ -15,9 +16,18 @@ def _change_line(c: Any, label: str) -> str:
     return f"  {label} {c.path}: read {short(c.read_version)}, now {short(c.current_version)} (changed by {who}{behind})"
 
 
+def _changed(c: Any) -> bool:
+    """A real change since the agent read the file (never read: nothing to diff from)."""
+    return not getattr(c, "never_read", False) and c.read_version != c.current_version
+
+
+def _content(data: bytes) -> str:
+    return data.decode("utf-8", "replace").rstrip("\n") if b"\x00" not in data[:8000] else "(binary)"
+
+
 def rejection(r: Any) -> str:
     out = [f"rejected ({r.reason}): {r.message}"]
-    if r.target is not None and r.reason != "unread_target":
+    if r.target is not None and _changed(r.target):
         out.append(_change_line(r.target, "target"))
         if r.target.diff:
             out.append(r.target.diff.rstrip("\n"))
@@ -25,30 +35,50 @@ def rejection(r: Any) -> str:
         out.append(_change_line(s, "stale dependency"))
         if s.diff:
             out.append(s.diff.rstrip("\n"))
+    never = r.target is not None and getattr(r.target, "never_read", False)
     if r.current_content is not None:
-        out.append(f"--- current content of {r.path} ({short(r.current_version)}) ---")
-        out.append(r.current_content.decode("utf-8", "replace").rstrip("\n")
-                   if b"\x00" not in r.current_content[:8000] else "(binary)")
+        if never:
+            out.append(f"--- you never read {r.path}; here it is ({short(r.current_version)}) ---")
+        else:
+            out.append(f"--- current content of {r.path} ({short(r.current_version)}) ---")
+        out.append(_content(r.current_content))
     elif r.reason != "reserved":
         out.append(f"{r.path} is absent at the shared head")
     return "\n".join(out)
 
 
-def write_result(res: Any) -> str:
+def _size(n: int | None) -> str:
+    if n is None:
+        return ""
+    return f", {n} byte{'s' if n != 1 else ''}" + (" (now empty)" if n == 0 else "")
+
+
+def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
+    """One line for an accepted write (paths, versions, sizes, where, waits); the payload otherwise."""
     if not res.accepted:
         return rejection(res.rejection)
     if res.commit is None and not res.disk:
         return f"accepted: {', '.join(res.paths)} unchanged (same content; no commit)"
+    sizes = sizes or {}
     parts = []
     for p in res.paths:
         v = res.versions.get(p)
         disk = res.disk.get(p)
         note = "" if disk in (None, "written", "current") else f" [disk: {disk}]"
-        parts.append(f"{p} -> {short(v) if v else 'deleted'}{note}")
-    waited = f", waited {res.waited:.1f}s for a reservation" if res.waited >= 0.05 else ""
+        parts.append(f"{p} -> {short(v) + _size(sizes.get(p)) if v else 'deleted'}{note}")
+    waits = []
+    rw = getattr(res, "reservation_wait", None)
+    if rw is not None and rw.seconds >= 0.05:
+        waits.append(f"waited {rw.seconds:.1f}s for {rw.holder}'s reservation on {rw.path}")
     where = f"commit {short(res.commit)}" if res.commit else "in the agent's worktree, not committed yet"
     flags = f" [flags: {', '.join(res.flags)}]" if res.flags else ""
-    return f"accepted: {'; '.join(parts)} ({where}{waited}){flags}"
+    return f"accepted: {'; '.join(parts)} ({', '.join([where] + waits)}){flags}"
+
+
+def waiting(r: Any) -> str:
+    """The stderr line when a write starts waiting for another agent's reservation."""
+    return (f"storm: {r.path} is reserved by {r.holder} (re-planning after a conflict); "
+            f"waiting at most {math.ceil(r.remaining())}s (--no-wait: be rejected at once)")
 
 
 def status(st: Any) -> str:
@@ -99,20 +129,99 @@ def unmediated(items: list[dict]) -> list[str]:
     return out
 
 
+def _when(e: dict) -> str:
+    """Local date and time to the second (the entry's exact time is in --json)."""
+    try:
+        return _dt.datetime.fromtimestamp(float(e.get("time") or 0)).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "????-??-?? ??:??:??"
+
+
+def _names(items: Any, n: int = 5) -> str:
+    items = [str(i) for i in items or []]
+    return ", ".join(items[:n]) + (f" (+{len(items) - n} more)" if len(items) > n else "")
+
+
+def _ev_write(e: dict) -> str:
+    where = short(e.get("commit")) if e.get("commit") else "in its worktree"
+    flags = f" [flags: {', '.join(e['flags'])}]" if e.get("flags") else ""
+    return f"{e.get('op', 'write'):<5} {_names(e.get('paths'))}  {where}  {e.get('intent', '')}{flags}"
+
+
+def _ev_rejection(e: dict) -> str:
+    extra = f" (held by {e['holder']})" if e.get("holder") else ""
+    stale = f" stale: {_names(e['stale'])}" if e.get("stale") else ""
+    return f"{e.get('reason')}: {e.get('path')}{extra}{stale}"
+
+
+def _ev_commit(e: dict) -> str:
+    writes = e.get("writes")
+    if e.get("mode") == "worktree" or not isinstance(writes, list):  # an engineer's commit in its worktree
+        n = writes if isinstance(writes, int) else len(writes or [])
+        return f"{short(e.get('commit'))} on {e.get('branch')}: {n} write(s), paths {_names(e.get('paths'))}"
+    by = ", ".join(e.get("agents") or []) or "no agent"
+    what = f"{short(e.get('commit'))} on {e.get('branch')}" if e.get("commit") else f"nothing new on {e.get('branch')}"
+    listed = ", ".join(short(w) for w in writes[:8]) + (" …" if len(writes) > 8 else "")
+    return (f"{what}: {e.get('count', len(writes))} write(s) by {by} "
+            f"(workspace {short(e.get('workspace'))}; writes {listed or 'none'})")
+
+
+def _ev_mode(e: dict) -> str:
+    forced = f" (forced; not integrated: {'; '.join(e['unintegrated'])})" if e.get("forced") else ""
+    synced = f", shared head continues from {e.get('target')} at {short(e['synced'])}" if e.get("synced") else ""
+    return f"{e.get('from')} -> {e.get('to')} (target {e.get('target')}){synced}{forced}"
+
+
+def _ev_merge(e: dict) -> str:
+    conflicts = e.get("conflicts") or []
+    c = (f", {len(conflicts)} conflicting path(s) ({e.get('conflict_hunks', 0)} hunk(s), "
+         f"{e.get('overridden_hunks', 0)} overridden): {_names(conflicts)}") if conflicts else ""
+    made = f" -> {short(e['commit'])}" if e.get("commit") else ""
+    return f"{e.get('branch')} into {e.get('target')}: {e.get('status')}{made}{c}"
+
+
+def _ev_assign(e: dict) -> str:
+    files = _names(e.get("files")) or "cleared"
+    task = f" task: {e['task']}" if e.get("task") else ""
+    overlaps = f" (overlaps {len(e['overlaps'])})" if e.get("overlaps") else ""
+    return f"{e.get('assignee')}: {files}{overlaps}{task}"
+
+
+def _ev_spawn(e: dict) -> str:
+    how = "created" if e.get("created") else "reused" if e.get("reused") else "existing"
+    copied = f", copied {_names(e['copied'])}" if e.get("copied") else ""
+    return f"{e.get('branch')} at {e.get('path')} ({how}, base {short(e.get('base'))}){copied}"
+
+
+def _ev_cleanup(e: dict) -> str:
+    removed = ", ".join(str(r.get("agent")) for r in e.get("removed") or [] if isinstance(r, dict))
+    return (f"removed {len(e.get('removed') or [])}" + (f" ({removed})" if removed else "")
+            + f", pruned {len(e.get('pruned') or [])}, leftovers {len(e.get('leftovers') or [])}")
+
+
+_EVENTS = {
+    "write": _ev_write,
+    "rejection": _ev_rejection,
+    "commit": _ev_commit,
+    "mode": _ev_mode,
+    "merge": _ev_merge,
+    "assign": _ev_assign,
+    "spawn": _ev_spawn,
+    "cleanup": _ev_cleanup,
+    "release": lambda e: f"{e.get('path')}",
+    "boundary": lambda e: (f"wrote outside its assignment: {_names(e.get('paths'))}"
+                           + (f" ({short(e['commit'])})" if e.get("commit") else "")),
+    "commit_refused": lambda e: f"{'; '.join(e.get('problems') or [])} (paths {_names(e.get('paths'))})",
+}
+_LABELS = {"rejection": "reject", "commit_refused": "refused"}
+
+
 def log_entry(e: dict) -> str:
-    when = _dt.datetime.fromtimestamp(e.get("time", 0)).strftime("%H:%M:%S")
-    kind = e.get("type")
-    if kind == "write":
-        return f"{when} write    {e['agent']:<14} {e['op']:<5} {', '.join(e['paths'])}  {short(e['commit'])}  {e['intent']}"
-    if kind == "rejection":
-        extra = f" (held by {e['holder']})" if e.get("holder") else ""
-        stale = f" stale: {', '.join(e['stale'])}" if e.get("stale") else ""
-        return f"{when} reject   {e.get('agent', '?'):<14} {e.get('reason')}: {e.get('path')}{extra}{stale}"
-    if kind == "commit":
-        by = ", ".join(e.get("agents") or []) or "no agent"
-        what = f"{short(e.get('commit'))} on {e.get('branch')}" if e.get("commit") else f"nothing new on {e.get('branch')}"
-        return (f"{when} commit   {e.get('agent', '?'):<14} {what}: {e.get('count', 0)} write(s) by {by} "
-                f"(workspace {short(e.get('workspace'))}; writes {', '.join(short(w) for w in e.get('writes', [])[:8])}"
-                f"{' …' if len(e.get('writes', [])) > 8 else ''})")
-    detail = {k: v for k, v in e.items() if k not in ("type", "agent", "time", "id")}
-    return f"{when} {kind:<8} {e.get('agent', '?'):<14} {detail}"
+    """One line per log entry: date and time, what, who, then the details of its type."""
+    kind = str(e.get("type") or "event")
+    render = _EVENTS.get(kind)
+    try:
+        detail = render(e) if render else str(e.get("summary") or "")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        detail = str(e.get("summary") or "")  # an entry from another storm version: never crash the log
+    return f"{_when(e)} {_LABELS.get(kind, kind):<8} {str(e.get('agent', '?')):<14} {detail}".rstrip()

@@ -230,7 +230,8 @@ def uninstall_hooks(as_json: bool) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("name", type=click.Choice(["pre-commit"]))
-def hook(name: str) -> None:
+@json_option
+def hook(name: str, as_json: bool) -> None:
     """Run a hook's check (what the installed shims and the pre-commit framework call).
 
     pre-commit: in storm mode refuses a commit by an engineer (STORM_AGENT set
@@ -240,7 +241,14 @@ def hook(name: str) -> None:
     \b
     Example:
       git storm hook pre-commit   # in .pre-commit-config.yaml: id storm-guard
+      git storm hook pre-commit --json
     """
-    from storm_git.guard import main as guard_main
+    if not as_json:
+        from storm_git.guard import main as guard_main
 
-    sys.exit(guard_main([name]))
+        sys.exit(guard_main([name]))
+    from storm_git.guard import check_pre_commit
+
+    code, message = check_pre_commit()
+    _emit_json({"hook": name, "allowed": code == 0, "exit_code": code, "message": message.rstrip("\n")})
+    sys.exit(code)

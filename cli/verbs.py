@@ -71,8 +71,9 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
                 out.write(b"\n")
         out.flush()
         if len(results) == 1:
-            state = f"version {r.version}" if r.version else "not found (recorded as absent)"
-            click.echo(f"storm: {r.path} {state} at {r.head[:10]}", err=True)
+            click.echo(f"storm: {r.path} version {r.version} at {r.head[:10]}" if r.version else
+                       f"storm: {r.path}: not found in the shared workspace (recorded as absent, "
+                       f"head {r.head[:10]})", err=True)
         elif r.content is None:
             out.write(b"(not found: recorded as absent)\n")
 
@@ -162,8 +163,8 @@ def _content(file: str | None, limit: int) -> bytes:
                 return _read_limited(fh, limit, f"--file {file}")
         except OSError as exc:
             raise UsageError(f"cannot read --file {file}: {exc.strerror}") from None
-    if file is None and sys.stdin.isatty():
-        raise UsageError("no content given", hint="pass --file F or pipe the content on stdin")
+    if file is None and sys.stdin.isatty():  # would wait for typing that an agent never does
+        raise UsageError("no content given: stdin is a terminal", hint="give the content on stdin or with --file F")
     return _read_limited(sys.stdin.buffer, limit, "stdin")
 
 
@@ -201,6 +202,32 @@ def _read_limited(fh, limit: int, what: str) -> bytes:
                    hint="raise it with git config storm.maxFileBytes N if this is intended")
 
 
+def _wait_kw(ws: object) -> dict:
+    """Storm mode: say on stderr, once per wait, that the write waits for a reservation."""
+    from storm_git.shared import SharedWorkspace
+
+    if not isinstance(ws, SharedWorkspace):
+        return {}  # worktree mode: no reservations
+
+    def on_wait(r: object) -> None:
+        from . import render
+
+        click.echo(render.waiting(r), err=True)
+
+    return {"on_wait": on_wait}
+
+
+def _sizes(ws: object, res: object) -> dict[str, int]:
+    """Byte size of each written version (for the accepted line)."""
+    out: dict[str, int] = {}
+    for p, v in getattr(res, "versions", {}).items():
+        try:
+            out[p] = ws.store.repo[v].size if v else None  # type: ignore[attr-defined]
+        except (KeyError, ValueError, AttributeError):
+            pass
+    return {p: n for p, n in out.items() if n is not None}
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("path", metavar="PATH")
 @click.option("--file", "-f", metavar="F", default=None, help="Take the new content from F ('-' or omitted: stdin).")
@@ -215,9 +242,13 @@ def write(path: str, file: str | None, agent: str | None, intent: str | None, de
     since it read them. Otherwise rejected (exit 1) with the reason
     (direct_conflict, stale_dependency, unread_target, reserved), the current
     content, a unified diff from what the agent had read and the stale
-    dependencies; the rejected agent then holds PATH for storm.reservationSeconds
-    (default 30) to re-plan and retry. Writing an existing file the agent never
-    read is rejected once, and that rejection counts as the read.
+    dependencies. After a direct_conflict or stale_dependency the rejected agent
+    holds PATH for storm.reservationSeconds (default 30) to re-plan and retry;
+    another writer of PATH waits (saying so on stderr) or, with --no-wait, is
+    rejected as reserved. Writing an existing file the agent never read is
+    rejected once (unread_target, no reservation), and that rejection counts as
+    the read. An interactive terminal on stdin is refused (exit 2): give the
+    content on stdin or with --file.
 
     \b
     Example:
@@ -225,9 +256,12 @@ def write(path: str, file: str | None, agent: str | None, intent: str | None, de
       git storm write src/app.py --file /tmp/app.py --deps src/util.py --json
     """
     ws = _workspace()
-    res = ws.write(path, _content(file, ws.max_file_bytes), agent=_agent(agent), intent=intent,
-                   deps=list(deps) if deps else None, wait=not no_wait)
-    _report(res, as_json)
+    data = _content(file, ws.max_file_bytes)
+    res = ws.write(path, data, agent=_agent(agent), intent=intent,
+                   deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
+    if res.accepted and not data:
+        click.echo(f"storm: wrote 0 bytes to {res.paths[0]} (the file is now empty)", err=True)
+    _report(res, as_json, {p: len(data) for p in res.paths})
 
 
 @cli.command(context_settings=CONTEXT)
@@ -251,8 +285,8 @@ def edit(path: str, old: str, new: str, agent: str | None, intent: str | None, d
     """
     ws = _workspace()
     res = ws.edit(path, old, new, agent=_agent(agent), intent=intent,
-                  deps=list(deps) if deps else None, wait=not no_wait)
-    _report(res, as_json)
+                  deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
+    _report(res, as_json, _sizes(ws, res) if res.accepted and not as_json else None)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -268,8 +302,9 @@ def rm(path: str, agent: str | None, intent: str | None, deps: tuple[str, ...], 
     Example:
       git storm rm src/old.py -m 'engineer_2: folded into util.py'
     """
-    res = _workspace().rm(path, agent=_agent(agent), intent=intent,
-                          deps=list(deps) if deps else None, wait=not no_wait)
+    ws = _workspace()
+    res = ws.rm(path, agent=_agent(agent), intent=intent,
+                deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
     _report(res, as_json)
 
 

@@ -5,12 +5,22 @@ need is appended to ``refs/storm/log``: a chain of commits with the empty tree,
 each message a one-line summary and a JSON body, so ``git log refs/storm/log``
 reads it and the log survives like any other git history. Appends are CAS moves
 made under the workspace lock.
+
+Event types (``type``; every event also has ``agent``, ``time`` and, when read,
+``summary`` and ``id``): ``rejection`` (storm_git.shared), ``release``,
+``boundary`` (storm_git.scope), ``assign``, ``mode`` (storm_git.modes),
+``commit`` (storm_git.manager, and storm_git.isolated in worktree mode),
+``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
+``cleanup`` (storm_git.worktrees). ``cli/render.log_entry`` prints each; a type
+it does not know is printed from its summary.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .store import EVENTS_REF, Store
@@ -38,8 +48,21 @@ def read(store: Store, limit: int | None = None) -> Iterator[dict[str, Any]]:
         try:
             event = json.loads(body)
         except ValueError:
-            event = {"type": "unreadable", "summary": c.message.splitlines()[0] if c.message else ""}
+            event = None
+        if not isinstance(event, dict):
+            event = {"type": "unreadable", "summary": c.message.splitlines()[0] if c.message else "",
+                     "time": float(c.commit_time)}
+        first = c.message.split("\n", 1)[0]
+        event.setdefault("summary", first.partition(": ")[2] or first)
         event["id"] = str(c.id)
         yield event
         n += 1
         oid = c.parent_ids[0] if c.parent_ids else None
+
+
+def merge_newest_first(*chains: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Merge chains that are each newest first by ``time``, keeping each chain's own
+    order (its history is the truth even if a clock stepped back); ties keep the
+    order of ``chains``."""
+    merged = heapq.merge(*chains, key=lambda e: float(e.get("time") or 0), reverse=True)
+    return list(itertools.islice(merged, limit))

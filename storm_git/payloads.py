@@ -60,6 +60,7 @@ class FileChange:
     versions_behind: int | None
     diff: str
     binary: bool
+    never_read: bool = False  # the agent had not read it: no diff, the content is the news
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,9 +95,22 @@ class Rejection:
         d["changed_by"] = self.target.changed_by if self.target else []
         d["versions_behind"] = self.target.versions_behind if self.target else None
         d["read_version"] = self.target.read_version if self.target else None
+        d["never_read"] = self.target.never_read if self.target else False
         d["stale"] = [s.to_dict() for s in self.stale]
         d["reservation"] = self.reservation.to_dict() if self.reservation else None
         return d
+
+
+@dataclass
+class ReservationWait:
+    """A writer waited for another agent's reservation: whose, on what, for how long."""
+
+    holder: str
+    path: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"holder": self.holder, "path": self.path, "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -114,6 +128,7 @@ class WriteResult:
     cas_retries: int = 0
     waited: float = 0.0
     flags: list[str] = field(default_factory=list)
+    reservation_wait: ReservationWait | None = None  # part of ``waited`` spent on a reservation
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -126,6 +141,7 @@ class WriteResult:
             "disk": self.disk,
             "cas_retries": self.cas_retries,
             "waited": round(self.waited, 3),
+            "reservation_wait": self.reservation_wait.to_dict() if self.reservation_wait else None,
             "flags": self.flags,
         }
         if self.rejection is not None:

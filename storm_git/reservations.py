@@ -1,7 +1,8 @@
-"""Reservations: after a rejection, the rejected agent holds the file briefly.
+"""Reservations: after a conflict, the rejected agent holds the file briefly.
 
-So that two agents cannot keep invalidating each other, STORM gives a rejected
-writer a short exclusive claim on the target. They are kept in one commit chain
+So that two agents cannot keep invalidating each other, STORM gives a writer
+rejected for a conflict it must re-plan around (``direct_conflict``,
+``stale_dependency``; not ``unread_target``) a short exclusive claim on the target. They are kept in one commit chain
 at ``refs/storm/reservations`` (a tree of small JSON blobs, one per reserved
 path), moved by CAS under the workspace lock, so the check and the write are one
 atomic step for storm's writers. Expired entries are pruned on the next change.

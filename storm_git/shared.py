@@ -16,7 +16,7 @@ different agents only serialise on the short critical section.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from .payloads import (
     FileChange,
     ReadResult,
     Rejection,
+    ReservationWait,
     WriteResult,
 )
 from .readsets import ReadEntry
@@ -49,6 +50,11 @@ from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, hex_
 from .workspace import BaseWorkspace
 
 DEFAULT_RESERVATION_SECONDS = 30
+# Rejections the agent must re-plan around: only these reserve the target. An
+# unread_target rejection only hands over the content; reserving then would make
+# an agent that did read the file wait for one that merely had not.
+RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
+OnWait = Callable[[Reservation], None]
 HISTORY_LIMIT = 256
 
 
@@ -143,15 +149,15 @@ class SharedWorkspace(BaseWorkspace):
 
     # -- writes ----------------------------------------------------------------
     def write(self, path: str, content: bytes, *, agent: str | None, intent: str | None = None,
-              deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+              deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
         """Validated write of one file (see module docstring)."""
         agent = validate_agent(agent)
         p = self.path(path, for_write=True)
         self._check_size(p, content)
-        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="write")
+        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="write", on_wait=on_wait)
 
     def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
-             deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+             deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
         """Replace exactly one occurrence of ``old`` in the version the agent last read,
         then write it with validation: a concurrent change is a rejection, not "not found"."""
         agent = validate_agent(agent)
@@ -165,7 +171,8 @@ class SharedWorkspace(BaseWorkspace):
                                hint="use git storm write to create it")
             # Never read (or read while absent): the validation refuses it and the
             # rejection gives the agent the content to edit.
-            return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit")
+            return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit",
+                              on_wait=on_wait)
         base = self.store.blob_bytes(pygit2.Oid(hex=seen.blob))
         old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
         n = base.count(old_b)
@@ -178,16 +185,16 @@ class SharedWorkspace(BaseWorkspace):
                              hint="include more surrounding text so it matches once")
         content = base.replace(old_b, new_b, 1)
         self._check_size(p, content)
-        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="edit")
+        return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="edit", on_wait=on_wait)
 
     def rm(self, path: str, *, agent: str | None, intent: str | None = None,
-           deps: Iterable[str] | None = None, wait: bool = True) -> WriteResult:
+           deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
         """Validated delete."""
         agent = validate_agent(agent)
         p = self.path(path, for_write=True)
         if self.store.entry(self.store.commit(self.head()).tree, p) is None:
             raise NotFound(f"{p} does not exist in the shared workspace")
-        return self.apply(agent, {p: None}, intent=intent, deps=deps, wait=wait, op="rm")
+        return self.apply(agent, {p: None}, intent=intent, deps=deps, wait=wait, op="rm", on_wait=on_wait)
 
     def release(self, path: str, *, agent: str | None) -> Reservation | None:
         """End the agent's own reservation on ``path``; returns it (None if there was none)."""
@@ -206,11 +213,14 @@ class SharedWorkspace(BaseWorkspace):
         return r
 
     def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
-              wait: bool, op: str, expected: dict[str, str | None] | None = None) -> WriteResult:
+              wait: bool, op: str, expected: dict[str, str | None] | None = None,
+              on_wait: OnWait | None = None) -> WriteResult:
         """The validated atomic write of ``changes`` ({path: bytes, or None to delete}).
 
         ``expected`` overrides the observed version of targets (``exec`` compares
         with the tree the command started from instead of the read set).
+        ``on_wait`` is called (outside the lock) each time the write starts waiting
+        for another agent's reservation, so a caller can say so; the library never prints.
         """
         store = self.store
         paths = list(changes)
@@ -242,6 +252,8 @@ class SharedWorkspace(BaseWorkspace):
         hold = self.reservation_seconds  # read config once per write
         wait_budget = hold + 1.0
         retries = 0
+        announced: Reservation | None = None  # the reservation being waited for (on_wait told)
+        blocked_at = blocked_end = 0.0  # time spent on reservations only, not on the lock
         while True:
             blocked: Reservation | None = None
             granted: Reservation | None = None
@@ -291,9 +303,17 @@ class SharedWorkspace(BaseWorkspace):
                                   {"reason": RESERVED, "path": blocked.path, "paths": paths, "op": op,
                                    "holder": blocked.holder, "head": str(head)})
                     break
+            if blocked != announced:
+                blocked_at = blocked_at or time.monotonic()
+                announced = blocked
+                if on_wait is not None:
+                    on_wait(blocked)
             time.sleep(min(0.05, max(0.001, blocked.remaining())))
+            blocked_end = time.monotonic()
 
         waited = time.monotonic() - started
+        held_by = blocked or announced  # blocked: refused as reserved (perhaps at once, --no-wait)
+        res_wait = ReservationWait(held_by.holder, held_by.path, blocked_end - blocked_at) if held_by else None
         if verdict.reason is None:
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
@@ -305,7 +325,7 @@ class SharedWorkspace(BaseWorkspace):
             disk = materialize(store, paths, contents) if commit is not None else {}
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
-                               flags=[OUTSIDE_ASSIGNMENT] if outside else [])
+                               flags=[OUTSIDE_ASSIGNMENT] if outside else [], reservation_wait=res_wait)
         seen = dict(reads)
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             seen[p] = ReadEntry(p, v, "")
@@ -318,7 +338,8 @@ class SharedWorkspace(BaseWorkspace):
                 ReadEntry(p, hex_(e.oid) if e else None, str(head))
                 for p, e in ((p, self._entry_or_none(tree, p)) for p in dict.fromkeys(shown))
             ], why="was shown")
-        return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited)
+        return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited,
+                           reservation_wait=res_wait)
 
     # -- validation and payloads ------------------------------------------------
     def _target_entry(self, tree: pygit2.Tree, path: str, changes: dict[str, Any]) -> Entry | None:
@@ -370,11 +391,12 @@ class SharedWorkspace(BaseWorkspace):
         return _Verdict(reason, current, conflicts + unread, stale)
 
     def _reject_locked(self, agent: str, op: str, paths: list[str], verdict: _Verdict,
-                       head: pygit2.Oid, now: float, secs: float) -> Reservation:
-        """Grant the rejected agent its reservation and log the rejection (workspace lock held)."""
+                       head: pygit2.Oid, now: float, secs: float) -> Reservation | None:
+        """Log the rejection and, for a conflict to re-plan around (RESERVING_REASONS), grant
+        the rejected agent its reservation (workspace lock held)."""
         target = verdict.conflicts[0] if verdict.conflicts else paths[0]
-        granted = Reservation(target, agent, now + secs, now)
-        if secs > 0:
+        granted = Reservation(target, agent, now + secs, now) if verdict.reason in RESERVING_REASONS else None
+        if granted is not None and secs > 0:
             reservations.update(self.store, {target: granted}, agent=agent,
                                 message=f"storm: {agent} reserves {target} after a rejection")
         events.append(self.store, "rejection", agent, f"{agent} {op} {target}: {verdict.reason}",
@@ -408,7 +430,10 @@ class SharedWorkspace(BaseWorkspace):
         old = self.store.blob_bytes(pygit2.Oid(hex=seen.blob)) if seen and seen.blob else None
         new = self.store.blob_bytes(current.oid) if current else None
         by, behind = self._file_history(path, head, seen.head if seen else None, seen.blob if seen else None)
-        return FileChange(path, seen.blob if seen else None, hex_(current.oid) if current else None,
+        if seen is None:  # never read: no base to diff from or count versions since
+            return FileChange(path, None, hex_(current.oid) if current else None, by, None, "",
+                              is_binary(new), never_read=True)
+        return FileChange(path, seen.blob, hex_(current.oid) if current else None,
                           by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
 
     def _payload(self, agent: str, verdict: _Verdict, head: pygit2.Oid, reads: dict[str, ReadEntry],
@@ -420,7 +445,9 @@ class SharedWorkspace(BaseWorkspace):
         stale = [self._change(g, reads[g], self._entry_or_none(tree, g), head) for g in verdict.stale]
         reason = verdict.reason or RESERVED
         text = {
-            DIRECT_CONFLICT: f"{target} changed since {agent} read it",
+            DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if not change.never_read else
+                              f"{target} was changed by another agent meanwhile; {agent} never read it: "
+                              "its current content is attached and now counts as read"),
             UNREAD_TARGET: f"{agent} never read {target}; its current content is attached and now counts as read",
             STALE_DEPENDENCY: f"{len(stale)} file(s) {agent} read changed since: {', '.join(s.path for s in stale)}",
             RESERVED: (f"{target} is reserved by {reservation.holder} for {reservation.remaining():.1f}s more"
@@ -497,13 +524,12 @@ class SharedWorkspace(BaseWorkspace):
                 break
             out.append({"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
                         "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
-                        "paths": t.get("Storm-Path", []), "time": c.commit_time})
+                        "paths": t.get("Storm-Path", []),
+                        "time": trailers.precise_time(c.message, c.commit_time)})
             if not c.parent_ids:
                 break
             c = self.store.commit(c.parent_ids[0])
-        out.extend(events.read(self.store, limit))
-        out.sort(key=lambda e: e.get("time", 0), reverse=True)
-        return out[:limit]
+        return events.merge_newest_first(out, events.read(self.store, limit), limit=limit)
 
 
 def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:

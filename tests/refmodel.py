@@ -22,9 +22,11 @@ directly as possible, independently of ``storm_git/shared.py``:
 
 * An accepted write sets ``f``'s content, sets ``S_a[f]`` to the written version
   and ends ``a``'s own reservation on ``f``.
-* A rejection other than ``reserved`` reserves ``f`` for ``a`` for
-  ``reservation_seconds`` and refreshes ``S_a`` for ``f`` and every stale path
-  (the payload showed them), so a re-planned retry is accepted.
+* A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
+  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``;
+  ``unread_target`` reserves nothing (``a`` only lacked the content). Every
+  rejection other than ``reserved`` refreshes ``S_a`` for ``f`` and every stale
+  path (the payload showed them), so a re-planned retry is accepted.
 * ``edit`` replaces exactly one occurrence of ``old`` in the version ``a`` last
   read (not the current one); when ``a`` never read ``f`` (or read it absent)
   the edit cannot be computed and is decided like a write that must be
@@ -164,8 +166,11 @@ class Model:
             if path in self.reservations and self.reservations[path][0] == agent:
                 del self.reservations[path]
             return Outcome(True, None, path, frozenset(), content)
-        if self.reservation_seconds > 0:
-            self.reservations[path] = (agent, self.now + self.reservation_seconds)
+        holder = None
+        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY):
+            holder = agent
+            if self.reservation_seconds > 0:
+                self.reservations[path] = (agent, self.now + self.reservation_seconds)
         for g in [path, *stale]:
             rs[g] = self.current(g)
-        return Outcome(False, reason, path, stale, cur, agent)
+        return Outcome(False, reason, path, stale, cur, holder)

@@ -1,0 +1,335 @@
+"""Issue 9, a new user's first hour: the log, help, reservations, rejection text,
+exit codes and write's handling of stdin, through the real command line."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+
+ROOT = Path(__file__).resolve().parent.parent
+DATED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
+
+
+def _run(cwd: Path, *args: str, stdin, agent: str = "e1", timeout: float = 60) -> subprocess.CompletedProcess:
+    """``git storm ARGS`` with a given stdin (a file descriptor, DEVNULL...)."""
+    env = dict(os.environ, STORM_AGENT=agent)
+    return subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, stdin=stdin,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    return r
+
+
+# -- the log --------------------------------------------------------------------------
+def test_log_works_after_a_worktree_mode_commit_and_back_in_storm_mode(repo):
+    _ok(storm(repo, "mode", "worktree"))
+    _ok(storm(repo, "spawn", "e1"))
+    _ok(storm(repo, "write", "src/util.py", input="def clamp(x):\n    return x\n", agent="e1"))
+    c = _ok(storm(repo, "commit", "--agent", "e1", "-m", "e1: simpler clamp"))
+    r = _ok(storm(repo, "log"))
+    assert "on storm/e1: 1 write(s), paths src/util.py" in r.stdout
+    assert "src/util.py  in its worktree" in r.stdout
+    _ok(storm(repo, "merge"))
+    _ok(storm(repo, "mode", "storm"))
+    r = _ok(storm(repo, "log"))
+    lines = r.stdout.splitlines()
+    assert lines and all(DATED.match(ln) for ln in lines), r.stdout
+    assert "{'" not in r.stdout and "{\"" not in r.stdout  # no raw dicts
+    assert any(" mode " in ln and "worktree -> storm" in ln for ln in lines)
+    assert any(" commit " in ln and "on storm/e1" in ln for ln in lines), c.stdout
+
+
+def test_log_lists_a_rejection_before_the_retry_that_fixed_it(repo):
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    _ok(storm(repo, "read", "src/api.py", agent="e2"))
+    _ok(storm(repo, "write", "src/api.py", input="one\n", agent="e2"))
+    assert storm(repo, "write", "src/api.py", input="two\n", agent="e1").returncode == 1
+    _ok(storm(repo, "write", "src/api.py", input="one\ntwo\n", agent="e1"))
+    _, entries = storm_json(repo, "log")
+    got = [(e["type"], e["agent"]) for e in entries[:3]]
+    assert got == [("write", "e1"), ("rejection", "e1"), ("write", "e2")], entries[:3]
+    times = [e["time"] for e in entries]
+    assert times == sorted(times, reverse=True)
+    # writes carry their exact time (a Storm-Time trailer), not git's whole seconds
+    msg = git(repo, "log", "-1", "--format=%B", "refs/storm/workspace").stdout.decode()
+    assert re.search(r"^Storm-Time: \d+\.\d{6}$", msg, re.M), msg
+    lines = _ok(storm(repo, "log")).stdout.splitlines()
+    assert "write" in lines[0] and "e1" in lines[0]
+    assert "reject" in lines[1] and "direct_conflict: src/api.py" in lines[1]
+
+
+def test_log_merge_keeps_each_chains_order_and_is_stable():
+    from storm_git.events import merge_newest_first
+
+    writes = [{"n": "w3", "time": 5.0}, {"n": "w2", "time": 6.0}, {"n": "w1", "time": 2.0}]  # clock stepped back
+    events = [{"n": "e2", "time": 5.0}, {"n": "e1", "time": 3.0}]
+    got = [e["n"] for e in merge_newest_first(writes, events, limit=10)]
+    assert got.index("w3") < got.index("w2") < got.index("w1")  # a chain's own order is kept
+    assert got.index("e2") < got.index("e1")
+    assert got.index("w3") < got.index("e2")  # equal times: writes first, every time
+    assert [e["n"] for e in merge_newest_first(writes, events, limit=2)] == got[:2]
+
+
+def test_log_renders_every_event_type_on_one_dated_line(repo):
+    _ok(storm(repo, "assign", "e1", "-f", "src/api.py"))
+    _ok(storm(repo, "read", "src/api.py", "src/util.py", agent="e1"))
+    _ok(storm(repo, "read", "src/util.py", agent="e2"))
+    _ok(storm(repo, "write", "src/util.py", input="u\n", agent="e1"))  # outside e1's set: boundary
+    assert storm(repo, "write", "src/util.py", input="v\n", agent="e2").returncode == 1  # rejection
+    _ok(storm(repo, "release", "src/util.py", agent="e2"))
+    _ok(storm(repo, "commit", "-m", "integrate", agent="manager"))
+    _ok(storm(repo, "mode", "worktree"))
+    _ok(storm(repo, "spawn", "e3"))
+    _ok(storm(repo, "write", "README.md", input="# e3\n", agent="e3"))
+    _ok(storm(repo, "commit", "--agent", "e3", "-m", "e3: readme"))
+    _ok(storm(repo, "merge"))
+    _ok(storm(repo, "cleanup", "--merged"))
+    _ok(storm(repo, "mode", "storm"))
+    _, entries = storm_json(repo, "log", "-n", "100")
+    kinds = {e["type"] for e in entries}
+    assert {"assign", "boundary", "rejection", "release", "commit", "mode", "spawn", "write", "merge",
+            "cleanup"} <= kinds, kinds
+    text = _ok(storm(repo, "log", "-n", "100")).stdout
+    lines = text.splitlines()
+    assert len(lines) == len(entries)
+    assert all(DATED.match(ln) for ln in lines), text
+    assert "{" not in text
+    expect = {
+        "assign": "e1: src/api.py",
+        "boundary": "wrote outside its assignment: src/util.py",
+        "release": "src/util.py",
+        "mode": "storm -> worktree (target main)",
+        "spawn": "storm/e3 at",
+        "merge": "storm/e3 into main: merged",
+        "cleanup": "removed 1 (e3)",
+    }
+    for kind, fragment in expect.items():
+        assert any(f" {kind} " in ln and fragment in ln for ln in lines), (kind, text)
+    assert any(" commit " in ln and "1 write(s) by e1" in ln for ln in lines), text  # the manager's
+    assert any(" commit " in ln and "on storm/e3" in ln for ln in lines), text  # an engineer's
+
+
+# -- help and exit codes -----------------------------------------------------------------
+def test_git_storm_alone_prints_the_normal_help_and_exits_0(repo):
+    """Chosen: `git storm` with no command is a request for help (exit 0, stdout),
+    like `git storm -h`, not a usage error."""
+    r = storm(repo)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout == storm(repo, "-h").stdout
+    assert r.stdout.startswith("Usage: git storm") and len(r.stdout.splitlines()) > 20
+    assert "\nCommands:\n" in r.stdout
+
+
+def test_exit_codes_agree_in_help_readme_and_man_page(repo):
+    help_text = storm(repo, "-h").stdout
+    codes = dict(re.findall(r"^\s+([0-4])\s+(.+)$", help_text.split("Exit codes:")[1], re.M))
+    assert sorted(codes) == ["0", "1", "2", "3", "4"] and "internal error" in codes["4"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for n, word in [("0", "ok"), ("1", "write rejected"), ("2", "bad input"), ("3", "repository state"),
+                    ("4", "internal error")]:
+        assert f"`{n}` {word}" in readme, n
+        assert word in codes[n]
+    man = (ROOT / "man" / "git-storm.1").read_text()
+    assert "4 internal error" in man.split(".SH EXIT STATUS")[1]
+
+
+def test_every_command_takes_json_as_the_readme_says(repo):
+    commands = [ln.split()[0] for ln in storm(repo, "-h").stdout.split("Commands:")[1].splitlines() if ln.strip()]
+    assert "hook" in commands
+    for cmd in commands:
+        assert "--json" in storm(repo, cmd, "-h").stdout, cmd
+    code, out = storm_json(repo, "hook", "pre-commit")
+    assert code == 0 and out == {"hook": "pre-commit", "allowed": True, "exit_code": 0, "message": ""}
+    code, out = storm_json(repo, "hook", "pre-commit", agent="e1")  # an engineer may not git commit
+    assert code == 1 and out["allowed"] is False and "engineer" in out["message"]
+
+
+# -- reservations ----------------------------------------------------------------------
+def test_unread_target_gives_no_reservation_so_a_proper_reader_is_not_held_up(repo):
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = storm(repo, "write", "src/api.py", input="blind\n", agent="e2")
+    assert r.returncode == 1 and "unread_target" in r.stdout and "holds" not in r.stdout
+    _, st = storm_json(repo, "status")
+    assert st["reservations"] == []
+    t0 = time.monotonic()
+    code, res = storm_json(repo, "write", "src/api.py", "--no-wait", input="read first\n", agent="e1")
+    assert code == 0 and res["accepted"] and res["reservation_wait"] is None
+    assert time.monotonic() - t0 < 10
+
+
+def test_conflicts_still_reserve(repo):
+    _ok(storm(repo, "read", "src/api.py", "src/util.py", agent="e1"))
+    _ok(storm(repo, "read", "src/api.py", "src/util.py", agent="e2"))
+    _ok(storm(repo, "write", "src/api.py", input="a\n", agent="e2"))
+    code, res = storm_json(repo, "write", "src/api.py", input="b\n", agent="e1")
+    assert code == 1 and res["rejection"]["reason"] == "direct_conflict"
+    assert res["rejection"]["reservation"]["holder"] == "e1"
+    code, res = storm_json(repo, "write", "src/client.py", input="c\n", agent="e2")
+    assert code == 1 and res["rejection"]["reason"] == "unread_target" and res["rejection"]["reservation"] is None
+    _ok(storm(repo, "write", "src/util.py", input="u\n", agent="e2"))
+    code, res = storm_json(repo, "write", "src/new.py", input="n\n", agent="e1")  # e1's util.py is stale
+    assert code == 1 and res["rejection"]["reason"] == "stale_dependency"
+    assert res["rejection"]["reservation"]["holder"] == "e1"
+    _, st = storm_json(repo, "status")
+    assert {(r["path"], r["holder"]) for r in st["reservations"]} == {("src/api.py", "e1"), ("src/new.py", "e1")}
+
+
+def test_a_writer_waiting_for_a_reservation_says_whose_on_what_and_reports_it(repo):
+    git(repo, "config", "storm.reservationSeconds", "4")
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    _ok(storm(repo, "read", "src/api.py", agent="e2"))
+    _ok(storm(repo, "write", "src/api.py", input="e1\n", agent="e1"))
+    assert storm(repo, "write", "src/api.py", input="e2\n", agent="e2").returncode == 1  # e2 holds it now
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = storm(repo, "write", "src/api.py", "--json", input="e1 again\n", agent="e1")
+    assert r.returncode == 0, r.stderr
+    waits = [ln for ln in r.stderr.splitlines() if "reserved" in ln]
+    assert len(waits) == 1, r.stderr  # once per wait, not once per poll
+    assert "src/api.py is reserved by e2" in waits[0] and re.search(r"at most \d+s", waits[0])
+    import json
+
+    rw = json.loads(r.stdout)["reservation_wait"]
+    assert rw["holder"] == "e2" and rw["path"] == "src/api.py" and 0.05 < rw["seconds"] < 5.5
+    # the human line names it too
+    assert storm(repo, "write", "src/api.py", input="e2 retry\n", agent="e2").returncode == 1
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = _ok(storm(repo, "write", "src/api.py", input="e1 third\n", agent="e1"))
+    assert re.search(r"waited \d+\.\ds for e2's reservation on src/api.py", r.stdout), r.stdout
+
+
+def test_library_on_wait_is_called_once_per_wait_and_never_prints(repo, ws, capfd):
+    git(repo, "config", "storm.reservationSeconds", "1")
+    ws.read(["src/api.py"], agent="e1")
+    ws.read(["src/api.py"], agent="e2")
+    assert ws.write("src/api.py", b"1\n", agent="e1").accepted
+    assert not ws.write("src/api.py", b"2\n", agent="e2").accepted  # e2 holds it for 1 s
+    ws.read(["src/api.py"], agent="e1")
+    seen = []
+    res = ws.write("src/api.py", b"3\n", agent="e1", on_wait=seen.append)
+    assert res.accepted and [(r.holder, r.path) for r in seen] == [("e2", "src/api.py")]
+    assert res.reservation_wait.holder == "e2" and 0.2 < res.reservation_wait.seconds <= res.waited
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def _hold_lock(lock: Path, ready: Path, seconds: float) -> subprocess.Popen:
+    """Another process holds storm's workspace lock for ``seconds`` (a writer mid-write)."""
+    p = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, time, pathlib\n"
+        f"f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep({seconds})\n")])
+    for _ in range(3000):
+        if ready.exists():
+            return p
+        time.sleep(0.01)
+    raise AssertionError("the lock holder did not start")
+
+
+def test_waiting_for_storms_lock_is_not_called_a_reservation(repo, tmp_path):
+    import json
+
+    lock = repo / ".git" / "storm" / "locks" / "workspace"
+    assert lock.exists()
+    holder = _hold_lock(lock, tmp_path / "one", 3)
+    try:
+        r = storm(repo, "write", "new.txt", "--json", input="x\n", agent="e1")
+    finally:
+        holder.wait(timeout=30)
+    res = json.loads(r.stdout)
+    assert r.returncode == 0 and res["waited"] >= 0.3, res  # it did wait, for the lock
+    assert res["reservation_wait"] is None and "reserved" not in r.stderr
+    holder = _hold_lock(lock, tmp_path / "two", 3)
+    try:
+        r = _ok(storm(repo, "write", "new2.txt", input="y\n", agent="e1"))
+    finally:
+        holder.wait(timeout=30)
+    assert "reservation" not in r.stdout, r.stdout
+
+
+# -- rejection text --------------------------------------------------------------------
+def test_rejection_for_a_file_never_read_gives_it_plainly_without_a_fake_diff(repo):
+    r = storm(repo, "write", "src/api.py", input="blind\n", agent="e2")
+    assert r.returncode == 1
+    assert "you never read src/api.py; here it is" in r.stdout
+    assert "def fetch(url):" in r.stdout
+    assert ": read " not in r.stdout and "+++ " not in r.stdout
+    assert "/dev/null" not in r.stdout and "version(s) behind" not in r.stdout
+    _, res = storm_json(repo, "write", "src/util.py", input="blind\n", agent="e3")
+    rej = res["rejection"]
+    assert rej["never_read"] is True and rej["diff"] == "" and rej["current_content"].startswith("def clamp")
+
+
+def test_stale_dependency_does_not_show_the_unchanged_target_as_a_change(repo):
+    _ok(storm(repo, "read", "src/api.py", "src/util.py", agent="e1"))
+    _ok(storm(repo, "read", "src/util.py", agent="e2"))
+    _ok(storm(repo, "write", "src/util.py", input="changed\n", agent="e2"))
+    r = storm(repo, "write", "src/api.py", input="mine\n", agent="e1")
+    assert r.returncode == 1 and "stale_dependency" in r.stdout
+    assert "target src/api.py" not in r.stdout and "changed by unknown" not in r.stdout
+    assert "stale dependency src/util.py" in r.stdout and "+changed" in r.stdout
+
+
+def test_exec_conflict_on_a_file_never_read_shows_its_content_not_a_diff_from_nothing(repo, tmp_path):
+    go, started = tmp_path / "go", tmp_path / "started"
+    script = (f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; echo 'by exec' > src/api.py")
+    proc = subprocess.Popen([sys.executable, "-m", "storm_git", "exec", "--no-wait", "--", "sh", "-c", script],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, STORM_AGENT="e2"))
+    for _ in range(3000):
+        if started.exists():
+            break
+        time.sleep(0.01)
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    _ok(storm(repo, "write", "src/api.py", input="e1's version\n", agent="e1"))
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    text = out + err
+    assert proc.returncode == 1, text
+    assert "direct_conflict" in text and "e2 never read it" in text
+    assert "you never read src/api.py; here it is" in text and "e1's version" in text
+    assert "/dev/null" not in text and "read absent" not in text
+
+
+# -- read and write at the terminal ------------------------------------------------------
+def test_read_of_a_missing_file_says_not_found_on_stderr(repo):
+    r = storm(repo, "read", "nope.txt", agent="e1")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "nope.txt: not found in the shared workspace (recorded as absent" in r.stderr
+
+
+def test_write_refuses_an_interactive_terminal_on_stdin(repo):
+    before = snapshot_refs(repo)
+    master, slave = os.openpty()
+    try:
+        r = _run(repo, "write", "src/api.py", stdin=slave, timeout=30)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "give the content on stdin or with --file" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert snapshot_refs(repo) == before
+
+
+def test_write_of_empty_stdin_says_the_file_is_now_empty(repo):
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = _ok(_run(repo, "write", "src/api.py", stdin=subprocess.DEVNULL))
+    assert "wrote 0 bytes to src/api.py (the file is now empty)" in r.stderr
+    assert "0 bytes" in r.stdout
+    assert (repo / "src" / "api.py").read_bytes() == b""
+
+
+def test_accepted_write_and_edit_say_the_byte_count(repo):
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = _ok(storm(repo, "write", "src/api.py", input="hello\n", agent="e1"))
+    assert "src/api.py -> " in r.stdout and ", 6 bytes" in r.stdout
+    r = _ok(storm(repo, "edit", "src/api.py", "--old", "hello", "--new", "hi", agent="e1"))
+    assert ", 3 bytes" in r.stdout
