@@ -57,8 +57,11 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
 
     if argv and argv[0] == "--":
         argv = argv[1:]
-    res = _workspace().exec(list(argv), agent=_agent(agent), intent=intent, timeout=timeout,
-                            wait=not no_wait)
+    from .verbs import _wait_kw
+
+    ws = _workspace()
+    res = ws.exec(list(argv), agent=_agent(agent), intent=intent, timeout=timeout, wait=not no_wait,
+                  **_wait_kw(ws))
     rc = res.returncode
     if res.timed_out:
         click.echo(f"git storm: {argv[0]} timed out after {timeout:g}s and was stopped; nothing recorded"
@@ -108,8 +111,11 @@ def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait
     Example:
       git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
     """
-    res = _workspace().adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait,
-                             allow_revert=allow_revert)
+    from .verbs import _wait_kw
+
+    ws = _workspace()
+    res = ws.adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait,
+                   allow_revert=allow_revert, **_wait_kw(ws))
     _report(res, as_json)
 
 

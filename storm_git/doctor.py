@@ -53,7 +53,7 @@ import pygit2
 
 from . import readsets, reservations
 from .agents import validate_agent
-from .errors import StormError
+from .errors import CorruptState, StormError
 from .locks import flocked, is_locked
 from .store import (
     AGENTS_PREFIX,
@@ -329,5 +329,44 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     _corrupt_read_sets(store, fix, rep.findings)
     _orphan_read_sets(store, forget, fix, rep.findings)
     _temp_files(store, fix, rep.findings)
+    if not broken & {WORKSPACE_REF} and store.ref(WORKSPACE_REF) is not None \
+            and store.config_get("storm.mode", "storm") == "storm":
+        _disk_record(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)
     return rep
+
+
+def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
+    """The working tree against storm's disk record: an unreadable record, and
+    paths left behind the shared head (a writer killed between its CAS and its
+    disk write, when no command has come by since). Unmediated edits are not a
+    fault: status lists them."""
+    from . import disk
+
+    with flocked(store.commondir, "worktree"):
+        try:
+            rec = disk.load(store)
+        except CorruptState as exc:
+            f = Finding("corrupt_disk_record", disk.record_path(store), exc.message, True)
+            out.append(f)
+            if fix:  # what is on disk now is taken as what storm put there; differences show as edits
+                head = store.ref_target(WORKSPACE_REF)
+                disk.reset(store, store.commit(head).tree.id, head)
+                f.fixed = True
+            return
+        head = store.ref_target(WORKSPACE_REF)
+        htree = store.commit(head).tree
+        # read-only: the record's base tree plus its journal, nothing folded or written
+        candidates = dict.fromkeys([*disk._changed_paths(store, store.repo[rec.base], htree), *rec.overlay])
+        behind = [p for p in candidates
+                  if rec.get(store, p) != disk.entry_or_none(store, htree, p)
+                  and disk.same(disk.disk_state(store.main_workdir, p), rec.get(store, p))]
+        if not behind:
+            return
+        names = ", ".join(behind[:5]) + (" …" if len(behind) > 5 else "")
+        f = Finding("disk_behind", names, f"{len(behind)} file(s) on disk are older than the shared head "
+                    "(a writer died before its disk write); any storm command brings them forward", True)
+        out.append(f)
+        if fix:
+            res = disk.sync_locked(store, behind, full=True)
+            f.fixed = all(res.outcomes.get(p) in (disk.WRITTEN, disk.CURRENT) for p in behind)

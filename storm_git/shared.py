@@ -478,19 +478,20 @@ class SharedWorkspace(BaseWorkspace):
 
     # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
-             timeout: float | None = None, wait: bool = True) -> ExecResult:
+             timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
         """Run a command in the shared working tree; record what it changed as one write."""
         from .tracking import exec_
 
-        return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait)
+        return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait, on_wait=on_wait)
 
     def adopt(self, paths: list[str], *, agent: str | None, intent: str | None = None,
-              wait: bool = True, allow_revert: bool = False) -> WriteResult:
+              wait: bool = True, allow_revert: bool = False, on_wait: OnWait | None = None) -> WriteResult:
         """Record files edited outside storm as the agent's write, validated against
         the version each edit was made on."""
         from .tracking import adopt
 
-        return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert)
+        return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
+                     on_wait=on_wait)
 
     def unmediated(self, *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
         """Paths whose disk differs from what storm last put there (with diffs on request)."""

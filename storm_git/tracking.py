@@ -429,7 +429,8 @@ class RevertRefused(UsageError):
 
 
 def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent: str | None = None,
-          wait: bool = True, repo_relative: bool = False, allow_revert: bool = False) -> WriteResult:
+          wait: bool = True, repo_relative: bool = False, allow_revert: bool = False,
+          on_wait: Any = None) -> WriteResult:
     """Record the disk content of ``paths`` (edited outside storm) as ``agent``'s write.
 
     Validated against the version each edit was made on (the disk record), plus
@@ -478,7 +479,7 @@ def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent:
             changes[p] = _with_mode(content, have)
             expected[p] = hex_(_version(store, rtree, p))
     return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
-                    deps=None, wait=wait, op="adopt", expected=expected)
+                    deps=None, wait=wait, op="adopt", expected=expected, on_wait=on_wait)
 
 
 # -- exec ------------------------------------------------------------------------------
@@ -634,7 +635,7 @@ def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: 
 
 
 def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: str | None = None,
-          timeout: float | None = None, wait: bool = True) -> ExecResult:
+          timeout: float | None = None, wait: bool = True, on_wait: Any = None) -> ExecResult:
     """Run ``argv`` in the shared working tree and record what it changed as one write."""
     agent = validate_agent(agent)
     argv = list(argv)
@@ -683,5 +684,5 @@ def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: 
     if len(command) > 120:
         command = command[:117] + "..."
     res = ws.apply(agent, changes, intent=intent or f"{agent} exec: {command}", deps=None, wait=wait,
-                   op="exec", expected=expected)
+                   op="exec", expected=expected, on_wait=on_wait)
     return ExecResult(argv, rc, False, paths, res)

@@ -356,3 +356,24 @@ def test_init_records_the_checkout_and_a_base_elsewhere_brings_clean_files_forwa
     _, st = storm_json(repo, "status")
     assert (repo / "a.txt").read_text() == "one\n"  # clean: brought to the shared head
     assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("b.txt", "modified")]
+
+
+# -- doctor sees what a killed writer left ------------------------------------------------------
+def test_doctor_reports_and_fixes_a_disk_left_behind(repo):
+    kill_after_cas(repo, "e1", "src/api.py", "accepted\n")
+    code, rep = storm_json(repo, "doctor")
+    assert code == 3 and [f["kind"] for f in rep["findings"]] == ["disk_behind"], rep
+    assert (repo / "src/api.py").read_text() != "accepted\n"  # doctor without --fix changes nothing
+    code, rep = storm_json(repo, "doctor", "--fix")
+    assert code == 0, rep
+    assert (repo / "src/api.py").read_text() == "accepted\n"
+    assert storm_json(repo, "doctor")[1]["findings"] == []
+
+
+def test_doctor_rebuilds_a_corrupt_disk_record(repo):
+    (repo / ".git/storm/disk-record").write_bytes(b"garbage")
+    r = storm(repo, "status")
+    assert r.returncode == 3 and "disk record" in r.stderr and "doctor --fix" in r.stderr
+    code, rep = storm_json(repo, "doctor", "--fix")
+    assert code == 0 and rep["findings"][0]["kind"] == "corrupt_disk_record", rep
+    assert storm(repo, "status").returncode == 0
