@@ -15,6 +15,7 @@ import pygit2
 
 from .errors import RepoStateError, UsageError
 from .locks import flocked
+from .porcelain import parse_status_z
 from .store import WORKSPACE_REF, Store, git_env
 
 MODES = ("storm", "worktree")
@@ -48,17 +49,7 @@ def dirty_entries(store: Store) -> list[dict[str, str]]:
                        capture_output=True, env=git_env())
     if r.returncode != 0:
         return []
-    fields = r.stdout.decode("utf-8", "surrogateescape").split("\0")
-    out, i = [], 0
-    while i < len(fields):
-        f = fields[i]
-        i += 1
-        if len(f) < 4:
-            continue
-        out.append({"status": f[:2], "path": f[3:]})
-        if f[0] in "RC":
-            i += 1  # the rename's source follows
-    return out
+    return [{"status": xy, "path": p} for xy, p in parse_status_z(r.stdout, rename_sources=False)]
 
 
 def resolve_commit(store: Store, rev: str) -> pygit2.Commit:

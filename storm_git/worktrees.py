@@ -30,6 +30,7 @@ from .agents import validate_agent
 from .errors import BadPath, RepoStateError, UsageError
 from .locks import flocked
 from .paths import normalize
+from .porcelain import parse_status_z
 from .store import Store, git_env
 
 DEFAULT_PREFIX = "storm/"
@@ -204,21 +205,7 @@ def status_entries(path: str, excludes: list[str] | None = None) -> list[tuple[s
     """(XY, path) of ``git status --porcelain`` in a worktree, untracked files one by one."""
     args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."]
     args += [f":(exclude,glob){p}" for p in excludes or []]
-    r = run_git(args, path)
-    fields = r.stdout.decode("utf-8", "surrogateescape").split("\0")
-    out, i = [], 0
-    while i < len(fields):
-        f = fields[i]
-        i += 1
-        if len(f) < 4:
-            continue
-        xy, p = f[:2], f[3:]
-        out.append((xy, p))
-        if "R" in xy or "C" in xy:
-            if i < len(fields) and fields[i]:
-                out.append((xy, fields[i]))  # the source of a rename also changed
-            i += 1
-    return out
+    return parse_status_z(run_git(args, path).stdout)
 
 
 def dirty_paths(store: Store, path: str) -> list[str]:

@@ -20,8 +20,9 @@ import time
 
 import pytest
 
+from figures import record
 from helpers import git, make_repo, rev, storm, storm_json
-from test_disk_record import hold, spawn, wait_ref_moves
+from test_disk_record import hold, release, spawn
 
 FILES = {f"pkg/m{i}.py": f"m{i} = 0\n" for i in range(4)} | {"README.md": "# r\n", "top.txt": "t\n"}
 AGENTS = ["e1", "e2", "e3"]
@@ -73,8 +74,7 @@ class World:
             w.kill()
             w.wait()
         finally:
-            holder.kill()
-            holder.wait()
+            release(holder)
 
     def editor(self) -> None:
         path = self.rng.choice(list(FILES))
@@ -130,9 +130,13 @@ def run(repo, seed: int, steps: int) -> World:
     ops = [(w.write, 5), (w.exec_, 2), (w.killed_writer, 1), (w.editor, 2), (w.stash_or_reset, 1),
            (w.commit_adopt, 2), (w.checkout, 1)]
     funcs, weights = zip(*ops)
+    counts: dict[str, int] = {}
     for _ in range(steps):
-        rng.choices(funcs, weights)[0]()
+        f = rng.choices(funcs, weights)[0]
+        f()
+        counts[f.__name__.strip("_")] = counts.get(f.__name__.strip("_"), 0) + 1
         w.check()
+    record("disk_random", seed=seed, steps=steps, acknowledged=len(w.acked), ops=counts)
     return w
 
 

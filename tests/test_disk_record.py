@@ -23,12 +23,23 @@ def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
     """Hold storm's flock ``name`` from another process; returns once it is held."""
     path = repo / LOCKS / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(["flock", str(path), "sleep", str(seconds)])
+    # -o: the lock is held by flock itself, not inherited by sleep, so killing the
+    # holder (release()) frees it at once
+    proc = subprocess.Popen(["flock", "-o", str(path), "sleep", str(seconds)], start_new_session=True)
     deadline = time.monotonic() + 10
     while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
         assert time.monotonic() < deadline, "could not take the lock"
         time.sleep(0.01)
     return proc
+
+
+def release(holder: subprocess.Popen) -> None:
+    """End a ``hold`` early (the whole process group: flock and its sleep)."""
+    try:
+        os.killpg(holder.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    holder.wait()
 
 
 def spawn(repo: Path, *args: str, agent: str | None = None, input: bytes | None = None) -> subprocess.Popen:
@@ -70,8 +81,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
         w.kill()
         w.wait()
     finally:
-        holder.kill()
-        holder.wait()
+        release(holder)
     return rev(repo, "refs/storm/workspace")
 
 
@@ -197,8 +207,7 @@ def test_directory_swapped_after_the_cas_is_never_written_through(repo, tmp_path
     w = spawn(repo, "write", "src/api.py", agent="e1", input=b"accepted\n")
     wait_ref_moves(repo, before)
     _swap_for_link(repo, "src", outside)
-    holder.kill()
-    holder.wait()
+    release(holder)
     out, err = w.communicate(timeout=60)
     assert w.returncode == 0, err
     assert b"[disk: " in out  # accepted in the shared ref; the disk write did not happen
