@@ -351,7 +351,7 @@ def set_entries(store: Store, rec: Record, entries: dict[str, Entry | None]) -> 
 
 
 # -- bringing the disk forward --------------------------------------------------------------
-def _changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]:
+def changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]:
     """Files that differ between two trees (libgit2's diff skips equal subtrees)."""
     if old.id == new.id:
         return []
@@ -389,7 +389,7 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
         since = store.repo[rec.base]
     else:
         since = store.commit(rec.synced).tree
-    candidates = list(dict.fromkeys([*paths, *_changed_paths(store, since, htree)]))
+    candidates = list(dict.fromkeys([*paths, *changed_paths(store, since, htree)]))
     res = SyncResult(head)
     top = store.main_workdir
     wants = {p: entry_or_none(store, htree, p) for p in candidates}

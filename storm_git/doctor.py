@@ -357,7 +357,7 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
         head = store.ref_target(WORKSPACE_REF)
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*disk._changed_paths(store, store.repo[rec.base], htree), *rec.overlay])
+        candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay])
         behind = [p for p in candidates
                   if rec.get(store, p) != disk.entry_or_none(store, htree, p)
                   and disk.same(disk.disk_state(store.main_workdir, p), rec.get(store, p))]

@@ -26,6 +26,7 @@ from . import events, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import _parent_fd as disk_parent
+from .disk import changed_paths
 from .disk import materialize
 from .errors import BadPath, NotFound, NotInitialised, UsageError
 from .locks import flocked
@@ -56,6 +57,7 @@ DEFAULT_RESERVATION_SECONDS = 30
 RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
 OnWait = Callable[[Reservation], None]
 HISTORY_LIMIT = 256
+PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 
 
 class _MustReject:
@@ -248,6 +250,12 @@ class SharedWorkspace(BaseWorkspace):
         else:
             scope, scope_name = dict(reads), "all"
 
+        # A large read set is validated before the lock; under it only the paths that
+        # changed since are looked at, so one agent's big read set does not stall others.
+        pre = None
+        if len(scope) > PRE_VALIDATE_AT:
+            h0 = self.head()
+            pre = (h0, self._validate(store.commit(h0).tree, paths, reads, scope, expected, changes))
         started = time.monotonic()
         hold = self.reservation_seconds  # read config once per write
         wait_budget = hold + 1.0
@@ -274,7 +282,7 @@ class SharedWorkspace(BaseWorkspace):
                 if blocked is None:
                     # checked again at the moment of writing, under the lock (a deletion writes nothing)
                     _check_disk_parents(store.main_workdir, [p for p in paths if blobs[p] is not None])
-                    verdict = self._validate(tree, paths, reads, scope, expected, changes)
+                    verdict = self._validate_at(head, tree, pre, paths, reads, scope, expected, changes)
                     if verdict.reason is None:
                         if any(b is MUST_REJECT for b in blobs.values()):
                             raise NotFound(f"{paths[0]} does not exist in the shared workspace")
@@ -363,6 +371,20 @@ class SharedWorkspace(BaseWorkspace):
             return self.store.entry(tree, path)
         except BadPath:
             return None
+
+    def _validate_at(self, head: pygit2.Oid, tree: pygit2.Tree, pre: tuple[pygit2.Oid, _Verdict] | None,
+                     paths: list[str], reads: dict[str, ReadEntry], scope: dict[str, ReadEntry],
+                     expected: dict[str, str | None] | None, changes: dict[str, Any]) -> _Verdict:
+        """The verdict at ``head``: the one computed before the lock when no path it
+        depends on changed since (a verdict is a function of those paths' entries)."""
+        if pre is not None:
+            h0, verdict = pre
+            if h0 == head:
+                return verdict
+            moved = set(changed_paths(self.store, self.store.commit(h0).tree, tree))
+            if moved.isdisjoint(paths) and moved.isdisjoint(scope):
+                return verdict
+        return self._validate(tree, paths, reads, scope, expected, changes)
 
     def _validate(self, tree: pygit2.Tree, paths: list[str], reads: dict[str, ReadEntry],
                   scope: dict[str, ReadEntry], expected: dict[str, str | None] | None,

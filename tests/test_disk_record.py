@@ -386,3 +386,35 @@ def test_doctor_rebuilds_a_corrupt_disk_record(repo):
     code, rep = storm_json(repo, "doctor", "--fix")
     assert code == 0 and rep["findings"][0]["kind"] == "corrupt_disk_record", rep
     assert storm(repo, "status").returncode == 0
+
+
+# -- a large read set is validated before the lock, re-checked under it ---------------------------
+def _foreign_write(repo: Path, path: str, content: bytes) -> None:
+    """Move the shared ref as a writer outside storm's lock would (raw CAS)."""
+    r = pygit2.Repository(str(repo))
+    ref = r.lookup_reference("refs/storm/workspace")
+    c = r[ref.target]
+    tb = r.TreeBuilder(c.tree)
+    tb.insert(path, r.create_blob(content), pygit2.GIT_FILEMODE_BLOB)
+    sig = pygit2.Signature("e9", "e9@storm.invalid")
+    ref.set_target(r.create_commit(None, sig, sig, f"w\n\nStorm-Agent: e9\nStorm-Op: write\nStorm-Path: {path}\n",
+                                   tb.write(), [c.id]))
+
+
+@pytest.mark.parametrize("touch, accepted", [("dep050.txt", False), ("other.txt", True)])
+def test_large_read_set_revalidated_under_the_lock(tmp_path, touch, accepted):
+    from helpers import make_repo
+
+    files = {f"dep{i:03d}.txt": f"{i}\n" for i in range(100)} | {"other.txt": "o\n", "target.txt": "t\n"}
+    repo = make_repo(tmp_path / "r", files)
+    assert storm(repo, "read", *[f"dep{i:03d}.txt" for i in range(100)], "target.txt", agent="big").returncode == 0
+    holder = hold(repo, "workspace", 30)
+    w = spawn(repo, "write", "target.txt", "--json", agent="big", input=b"new\n")
+    time.sleep(1.0)  # the writer has validated its 101 entries and waits for the lock
+    _foreign_write(repo, touch, b"changed meanwhile\n")
+    release(holder)
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == (0 if accepted else 1), err
+    if not accepted:
+        assert b'"stale_dependency"' in out and b"dep050.txt" in out
+    assert (show(repo, "refs/storm/workspace", "target.txt") == b"new\n") == accepted
