@@ -104,8 +104,8 @@ def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait
     since is rejected with the diff, never written over the newer work. The
     exec bit and symbolic links inside the repository are recorded too. A file
     that holds an OLDER shared version (after git stash or reset --hard) is
-    refused unless --allow-revert; git storm checkout restores it instead.
-    git storm status lists the unmediated edits (-v for diffs).
+    refused unless --allow-revert ('checkout' restores it instead). The
+    'status' command lists the unmediated edits (-v for diffs).
 
     \b
     Example:

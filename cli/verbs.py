@@ -362,8 +362,8 @@ def status(verbose: int, as_json: bool) -> None:
 
     Unmediated edits are listed one per line, like git status --short:
     modified, added (untracked, not ignored), deleted, mode-changed, reverted (the
-    disk holds an OLDER shared version: a git stash or reset; git storm checkout
-    restores it), not-a-file. 'made on an older version' means the shared file
+    disk holds an OLDER shared version: a git stash or reset; the 'checkout'
+    command restores it), not-a-file. 'made on an older version' means the shared file
     changed since the edit's base: adopting it will be rejected with the diff.
 
     \b

@@ -467,7 +467,10 @@ class SharedWorkspace(BaseWorkspace):
         stale = [self._change(g, reads[g], self._entry_or_none(tree, g), head) for g in verdict.stale]
         reason = verdict.reason or RESERVED
         text = {
-            DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if not change.never_read else
+            DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if target in reads and reads[target].head
+                              else f"{target} was changed by another agent while {agent}'s edit of it was made "
+                              "(exec or an edit on disk); the diff is from the version that edit started from"
+                              if target in reads and not change.never_read else
                               f"{target} was changed by another agent meanwhile; {agent} never read it: "
                               "its current content is attached and now counts as read"),
             UNREAD_TARGET: f"{agent} never read {target}; its current content is attached and now counts as read",
