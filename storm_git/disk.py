@@ -356,8 +356,7 @@ def changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]
     if old.id == new.id:
         return []
     out = []
-    for d in old.diff_to_tree(new):
-        delta = d.delta
+    for delta in old.diff_to_tree(new).deltas:  # deltas only: iterating the Diff makes patches (reads blobs)
         out.append(delta.old_file.path)
         if delta.new_file.path != delta.old_file.path:
             out.append(delta.new_file.path)
