@@ -199,7 +199,7 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
         if why is None:
             continue
         try:
-            if not readsets.load(store, agent):
+            if not readsets.peek(store, agent):
                 continue  # nothing to drop (its provenance notes are history and stay)
         except StormError:
             continue  # reported as broken_ref
@@ -212,7 +212,7 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
 def _corrupt_read_sets(store: Store, fix: bool, out: list[Finding]) -> None:
     for agent in readsets.agents(store):
         try:
-            readsets.load(store, agent)
+            readsets.peek(store, agent)
             continue
         except readsets.CorruptReadSet as exc:
             detail = exc.message

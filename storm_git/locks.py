@@ -42,6 +42,24 @@ def flocked(commondir: str, name: str) -> Iterator[None]:
         os.close(fd)  # closing drops the flock
 
 
+@contextmanager
+def try_flocked(commondir: str, name: str) -> Iterator[bool]:
+    """Take lock ``name`` if nobody holds it; yields whether it was taken. For
+    whoever must not wait on another process (``status`` beside a stopped agent)."""
+    d = lock_dir(commondir)
+    os.makedirs(d, exist_ok=True)
+    fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
 def is_locked(commondir: str, name: str) -> bool:
     """True if some live process holds lock ``name`` right now."""
     path = os.path.join(lock_dir(commondir), name)

@@ -69,6 +69,9 @@ def count_objects(store: Store) -> ObjectCounts:
 
 def run(store: Store) -> MaintenanceResult:
     """Run the safe maintenance tasks; returns loose/packed counts before and after."""
+    from . import readsets
+
+    readsets.fold_all(store)  # journals into notes first, so the pack holds them
     before = count_objects(store)
     done = []
     for task in TASKS:

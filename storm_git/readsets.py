@@ -1,4 +1,4 @@
-"""Agents' read sets and the provenance of their writes, as git notes.
+"""Agents' read sets and the provenance of their writes: a journal folded into git notes.
 
 Each agent has one notes ref, ``refs/notes/storm/agents/<agent>`` (one ref per
 agent, so agents never contend on a ref: GIT-FACTS measured a shared notes ref
@@ -10,31 +10,50 @@ losing 60–75 % of notes). It holds:
 * one provenance note on each commit the agent wrote: the read set that write
   was validated against, so ``git log --notes='storm/agents/*'`` shows it.
 
-Keeping both in one ref means an accepted write costs one notes commit, and
-loading a read set reads one blob whatever the number of writes.
+A notes commit per read or write made reads ~24x a blob lookup and writes grow
+with the read set (issue 13). So what happens between two folds goes to the
+agent's **journal**, ``<commondir>/storm/journal/<agent>``: one ``write()`` of
+whole lines per read (``r <blob|absent> <head> <path>``) and per accepted write
+(its new versions, then ``p <commit> <validated-at> <scope> <n>``: validated
+against the read set as of the journal's first ``n`` ``r`` lines). The journal's
+first line names the read-set note blob it extends; every fold writes a unique
+note (its header holds a fresh fold id), so a journal left behind by a fold
+killed after its notes commit no longer matches and is ignored — replaying it
+could not change anything anyway. A fold writes, in one notes commit, the new
+read set, the journal itself (a note on a per-agent key, so a compact provenance
+note can point into it) and a provenance note per write. It runs at an agent's
+write once the journal holds FOLD_BYTES, and at ``status``/``doctor``/
+``maintenance``/``forget``; never on a read's path.
 """
 from __future__ import annotations
 
+import os
 import re
+import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pygit2
 
 from . import notes
 from .errors import CorruptState
-from .locks import flocked
+from .locks import flocked, try_flocked
 from .store import AGENTS_PREFIX, Store
 
 ABSENT = "absent"
 READ_SET_HEADER = "storm read set"
+JOURNAL_HEADER = "storm journal 1 base "
+JOURNAL_KEY_HEADER = "storm journal"
+FOLD_BYTES = 32 << 10  # journal size from which a write folds it into the notes (~256 lines)
+NO_BASE = "none"
 # One read-set line: <blob|absent> <head, empty in worktree mode before a commit> <path>.
 _LINE_RE = re.compile(r"(absent|[0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}|) ([^\n]+)")
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class CorruptReadSet(CorruptState):
-    """An agent's read-set note that cannot be parsed. Only that agent is affected,
-    and ``forget --agent A`` (or ``doctor --fix``) resets it."""
+    """An agent's read-set note (or journal) that cannot be parsed. Only that agent
+    is affected, and ``forget --agent A`` (or ``doctor --fix``) resets it."""
 
     kind = "corrupt_read_set"
 
@@ -87,41 +106,39 @@ def agent_lock(agent: str) -> str:
     return f"agent-{agent}"
 
 
+def journal_dir(store: Store) -> str:
+    return os.path.join(store.commondir, "storm", "journal")
+
+
+def journal_path(store: Store, agent: str) -> str:
+    return os.path.join(journal_dir(store), agent)
+
+
 def _key(agent: str) -> bytes:
     return f"{READ_SET_HEADER}: {agent}\n".encode("utf-8")
 
 
-def _parse_set(text: str) -> dict[str, ReadEntry]:
-    out: dict[str, ReadEntry] = {}
-    for line in text.splitlines()[1:]:
-        if line:
-            e = ReadEntry.parse(line)
-            out[e.path] = e
-    return out
+def _journal_key(agent: str) -> bytes:
+    return f"{JOURNAL_KEY_HEADER}: {agent}\n".encode("utf-8")
 
 
-def _note_text(store: Store, tree: pygit2.Tree | None, agent: str) -> str | None:
-    raw = notes.read_note(store, tree, str(pygit2.hash(_key(agent))))
-    return None if raw is None else raw.decode("utf-8", "surrogateescape")
+# -- the folded read set (the note) ---------------------------------------------------------------
+
+def _note_blob(store: Store, tree: pygit2.Tree | None, key: bytes) -> pygit2.Oid | None:
+    if tree is None:
+        return None
+    target = str(pygit2.hash(key))
+    for path in (f"{target[:2]}/{target[2:]}", target):
+        try:
+            return tree[path].id
+        except KeyError:
+            continue
+    return None
 
 
-def _load_from(store: Store, tree: pygit2.Tree | None, agent: str) -> dict[str, ReadEntry]:
-    text = _note_text(store, tree, agent)
-    try:
-        return {} if text is None else _parse_set(text)
-    except CorruptState as exc:
-        raise CorruptReadSet(agent, exc.message) from None
-
-
-def load(store: Store, agent: str) -> dict[str, ReadEntry]:
-    """Agent's read set as {path: entry}."""
-    return _load_from(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
-
-
-def _lines(text: str | None, agent: str) -> dict[str, str]:
-    """{path: note line} without building entries: recording a read into a large
-    read set must not cost a full parse and re-format of every entry."""
-    out: dict[str, str] = {}
+def _lines(text: str | None, agent: str, out: dict[str, str] | None = None) -> dict[str, str]:
+    """{path: line} of a read-set note, without building entries."""
+    out = {} if out is None else out
     match = _LINE_RE.fullmatch
     for ln in (text or "").split("\n")[1:]:
         if ln:
@@ -132,66 +149,342 @@ def _lines(text: str | None, agent: str) -> dict[str, str]:
     return out
 
 
-def _store_set(store: Store, agent: str, lines: dict[str, str], extra: dict[str, bytes],
-               message: str) -> None:
-    key = store.write_blob(_key(agent))  # the note's object must exist (git notes prune)
-    changes: dict[str, bytes | None] = dict(extra)
-    body = "".join(lines[p] + "\n" for p in sorted(lines))
-    header = f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path>\n"
-    changes[str(key)] = (header + body).encode("utf-8") if lines else None
-    notes.update_notes(store, agent_ref(agent), changes, agent=agent, message=message)
+def _note_text(agent: str, lines: dict[str, str]) -> bytes | None:
+    """The note of a read set; a fresh fold id makes every fold's blob unique."""
+    if not lines:
+        return None
+    header = f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path> (fold {uuid.uuid4().hex})\n"
+    return (header + "".join(lines[p] + "\n" for p in sorted(lines))).encode("utf-8")
 
 
-def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str = "read",
-           provenance: tuple[pygit2.Oid, str] | None = None) -> None:
-    """Record ``entries`` in the agent's read set, and a write's provenance note,
-    in one notes commit under the agent lock."""
-    entries = list(entries)
+# -- the journal ----------------------------------------------------------------------------------
+
+@dataclass
+class _Journal:
+    """A parsed journal: the base it extends and what it adds."""
+
+    base: str
+    reads: list[str] = field(default_factory=list)  # read-set lines, in order
+    writes: list[tuple[str, str, str, int, list[str]]] = field(default_factory=list)
+    # (commit, validated-at, scope, reads counted, deps paths)
+    size: int = 0  # bytes of complete lines parsed
+
+    @property
+    def lines(self) -> int:
+        return len(self.reads) + len(self.writes)
+
+
+def _parse_rows(text: str, agent: str, j: _Journal) -> None:
+    match = _LINE_RE.fullmatch
+    for ln in text.split("\n"):
+        if not ln:
+            continue
+        kind, rest = ln[:2], ln[2:]
+        if kind == "r ":
+            if match(rest) is None:
+                raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
+            j.reads.append(rest)
+        elif kind == "p ":
+            parts = rest.split(" ", 4)
+            if len(parts) < 4 or not _HEX.fullmatch(parts[0]) or not parts[3].isdigit():
+                raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
+            deps = parts[4].split("\0") if len(parts) == 5 and parts[4] else []
+            j.writes.append((parts[0], parts[1], parts[2], int(parts[3]), deps))
+        else:
+            raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
+
+
+def _parse_journal(data: bytes, agent: str, start: int = 0) -> _Journal:
+    """The journal's complete lines from byte ``start`` (0: check the header). A
+    line torn by a killed writer is ignored (and cut at the next append)."""
+    end = data.rfind(b"\n") + 1
+    if start == 0:
+        nl = data.find(b"\n")
+        header = data[:nl].decode("utf-8", "surrogateescape") if nl >= 0 else ""
+        if not header.startswith(JOURNAL_HEADER):
+            raise CorruptReadSet(agent, "journal header unreadable")
+        start = nl + 1
+        j = _Journal(header[len(JOURNAL_HEADER):], size=end)
+    else:
+        j = _Journal("", size=max(end, start))
+    _parse_rows(data[start:end].decode("utf-8", "surrogateescape"), agent, j)
+    return j
+
+
+def _read_journal(store: Store, agent: str) -> bytes | None:
+    try:
+        with open(journal_path(store, agent), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _start_journal(store: Store, agent: str, base: str) -> None:
+    """Replace the journal by an empty one extending ``base`` (atomic rename)."""
+    d = journal_dir(store)
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{agent}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(f"{JOURNAL_HEADER}{base}\n".encode())
+    os.replace(tmp, journal_path(store, agent))
+
+
+def _append(store: Store, agent: str, base: str, data: str) -> None:
+    """One ``write()`` of whole lines (agent lock held); a stale or torn journal is
+    restarted or cut first."""
+    path = journal_path(store, agent)
+    raw = _read_journal(store, agent)
+    if raw is None or not raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
+        _start_journal(store, agent, base)
+    elif not raw.endswith(b"\n"):
+        os.truncate(path, raw.rfind(b"\n") + 1)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+@dataclass
+class ReadSetView:
+    """An agent's read set and where it stands: the note it extends and how many
+    journal reads it includes (a write's provenance points at exactly that)."""
+
+    entries: dict[str, ReadEntry]
+    base: str
+    counted: int
+
+
+@dataclass
+class _Cached:
+    notes_head: pygit2.Oid | None
+    base: str
+    inode: int
+    size: int
+    counted: int
+    lines: dict[str, str]
+    mtime: int = 0
+
+
+def _cache(store: Store) -> dict[str, _Cached]:
+    return store.caches.setdefault("readsets", {})
+
+
+def _base_of(store: Store, agent: str) -> tuple[pygit2.Oid | None, str, pygit2.Tree | None]:
+    ref = store.ref(agent_ref(agent))
+    tree = notes.notes_tree(store, ref)
+    blob = _note_blob(store, tree, _key(agent))
+    return (ref.target if ref is not None else None), (str(blob) if blob else NO_BASE), tree
+
+
+def _load_locked(store: Store, agent: str) -> _Cached:
+    """The read set (agent lock held), parsing only the journal bytes appended
+    since the last load in this process."""
+    notes_head, base, tree = _base_of(store, agent)
+    try:
+        st = os.stat(journal_path(store, agent))
+        inode, size, mtime = st.st_ino, st.st_size, st.st_mtime_ns
+    except FileNotFoundError:
+        inode, size, mtime = 0, 0, 0
+    c = _cache(store).get(agent)
+    if c is not None and (c.notes_head, c.base, c.inode, c.size, c.mtime) == (notes_head, base, inode, size, mtime):
+        return c
+    if c is None or c.notes_head != notes_head or c.base != base or c.inode != inode or size < c.size:
+        blob = _note_blob(store, tree, _key(agent))
+        text = None if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+        c = _Cached(notes_head, base, inode, 0, 0, _lines(text, agent))
+    raw = _read_journal(store, agent) if inode else None
+    if raw is not None and (c.size or raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode())):
+        j = _parse_journal(raw, agent, c.size)
+        for ln in j.reads:
+            c.lines[ln.split(" ", 2)[2]] = ln
+        c.counted += len(j.reads)
+        c.size = j.size
+    c.mtime = mtime if c.size == size else 0  # a torn tail is re-read next time
+    _cache(store)[agent] = c
+    return c
+
+
+def load_view(store: Store, agent: str) -> ReadSetView:
     with flocked(store.commondir, agent_lock(agent)):
-        tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
-        lines = _lines(_note_text(store, tree, agent), agent)
-        lines.update((e.path, e.line().rstrip("\n")) for e in entries)
-        extra = {}
-        if provenance is not None:
-            commit, text = provenance
-            extra[str(commit)] = text.encode("utf-8")
-        names = ", ".join(e.path for e in entries[:3]) + (" …" if len(entries) > 3 else "")
-        _store_set(store, agent, lines, extra, f"storm: {agent} {why} {names}")
+        c = _load_locked(store, agent)
+        return ReadSetView({p: ReadEntry.parse(ln) for p, ln in c.lines.items()}, c.base, c.counted)
+
+
+def load(store: Store, agent: str) -> dict[str, ReadEntry]:
+    """Agent's read set as {path: entry} (the note plus its journal)."""
+    return load_view(store, agent).entries
+
+
+def peek(store: Store, agent: str) -> dict[str, ReadEntry]:
+    """Another agent's read set for display (status, doctor), without waiting for its
+    lock: an agent stopped while holding it must not hang everyone's ``status``.
+    Unlocked, a fold may be caught halfway; the journal is then ignored, which only
+    shows fewer reads until the next look."""
+    with try_flocked(store.commondir, agent_lock(agent)) as _taken:
+        c = _load_locked(store, agent)
+        return {p: ReadEntry.parse(ln) for p, ln in c.lines.items()}
+
+
+def _line_map(store: Store, agent: str) -> dict[str, str]:
+    return _load_locked(store, agent).lines
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str = "read") -> int:
+    """Record ``entries`` in the agent's read set: one journal append, nothing when
+    every entry is already there as given (a re-read at an unchanged head).
+    Returns the number of entries appended."""
+    with flocked(store.commondir, agent_lock(agent)):
+        c = _load_locked(store, agent)
+        new = [e.line() for e in entries if c.lines.get(e.path) != e.line().rstrip("\n")]
+        if new:
+            _append(store, agent, c.base, "".join("r " + ln for ln in new))
+        return len(new)
+
+
+def record_write(store: Store, agent: str, entries: Iterable[ReadEntry], commit: pygit2.Oid | None,
+                 validated_at: pygit2.Oid, scope: str, view: ReadSetView, deps: list[str] | None) -> int:
+    """Journal an accepted write before its CAS: its new versions, and (when it made a
+    commit) its provenance — validated against ``view`` (or its ``deps`` paths).
+    A write whose CAS then fails or never happens leaves entries naming versions
+    the agent itself produced: they can only make a later write of it be refused.
+    Returns the journal's size in bytes (the caller folds past FOLD_BYTES)."""
+    with flocked(store.commondir, agent_lock(agent)):
+        c = _load_locked(store, agent)
+        data = "".join("r " + e.line() for e in entries)
+        if commit is not None:
+            if c.base == view.base:
+                tail = "" if deps is None else " " + "\0".join(deps)
+                data += f"p {commit} {validated_at} {scope} {view.counted}{tail}\n"
+            else:  # a fold ran meanwhile (another process of this agent): list the entries
+                shown = view.entries.values() if deps is None else [view.entries[d] for d in deps if d in view.entries]
+                notes.update_notes(store, agent_ref(agent),
+                                   {str(commit): provenance_text(agent, validated_at, scope, shown).encode()},
+                                   agent=agent, message=f"storm: provenance of {commit}")
+        _append(store, agent, c.base, data)
+        return os.stat(journal_path(store, agent)).st_size
+
+
+# -- folding --------------------------------------------------------------------------------------
+
+def fold(store: Store, agent: str) -> bool:
+    """Fold the agent's journal into its notes ref (one notes commit); returns
+    whether there was anything to fold."""
+    with flocked(store.commondir, agent_lock(agent)):
+        return _fold_locked(store, agent)
+
+
+def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, reset: bool = False) -> bool:
+    _notes_head, base, tree = _base_of(store, agent)
+    raw = _read_journal(store, agent)
+    journal = None
+    if raw is not None and raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
+        journal = _parse_journal(raw, agent)
+    if (journal is None or journal.lines == 0) and drop is None and not reset:
+        if raw is not None and journal is None:
+            _start_journal(store, agent, base)  # left by a fold killed after its notes commit
+        return False
+    blob = _note_blob(store, tree, _key(agent))
+    base_text = None if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+    lines = {} if reset else _lines(base_text, agent)
+    changes: dict[str, bytes | None] = {}
+    if journal is not None and journal.lines:
+        jbytes = raw[:journal.size]
+        jblob = str(pygit2.hash(jbytes))
+        store.write_blob(_journal_key(agent))  # note targets must exist (git notes prune)
+        changes[str(pygit2.hash(_journal_key(agent)))] = jbytes
+        base_lines = dict(lines)
+        done = 0
+        applied = dict(base_lines)
+        for commit, at, scope, counted, deps in journal.writes:
+            while done < counted and done < len(journal.reads):
+                ln = journal.reads[done]
+                applied[ln.split(" ", 2)[2]] = ln
+                done += 1
+            changes[commit] = _provenance(agent, at, scope, base, jblob, counted, deps, applied).encode()
+        if not reset:
+            for ln in journal.reads:
+                lines[ln.split(" ", 2)[2]] = ln
+    for p in drop or ():
+        lines.pop(p, None)
+    text = _note_text(agent, lines)
+    store.write_blob(_key(agent))
+    changes[str(pygit2.hash(_key(agent)))] = text
+    notes.update_notes(store, agent_ref(agent), changes, agent=agent,
+                       message=f"storm: {agent} folds {journal.lines if journal else 0} journal line(s)")
+    _start_journal(store, agent, str(pygit2.hash(text)) if text else NO_BASE)
+    _cache(store).pop(agent, None)
+    return True
+
+
+def fold_all(store: Store) -> list[str]:
+    """Fold every agent's journal (status, doctor, maintenance); returns who had one.
+    An unreadable journal is left for doctor to report."""
+    done = []
+    for agent in agents(store):
+        with try_flocked(store.commondir, agent_lock(agent)) as taken:
+            if not taken:
+                continue  # busy (or stopped) right now: its own next write or a later status folds it
+            try:
+                if _fold_locked(store, agent):
+                    done.append(agent)
+            except CorruptReadSet:
+                continue
+    return done
 
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
     Provenance notes stay: they are the audit trail of past writes."""
     with flocked(store.commondir, agent_lock(agent)):
-        text = _note_text(store, notes.notes_tree(store, store.ref(agent_ref(agent))), agent)
         try:
-            lines = _lines(text, agent)
+            current = dict(_line_map(store, agent))
         except CorruptReadSet:
             if paths is not None:
                 raise
-            return _reset_unreadable(store, agent, text or "")
-        drop = list(lines) if paths is None else [p for p in paths if p in lines]
+            return _reset_unreadable(store, agent)
+        drop = list(current) if paths is None else [p for p in paths if p in current]
         if drop:
-            for p in drop:
-                del lines[p]
-            _store_set(store, agent, lines, {}, f"storm: {agent} forgot {len(drop)} path(s)")
+            _fold_locked(store, agent, drop=drop)
+        else:
+            _fold_locked(store, agent)
     return drop
 
 
-def _reset_unreadable(store: Store, agent: str, text: str) -> list[str]:
+def _reset_unreadable(store: Store, agent: str) -> list[str]:
     """Empty an unparsable read set (the way out its error offers); returns the
     paths still recognisable in it, or a marker when none is."""
-    _store_set(store, agent, {}, {}, f"storm: {agent} reset an unreadable read set")
-    found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2]
-    return found or ["(unreadable read set)"]
+    _n, _base, tree = _base_of(store, agent)
+    blob = _note_blob(store, tree, _key(agent))
+    text = "" if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+    text += (_read_journal(store, agent) or b"").decode("utf-8", "surrogateescape")
+    found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2 and not ln.startswith("p ")]
+    store.write_blob(_key(agent))
+    notes.update_notes(store, agent_ref(agent), {str(pygit2.hash(_key(agent))): None}, agent=agent,
+                       message=f"storm: {agent} reset an unreadable read set")
+    _start_journal(store, agent, NO_BASE)
+    _cache(store).pop(agent, None)
+    return [f.removeprefix("r ").split(" ", 2)[-1] for f in found] or ["(unreadable read set)"]
 
 
 def agents(store: Store) -> list[str]:
-    """Every agent that has a notes ref (a read set or provenance)."""
-    return sorted(r[len(AGENTS_PREFIX):] for r in store.refs_under(AGENTS_PREFIX))
+    """Every agent with a notes ref (a read set or provenance) or a journal."""
+    names = {r[len(AGENTS_PREFIX):] for r in store.refs_under(AGENTS_PREFIX)}
+    try:
+        names.update(n for n in os.listdir(journal_dir(store)) if not n.startswith("."))
+    except FileNotFoundError:
+        pass
+    return sorted(names)
 
 
-def provenance_text(agent: str, head: pygit2.Oid, scope: str, entries: Iterable[ReadEntry]) -> str:
+# -- provenance -----------------------------------------------------------------------------------
+
+def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Iterable[ReadEntry]) -> str:
+    """A provenance note listing the read set explicitly."""
     lines = [
         "storm provenance: the read set this write was validated against",
         f"agent: {agent}",
@@ -202,12 +495,27 @@ def provenance_text(agent: str, head: pygit2.Oid, scope: str, entries: Iterable[
     return "\n".join(lines) + "\n" + body
 
 
+def _provenance(agent: str, at: str, scope: str, base: str, jblob: str, counted: int,
+                deps: list[str], applied: dict[str, str]) -> str:
+    """Deps (few paths) are listed; a whole read set is named by reference — the
+    read-set note it started from plus the first ``counted`` reads of the journal
+    blob — so a fold costs the same whatever the read set's size."""
+    if deps:
+        return provenance_text(agent, at, scope, [ReadEntry.parse(applied[p]) for p in deps if p in applied])
+    return (f"storm provenance: the read set this write was validated against\n"
+            f"agent: {agent}\nvalidated-at: {at}\nscope: {scope}\n"
+            f"read-set: {base}\njournal: {jblob}\njournal-reads: {counted}\n")
+
+
+_FIELDS = ("agent", "validated-at", "scope", "read-set", "journal", "journal-reads")
+
+
 def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header fields, entries) of a provenance note."""
+    """(header fields, entries listed in the note) of a provenance note."""
     header: dict[str, str] = {}
     entries: list[ReadEntry] = []
     for line in text.splitlines()[1:]:
-        if ": " in line and len(entries) == 0 and line.split(": ", 1)[0] in ("agent", "validated-at", "scope"):
+        if ": " in line and not entries and line.split(": ", 1)[0] in _FIELDS:
             k, v = line.split(": ", 1)
             header[k] = v
         elif line:
@@ -216,6 +524,20 @@ def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
 
 
 def load_provenance(store: Store, agent: str, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
+    """(header, the full read set the write was validated against), following a
+    by-reference note to the read-set note and journal it names. None before the
+    agent's journal is folded (``git storm status`` folds)."""
     tree = notes.notes_tree(store, store.ref(provenance_ref(agent)))
     raw = notes.read_note(store, tree, commit)
-    return None if raw is None else parse_provenance(raw.decode("utf-8", "surrogateescape"))
+    if raw is None:
+        return None
+    header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
+    if "journal" in header:
+        base = header["read-set"]
+        text = None if base == NO_BASE else store.blob_bytes(pygit2.Oid(hex=base)).decode("utf-8", "surrogateescape")
+        lines = _lines(text, agent)
+        j = _parse_journal(store.blob_bytes(pygit2.Oid(hex=header["journal"])), agent)
+        for ln in j.reads[:int(header["journal-reads"])]:
+            lines[ln.split(" ", 2)[2]] = ln
+        entries = [ReadEntry.parse(lines[p]) for p in sorted(lines)]
+    return header, entries

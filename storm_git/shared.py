@@ -237,7 +237,9 @@ class SharedWorkspace(BaseWorkspace):
                 contents[blobs[p]] = c
             else:
                 blobs[p] = c
-        reads = readsets.load(store, agent)
+        view = readsets.load_view(store, agent)
+        reads = view.entries
+        dep_list: list[str] | None = None
         if deps is not None:
             dep_paths = [normalize(d, store.prefix, store.top) for d in deps]
             missing = [d for d in dep_paths if d not in reads and d not in changes]
@@ -246,7 +248,7 @@ class SharedWorkspace(BaseWorkspace):
                                  hint="read it first (git storm read), or leave it out of --deps")
             scope = {d: reads[d] for d in dep_paths if d in reads}
             scope.update({p: reads[p] for p in paths if p in reads})
-            scope_name = "deps"
+            scope_name, dep_list = "deps", sorted(scope)
         else:
             scope, scope_name = dict(reads), "all"
 
@@ -294,9 +296,14 @@ class SharedWorkspace(BaseWorkspace):
                         if new_tree != tree.id:
                             message = trailers.format_message(intent, agent, op, paths)
                             commit = store.make_commit(new_tree, [head], agent, message)
-                            if not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}"):
-                                retries += 1
-                                continue
+                        # journaled before the CAS: a kill after it cannot lose the agent's view
+                        # of its own write, nor the write's provenance (readsets module docstring)
+                        journal_size = readsets.record_write(
+                            store, agent, [ReadEntry(p, hex_(b), str(commit or head)) for p, b in blobs.items()],
+                            commit, head, scope_name, view, dep_list)
+                        if commit is not None and not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}"):
+                            retries += 1
+                            continue
                         if held:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
@@ -325,12 +332,9 @@ class SharedWorkspace(BaseWorkspace):
         if verdict.reason is None:
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
-            prov = None
-            if commit is not None:
-                prov = (commit, readsets.provenance_text(agent, head, scope_name, scope.values()))
-            readsets.record(store, agent, [ReadEntry(p, v, str(new_head)) for p, v in versions.items()],
-                            why=op, provenance=prov)
             disk = materialize(store, paths, contents) if commit is not None else {}
+            if journal_size >= readsets.FOLD_BYTES:
+                readsets.fold(store, agent)
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
                                flags=[OUTSIDE_ASSIGNMENT] if outside else [], reservation_wait=res_wait)
@@ -485,12 +489,13 @@ class SharedWorkspace(BaseWorkspace):
 
     # -- status and log ----------------------------------------------------------
     def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
+        readsets.fold_all(self.store)  # status is where journals reach the notes at the latest
         head = self.head()
         tree = self.store.commit(head).tree
         agents, corrupt = [], []
         for a in readsets.agents(self.store):
             try:
-                reads = readsets.load(self.store, a)
+                reads = readsets.peek(self.store, a)
             except readsets.CorruptReadSet as exc:  # that agent's problem: status still reports the rest
                 corrupt.append(str(exc))
                 continue

@@ -87,6 +87,9 @@ class Store:
                 hint="storm needs a working tree for the shared workspace",
             )
         self.repo = repo
+        # Per-open caches of parsed state, each validated against what it was parsed
+        # from before use (storm_git.readsets): never shared across repositories.
+        self.caches: dict[str, dict] = {}
         self.gitdir = os.path.normpath(repo.path)
         self.commondir = _commondir(self.gitdir)
         # The working tree that contains the caller (a linked worktree or the main one).

@@ -94,6 +94,7 @@ def test_missing_agent(repo):
 def test_agent_from_environment(repo):
     r = storm(repo, "read", "README.md", agent="env_agent")
     assert r.returncode == 0
+    assert storm(repo, "status").returncode == 0  # folds the agent's journal into its notes ref
     assert git(repo, "rev-parse", "-q", "--verify", "refs/notes/storm/agents/env_agent").returncode == 0
 
 

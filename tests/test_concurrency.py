@@ -101,15 +101,19 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
             assert seen != now and _blob(repo, r["head"], path) == now
 
     # every accepted write was valid: its provenance read set matches its parent
+    from storm_git import open_workspace, readsets
+
+    ws = open_workspace(str(repo))
+    ws.status()  # folds every agent's journal: provenance notes are written then
     for c in history:
         a, it = by_commit[c]
         note = git(repo, "notes", f"--ref=storm/agents/{a}", "show", c).stdout.decode()
         parent = rev(repo, f"{c}^")
         assert f"validated-at: {parent}" in note
-        entries = [ln.split(" ", 2) for ln in note.splitlines()[4:] if ln]
-        assert any(p == it["path"] for _, _, p in entries) or _blob(repo, parent, it["path"]) is None
-        for blob, _head, path in entries:
-            assert (None if blob == "absent" else blob) == _blob(repo, parent, path), (c, path)
+        _header, entries = readsets.load_provenance(ws.store, a, c)
+        assert any(e.path == it["path"] for e in entries) or _blob(repo, parent, it["path"]) is None
+        for e in entries:
+            assert e.blob == _blob(repo, parent, e.path), (c, e.path)
 
     fsck = git(repo, "fsck", "--no-dangling", check=False)
     assert fsck.returncode == 0, fsck.stderr

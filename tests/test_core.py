@@ -7,6 +7,7 @@ import pytest
 from unidiff import PatchSet
 
 from helpers import git, rev, show
+from storm_git import readsets
 from storm_git.errors import NotFound, UsageError
 
 
@@ -16,8 +17,18 @@ def test_read_returns_blob_oid_and_records_read_set(repo, ws):
     assert r.head == rev(repo, "refs/storm/workspace")
     entry = ws.read_set("e1")["src/api.py"]
     assert (entry.blob, entry.head) == (r.version, r.head)
-    # the read set is an ordinary notes ref of the agent's own
-    assert rev(repo, "refs/notes/storm/agents/e1")
+    # recorded at once in the agent's journal (one append), not yet in git
+    assert (repo / ".git/storm/journal/e1").read_bytes().count(b"src/api.py") == 1
+    assert git(repo, "rev-parse", "-q", "--verify", "refs/notes/storm/agents/e1", check=False).returncode != 0
+    # a re-read at an unchanged head records nothing new
+    ws.read(["src/api.py"], agent="e1")
+    assert (repo / ".git/storm/journal/e1").read_bytes().count(b"src/api.py") == 1
+    # status folds it into the agent's own notes ref: an ordinary git note
+    ws.status()
+    key = git(repo, "hash-object", "--stdin", input=b"storm read set: e1\n").stdout.decode().strip()
+    note = git(repo, "notes", "--ref=storm/agents/e1", "show", key).stdout.decode()
+    assert f"{r.version} {r.head} src/api.py" in note
+    assert ws.read_set("e1")["src/api.py"] == entry
 
 
 def test_missing_path_is_recorded_as_absent(ws):
@@ -177,8 +188,13 @@ def test_forget_resets_read_set(ws):
 def test_provenance_note_names_validated_read_set(repo, ws):
     ws.read(["src/api.py", "src/util.py"], agent="e1")
     res = ws.write("src/api.py", b"p\n", agent="e1")
+    ws.status()  # folds the journal: provenance notes are written then
     note = git(repo, "notes", "--ref=storm/agents/e1", "show", res.commit).stdout.decode()
-    assert "validated-at:" in note and "src/util.py" in note and "src/api.py" in note
+    assert f"validated-at: {rev(repo, 'refs/storm/workspace^')}" in note
+    header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
+    assert header["scope"] == "all"
+    assert sorted(e.path for e in entries) == ["src/api.py", "src/util.py"]
+    assert all(e.blob == git(repo, "rev-parse", f"HEAD:{e.path}").stdout.decode().strip() for e in entries)
 
 
 def test_binary_content_and_diff(ws):

@@ -161,6 +161,7 @@ def test_hostile_agent_ids_library(hostile, agent):
         return
     # accepted ids are single safe ref-name components
     assert _AGENT_RE.match(agent) and ".." not in agent and not agent.endswith((".", ".lock"))
+    ws.status()  # folds the agent's journal into its notes ref
     assert f"refs/notes/storm/agents/{agent}" in _refs(ws.store)
     assert git(repo, "check-ref-format", f"refs/notes/storm/agents/{agent}", check=False).returncode == 0
 
