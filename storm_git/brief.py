@@ -14,7 +14,7 @@ _STORM_ENGINEER = """\
 # Working in a shared repository with git storm (storm mode)
 
 You are {agent}, one of several agents editing ONE shared working tree at the
-same time. git storm keeps you from silently undoing each other's work: every
+same time. Storm keeps you from silently undoing each other's work: every
 file you read is recorded with its version, and a write is accepted only if the
 file and every file you read are unchanged since you read them.
 

@@ -38,7 +38,7 @@ from .store import git_env as store_git_env
 INTENT_OVERWRITTEN = "intent_overwritten"
 # A comment marker, an agent-shaped id, a colon and a reason. The id is then
 # checked against the agents storm knows.
-_ANNOTATION = re.compile(r"(?:#|//)\s*([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):\s+(\S.*?)\s*$")
+_ANNOTATION = re.compile(r"(?:^|(?<=\s))(?:#|//)\s*([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):\s+(\S.*?)\s*$")
 _QUICK = re.compile(rb"(?:#|//)\s*[A-Za-z0-9][A-Za-z0-9_.-]{0,63}:\s")
 MAX_SCAN_BYTES = 4 << 20  # larger files are not scanned on the write path
 
@@ -96,7 +96,7 @@ def _git(store: Store, args: list[str]) -> subprocess.CompletedProcess:
 def _candidates(store: Store, paths: list[str]) -> dict[str, list[tuple[int, str]]]:
     """{path: [(line, text)]} of lines that look like annotations, by ``git grep``
     on the shared head's tree (no checkout, no reading of files without a hit)."""
-    r = _git(store, ["grep", "-I", "-n", "-z", "-E", r"(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]",
+    r = _git(store, ["grep", "-I", "-n", "-z", "-E", r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]",
                      WORKSPACE_REF, "--", *paths])
     if r.returncode not in (0, 1):
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
