@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..shared import SharedWorkspace
 
 HARNESSES = ("claude", "codex")
-EDIT_TOOLS = ("Edit", "MultiEdit", "Write", "NotebookEdit")
+EDIT_TOOLS = ("Edit", "MultiEdit", "Write")
 PATCH_TOOLS = ("apply_patch",)
 READ_TOOLS = ("Read",)
 SHELL_TOOLS = ("Bash",)
@@ -312,6 +312,8 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         behind = []
         for p in paths:
             have = disk.disk_state(top, p)
+            if have is False:
+                continue  # a directory (or a path through a link): nothing storm versions
             cur = disk.entry_or_none(store, tree, p)
             base = disk.entry_or_none(store, rtree, p)
             if disk.same(have, cur):
@@ -322,7 +324,8 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                     behind.append(p)
         if behind:
             disk.sync_locked(store, behind)
-    readsets.record(store, agent, entries, why="harness read")
+    if entries:
+        readsets.record(store, agent, entries, why="harness read")
     stale = [e.path for e in entries if not e.head]
     note = (f"storm: {', '.join(stale)} on disk is not the shared head's version; your next edit of it will "
             "be refused with the diff: read it again first") if stale else ""
