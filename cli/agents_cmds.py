@@ -48,8 +48,10 @@ def prompt(role: str, mode_: str | None, agent: str | None) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, metavar="[PATH...]")
+@click.option("--rev", metavar="REV", default=None,
+              help="Look in REV instead (default: the shared head in storm mode, HEAD in worktree mode).")
 @json_option
-def intents(paths: tuple[str, ...], as_json: bool) -> None:
+def intents(paths: tuple[str, ...], rev: str | None, as_json: bool) -> None:
     """List intent annotations ('# AGENT: why', '// AGENT: why') in the shared tree.
 
     Each with the agent it names and the agent whose write last changed the
@@ -62,13 +64,16 @@ def intents(paths: tuple[str, ...], as_json: bool) -> None:
     Example:
       git storm intents
       git storm intents src/ --json
+      git storm intents --rev main
     """
     from storm_git.intents import list_intents
     from storm_git.paths import normalize
-    from storm_git.store import Store
+    from storm_git.store import WORKSPACE_REF, Store
 
     store = Store.discover()
-    found = list_intents(store, [normalize(p, store.prefix, store.top) for p in paths])
+    if rev is None:
+        rev = "HEAD" if store.config_get("storm.mode") == "worktree" else WORKSPACE_REF
+    found = list_intents(store, [normalize(p, store.prefix, store.top) for p in paths], rev)
     if as_json:
         _emit_json([a.to_dict() for a in found])
         return

@@ -88,16 +88,16 @@ def annotations(path: str, data: bytes | None, agents: set[str]) -> list[Annotat
 
 # -- listing (git storm intents) ------------------------------------------------------
 def _git(store: Store, args: list[str]) -> subprocess.CompletedProcess:
-    env = store_git_env(GIT_DIR=store.commondir, LC_ALL="C")
-    return subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=store.main_workdir,
+    env = store_git_env(GIT_DIR=store.gitdir, LC_ALL="C")  # HEAD: this worktree's; refs: shared
+    return subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=store.top,
                           env=env, capture_output=True)
 
 
-def _candidates(store: Store, paths: list[str]) -> dict[str, list[tuple[int, str]]]:
+def _candidates(store: Store, paths: list[str], rev: str) -> dict[str, list[tuple[int, str]]]:
     """{path: [(line, text)]} of lines that look like annotations, by ``git grep``
-    on the shared head's tree (no checkout, no reading of files without a hit)."""
+    on ``rev``'s tree (no checkout, no reading of files without a hit)."""
     r = _git(store, ["grep", "-I", "-n", "-z", "-E", r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]",
-                     WORKSPACE_REF, "--", *paths])
+                     rev, "--", *paths])
     if r.returncode not in (0, 1):
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RepoStateError(f"git grep failed: {err[-1] if err else r.returncode}", hint="run git storm doctor")
@@ -113,12 +113,12 @@ def _candidates(store: Store, paths: list[str]) -> dict[str, list[tuple[int, str
     return out
 
 
-def _blame(store: Store, path: str, lines: list[int]) -> dict[int, str]:
-    """{line: commit} for ``lines`` of ``path`` at the shared head."""
+def _blame(store: Store, path: str, lines: list[int], rev: str) -> dict[int, str]:
+    """{line: commit} for ``lines`` of ``path`` at ``rev``."""
     args = ["blame", "--porcelain"]
     for n in lines:
         args += ["-L", f"{n},{n}"]
-    r = _git(store, [*args, WORKSPACE_REF, "--", path])
+    r = _git(store, [*args, rev, "--", path])
     out: dict[int, str] = {}
     if r.returncode != 0:
         return out
@@ -139,22 +139,27 @@ def _agent_of(store: Store, commit: str, cache: dict[str, str]) -> str:
     return cache[commit]
 
 
-def list_intents(store: Store, paths: Iterable[str] = ()) -> list[Annotation]:
-    """The annotations in the shared tree (under ``paths``), each with the agent
-    whose write last changed its line."""
-    if store.ref_target(WORKSPACE_REF) is None:
+def list_intents(store: Store, paths: Iterable[str] = (), rev: str = WORKSPACE_REF) -> list[Annotation]:
+    """The annotations in ``rev``'s tree (default: the shared head; worktree mode
+    passes the target branch) under ``paths``, each with the agent whose write or
+    commit last changed its line."""
+    if rev == WORKSPACE_REF and store.ref_target(WORKSPACE_REF) is None:
         from .errors import NotInitialised
 
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    if _git(store, ["rev-parse", "--verify", "--quiet", f"{rev}^{{tree}}"]).returncode != 0:
+        from .errors import UsageError
+
+        raise UsageError(f"{rev} does not name a commit", hint="give a branch, tag or commit")
     agents = known_agents(store)
     out: list[Annotation] = []
     cache: dict[str, str] = {}
-    for path, hits in sorted(_candidates(store, list(paths)).items()):
+    for path, hits in sorted(_candidates(store, list(paths), rev).items()):
         found = [Annotation(path, n, *hit, text.strip()) for n, text in hits
                  if (hit := parse_line(text, agents))]
         if not found:
             continue
-        blame = _blame(store, path, [a.line for a in found])
+        blame = _blame(store, path, [a.line for a in found], rev)
         for a in found:
             a.commit = blame.get(a.line)
             a.written_by = _agent_of(store, a.commit, cache) if a.commit else None

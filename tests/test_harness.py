@@ -267,3 +267,31 @@ def test_agent_id_mapping():
     e = parse_event(json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Edit", "session_id": "s",
                                 "cwd": "/", "tool_input": {"file_path": "/a"}, "agent_id": "sub1"}))
     assert e.subagent == "sub1" and e.pre and os.path.isabs(e.tool_input["file_path"])
+
+
+def test_read_of_an_unmediated_edit_is_validated_against_its_base(repo):
+    """The disk holds an edit made outside storm: the read records the version the
+    edit was made on; the agent's edit carries it along; made on an older version,
+    the edit is refused with the diff (never undoing a newer accepted write)."""
+    util, path = repo / "src/util.py", str(repo / "src/util.py")
+    util.write_text(util.read_text() + "# tweak made in an editor\n")
+    out = decision(hook(repo, claude_event(repo, "s", "PostToolUse", "Read", {"file_path": path}, "r1"),
+                        "-a", "engineer_1"))
+    assert "edit made outside storm" in out["hookSpecificOutput"]["additionalContext"]
+    w = {"file_path": path, "old_string": "lo, hi", "new_string": "low, high", "replace_all": False}
+    assert decision(hook(repo, claude_event(repo, "s", "PreToolUse", "Edit", w, "e1"), "-a", "engineer_1")) is None
+    util.write_text(util.read_text().replace("lo, hi", "low, high"))
+    assert decision(hook(repo, claude_event(repo, "s", "PostToolUse", "Edit", w, "e1"), "-a", "engineer_1")) is None
+    assert show(repo, "refs/storm/workspace", "src/util.py") == util.read_bytes()  # the tweak came along
+    # an edit on disk made on a version that was replaced since
+    api = repo / "src/api.py"
+    api.write_text(api.read_text().replace("http_get", "get"))  # edited on disk first...
+    assert storm(repo, "read", "src/api.py", agent="engineer_2").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url):\n    return 2\n", agent="engineer_2").returncode == 0
+    assert "return get(url)" in api.read_text()  # ...so storm kept it on disk (unmediated, made on v1)
+    hook(repo, claude_event(repo, "s", "PostToolUse", "Read", {"file_path": str(api)}, "r2"), "-a", "engineer_1")
+    w = {"file_path": str(api), "old_string": "get", "new_string": "get2", "replace_all": False}
+    out = decision(hook(repo, claude_event(repo, "s", "PreToolUse", "Edit", w, "e2"), "-a", "engineer_1"))
+    reason = out["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "direct_conflict" in reason and "+    return 2" in reason
+    assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url):\n    return 2\n"

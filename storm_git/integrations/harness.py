@@ -309,7 +309,7 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         rtree, _ = disk.record_tree(store)
         head = ws.head()
         tree = store.commit(head).tree
-        behind = []
+        behind, unmediated = [], []
         for p in paths:
             have = disk.disk_state(top, p)
             if have is False:
@@ -320,16 +320,21 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                 entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
             else:
                 entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
-                if disk.same(have, base):
-                    behind.append(p)
+                (behind if disk.same(have, base) else unmediated).append(p)
         if behind:
             disk.sync_locked(store, behind)
     if entries:
         readsets.record(store, agent, entries, why="harness read")
-    stale = [e.path for e in entries if not e.head]
-    note = (f"storm: {', '.join(stale)} on disk is not the shared head's version; your next edit of it will "
-            "be refused with the diff: read it again first") if stale else ""
-    return HookResult(NOTE if stale else PASS, event, "recorded-read", agent, paths, message=note)
+    notes = []
+    if behind:
+        notes.append(f"storm: you read an older version of {', '.join(behind)}; the file on disk is now the "
+                     "shared head's: read it again before editing it")
+    edited = [p for p in unmediated if p not in behind]
+    if edited:
+        notes.append(f"storm: {', '.join(edited)} on disk holds an edit made outside storm; an edit of yours "
+                     "records it as part of your write (git storm status shows it; git storm checkout PATH "
+                     "discards it)")
+    return HookResult(NOTE if notes else PASS, event, "recorded-read", agent, paths, message="\n".join(notes))
 
 
 def _lease_seconds(store: Store) -> float:
