@@ -295,3 +295,20 @@ def test_read_of_an_unmediated_edit_is_validated_against_its_base(repo):
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]
     assert "direct_conflict" in reason and "+    return 2" in reason
     assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url):\n    return 2\n"
+
+
+def test_lease_makes_others_wait_and_a_failed_tool_releases_it(repo):
+    git(repo, "config", "storm.harnessWaitSeconds", "0.3")
+    path = str(repo / "src/api.py")
+    w = {"file_path": path, "old_string": "url", "new_string": "u", "replace_all": True}
+    for s in ("A", "B"):
+        hook(repo, claude_event(repo, s, "PostToolUse", "Read", {"file_path": path}, "r" + s))
+    assert decision(hook(repo, claude_event(repo, "A", "PreToolUse", "Edit", w, "eA"))) is None
+    out = decision(hook(repo, claude_event(repo, "B", "PreToolUse", "Edit", w, "eB")))
+    reason = out["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "rejected (reserved)" in reason and "claude-A" in reason
+    failed = claude_event(repo, "A", "PostToolUseFailure", "Edit", w, "eA")
+    failed.update(error="String to replace not found in file.", is_interrupt=False)
+    assert decision(hook(repo, failed)) is None
+    assert json.loads(storm(repo, "status", "--json").stdout)["reservations"] == []  # released at once
+    assert decision(hook(repo, claude_event(repo, "B", "PreToolUse", "Edit", w, "eB2"))) is None
