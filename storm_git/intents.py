@@ -66,6 +66,16 @@ def known_agents(store: Store) -> set[str]:
     return out
 
 
+def _known(store: Store, name: str) -> bool:
+    """Is ``name`` an agent storm knows? One ref lookup (the write path's check)."""
+    if name == (store.config_get("storm.manager") or "manager"):
+        return True
+    try:
+        return store.ref_target(readsets.agent_ref(name)) is not None
+    except (ValueError, KeyError, pygit2.GitError):
+        return False
+
+
 def parse_line(text: str, agents: set[str]) -> tuple[str, str] | None:
     """(agent, why) when ``text`` holds an annotation naming a known agent."""
     for m in _ANNOTATION.finditer(text):
@@ -191,17 +201,23 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
             old = store.entry(old_tree, path)
         except BadPath:  # a path that was a directory: nothing annotated to lose
             old = None
-        if old is None:
-            continue
+        if old is None or store.repo.odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+            continue  # sized from the header: a large file is never loaded for this
         data = store.blob_bytes(old.oid)
-        if len(data) > MAX_SCAN_BYTES or not _QUICK.search(data):
+        if not _QUICK.search(data):
+            continue
+        # the ids named in the file, other than the writer, checked one ref lookup each
+        named = {m.group(1) for line in data.decode("utf-8", "replace").splitlines()
+                 for m in _ANNOTATION.finditer(line)} - {agent}
+        if not named:
             continue
         if agents is None:
-            agents = known_agents(store)
+            agents = set()
+        agents |= {n for n in named if _known(store, n)}
         theirs = [a for a in annotations(path, data, agents) if a.agent != agent]
         if not theirs:
             continue
-        new = store.blob_bytes(blob) if isinstance(blob, pygit2.Oid) else None
+        new = store.blob_bytes(blob) if isinstance(blob, pygit2.Oid) else None  # None: deleted
         lost_all.extend(_lost(theirs, new))
     if not lost_all:
         return []
