@@ -35,6 +35,12 @@ def rejection(r: Any) -> str:
         out.append(_change_line(s, "stale dependency"))
         if s.diff:
             out.append(s.diff.rstrip("\n"))
+    notes = getattr(r, "intents_in_diff", None) or []
+    if notes:
+        listed = "; ".join(f"{i['change']} {i['path']}:{i['line']} ({i['agent']}: {i['why']})" for i in notes[:6])
+        more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
+        out.append(f"  intent annotations in this diff: {listed}{more}"
+                   " -- keep or answer them; do not silently drop another agent's reason")
     never = r.target is not None and getattr(r.target, "never_read", False)
     if r.current_content is not None:
         if never:
@@ -211,9 +217,12 @@ _EVENTS = {
     "release": lambda e: f"{e.get('path')}",
     "boundary": lambda e: (f"wrote outside its assignment: {_names(e.get('paths'))}"
                            + (f" ({short(e['commit'])})" if e.get("commit") else "")),
+    "intent_overwritten": lambda e: (f"overwrote intent annotation(s) of {_names(e.get('owners'))} in "
+                                     f"{_names(e.get('paths'))}"
+                                     + (f" ({short(e['commit'])})" if e.get("commit") else "")),
     "commit_refused": lambda e: f"{'; '.join(e.get('problems') or [])} (paths {_names(e.get('paths'))})",
 }
-_LABELS = {"rejection": "reject", "commit_refused": "refused"}
+_LABELS = {"rejection": "reject", "commit_refused": "refused", "intent_overwritten": "intent"}
 
 
 def log_entry(e: dict) -> str:

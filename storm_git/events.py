@@ -8,7 +8,7 @@ made under the workspace lock.
 
 Event types (``type``; every event also has ``agent``, ``time`` and, when read,
 ``summary`` and ``id``): ``rejection`` (storm_git.shared), ``release``,
-``boundary`` (storm_git.scope), ``assign``, ``mode`` (storm_git.modes),
+``boundary`` (storm_git.scope), ``intent_overwritten`` (storm_git.intents), ``assign``, ``mode`` (storm_git.modes),
 ``commit`` (storm_git.manager, and storm_git.isolated in worktree mode),
 ``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
 ``cleanup`` (storm_git.worktrees). ``cli/render.log_entry`` prints each; a type

@@ -80,6 +80,8 @@ class Rejection:
     stale: list[FileChange] = field(default_factory=list)
     reservation: Reservation | None = None
     message: str = ""
+    # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.intents)
+    intents_in_diff: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -98,6 +100,7 @@ class Rejection:
         d["never_read"] = self.target.never_read if self.target else False
         d["stale"] = [s.to_dict() for s in self.stale]
         d["reservation"] = self.reservation.to_dict() if self.reservation else None
+        d["intents_in_diff"] = self.intents_in_diff
         return d
 
 

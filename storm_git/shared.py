@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, reservations, trailers
+from . import events, intents, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import _parent_fd as disk_parent
@@ -309,6 +309,8 @@ class SharedWorkspace(BaseWorkspace):
                                                 message=f"storm: {agent} wrote; reservation ends")
                         # allowed but flagged and logged (storm_git.scope); one ref lookup without assignments
                         outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
+                        # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.intents)
+                        overwritten = intents.flag_write(store, agent, tree, blobs, commit) if commit is not None else []
                         break
                     granted = self._reject_locked(agent, op, paths, verdict, head, now, hold)
                     break
@@ -337,11 +339,13 @@ class SharedWorkspace(BaseWorkspace):
                 readsets.fold(store, agent)
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
-                               flags=[OUTSIDE_ASSIGNMENT] if outside else [], reservation_wait=res_wait)
+                               flags=[OUTSIDE_ASSIGNMENT] * bool(outside) + [intents.INTENT_OVERWRITTEN] * bool(overwritten),
+                               reservation_wait=res_wait)
         seen = dict(reads)
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             seen[p] = ReadEntry(p, v, "")
         rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
+        rejection.intents_in_diff = intents.in_rejection(store, rejection)
         if verdict.reason != RESERVED:
             shown = [rejection.path] + [s.path for s in rejection.stale]
             if len(paths) > 1:

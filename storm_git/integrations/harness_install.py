@@ -1,0 +1,235 @@
+"""Installing storm's harness hooks into Claude Code's or Codex's project settings.
+
+Claude Code reads ``<project>/.claude/settings.json`` and Codex
+``<project>/.codex/hooks.json``; both hold ``{"hooks": {EVENT: [{"matcher":
+REGEX, "hooks": [{"type": "command", "command": CMD}]}]}}``. ``install``
+merges storm's groups into that file, keeping every other key and hook, and is
+idempotent (storm's groups are recognised by their command, ``… harness hook
+…``). What it found is kept in ``<git dir>/storm/harness/installed-<harness>.json``
+so ``uninstall`` removes exactly storm's groups and puts back the file byte for
+byte when nothing else changed in it, or deletes it when storm created it.
+
+A file storm creates is added to ``.git/info/exclude`` (so it is not an
+unmediated edit in the shared working tree); a *tracked* file that storm
+changes is reported (``tracked``): it now differs from the shared head, and
+``git storm status`` lists it until someone adopts or reverts it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..agents import validate_agent
+from ..errors import UsageError
+from ..store import Store
+from ..store import git_env as store_git_env
+
+MARKER = "harness hook"
+TARGETS = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json"}
+GROUPS = {
+    "claude": {
+        "PreToolUse": "Edit|MultiEdit|Write|Bash",
+        "PostToolUse": "Read|Edit|MultiEdit|Write|Bash",
+        "PostToolUseFailure": "Edit|MultiEdit|Write|Bash",
+    },
+    "codex": {
+        "PreToolUse": "apply_patch|Bash",
+        "PostToolUse": "apply_patch|Bash",
+    },
+}
+
+
+@dataclass
+class InstallResult:
+    harness: str
+    file: str  # relative to the working tree's top
+    action: str  # installed, updated, unchanged, removed, restored, deleted, nothing
+    command: str = ""
+    tracked: bool = False
+    created: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def hook_command(harness: str, agent: str | None) -> str:
+    """The command the harness runs: this installation's ``git-storm`` (or its Python
+    with ``-m storm_git``), so it works whatever PATH the harness gives hooks."""
+    script = os.path.join(os.path.dirname(sys.executable), "git-storm")
+    exe = shlex.quote(script) if os.access(script, os.X_OK) else f"{shlex.quote(sys.executable)} -m storm_git"
+    cmd = f"{exe} {MARKER} --harness {harness}"
+    return cmd + (f" --agent {shlex.quote(agent)}" if agent else "")
+
+
+def _ours(group: Any) -> bool:
+    return isinstance(group, dict) and any(
+        isinstance(h, dict) and MARKER in str(h.get("command", "")) for h in group.get("hooks") or [])
+
+
+def _manifest_path(store: Store, harness: str) -> str:
+    return os.path.join(store.commondir, "storm", "harness", f"installed-{harness}.json")
+
+
+def _load_json(path: str) -> tuple[str | None, dict[str, Any] | None]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None, None
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc}); nothing was changed",
+                         hint="fix the file, then run the command again") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hooks", {}), dict):
+        raise UsageError(f"{path} does not hold a JSON object with a \"hooks\" object; nothing was changed")
+    return text, data
+
+
+def _write(path: str, data: dict[str, Any]) -> str:
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    tmp = f"{path}.storm-tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return text
+
+
+def _git(store: Store, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=store.top, env=store_git_env(), capture_output=True)
+
+
+def _tracked(store: Store, rel: str) -> bool:
+    return _git(store, "ls-files", "--error-unmatch", "--", rel).returncode == 0
+
+
+def _exclude_file(store: Store) -> str:
+    return os.path.join(store.commondir, "info", "exclude")
+
+
+def _exclude(store: Store, rel: str, add: bool) -> bool:
+    """Add (or remove) ``/rel`` in .git/info/exclude; True when the file changed."""
+    path = _exclude_file(store)
+    line = f"/{rel}"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    if add == (line in lines):
+        return False
+    lines = lines + [line] if add else [x for x in lines if x != line]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + ("\n" if lines else ""))
+    return True
+
+
+def install(store: Store, harness: str, agent: str | None = None) -> InstallResult:
+    """Merge storm's hook groups into the harness's project settings (idempotent)."""
+    if harness not in TARGETS:
+        raise UsageError(f"unknown harness {harness!r}", hint=f"one of {', '.join(TARGETS)}")
+    if agent:
+        validate_agent(agent)
+    rel = TARGETS[harness]
+    path = os.path.join(store.top, rel)
+    text, data = _load_json(path)
+    mpath = _manifest_path(store, harness)
+    manifest: dict[str, Any] = {}
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    if not manifest:
+        created_dirs = []
+        d = os.path.dirname(path)
+        while not os.path.isdir(d):
+            created_dirs.append(os.path.relpath(d, store.top))
+            d = os.path.dirname(d)
+        manifest = {"file": rel, "created": text is None, "original": text, "created_dirs": created_dirs,
+                    "excluded": False}
+    data = {} if data is None else data
+    command = hook_command(harness, agent)
+    hooks = data.setdefault("hooks", {})
+    for event, matcher in GROUPS[harness].items():
+        groups = [g for g in hooks.get(event) or [] if not _ours(g)]
+        groups.append({"matcher": matcher, "hooks": [{"type": "command", "command": command}]})
+        hooks[event] = groups
+    new_text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    res = InstallResult(harness, rel, "unchanged" if new_text == text else
+                        "installed" if text is None or MARKER not in text else "updated", command)
+    if res.action != "unchanged":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write(path, data)
+    res.created = bool(manifest.get("created"))
+    res.tracked = _tracked(store, rel)
+    if res.created and not res.tracked:
+        manifest["excluded"] = _exclude(store, rel, True) or manifest.get("excluded", False)
+    if res.tracked and res.action != "unchanged":
+        res.warnings.append(f"{rel} is tracked and was changed: it now differs from the committed version "
+                            "(in storm mode git storm status lists it until it is adopted or reverted)")
+    if agent:
+        res.warnings.append(f"every session using {rel} is now agent {agent}: in storm mode, where all agents "
+                            "share this directory, leave --agent out and start each session with its own "
+                            "STORM_AGENT (or let storm derive the id from the session)")
+    os.makedirs(os.path.dirname(mpath), exist_ok=True)
+    manifest["command"] = command
+    with open(mpath, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+    return res
+
+
+def uninstall(store: Store, harness: str) -> InstallResult:
+    """Remove storm's hook groups; restore the file as it was before install when
+    nothing else changed in it, delete it when storm created it."""
+    if harness not in TARGETS:
+        raise UsageError(f"unknown harness {harness!r}", hint=f"one of {', '.join(TARGETS)}")
+    rel = TARGETS[harness]
+    path = os.path.join(store.top, rel)
+    mpath = _manifest_path(store, harness)
+    manifest: dict[str, Any] = {}
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    text, data = _load_json(path)
+    res = InstallResult(harness, rel, "nothing")
+    if data is not None:
+        original = manifest.get("original")
+        before = json.loads(original) if original and original.strip() else ({} if original is not None else None)
+        hooks = data.get("hooks") or {}
+        for event in list(hooks):
+            kept = [g for g in hooks[event] or [] if not _ours(g)]
+            if kept or (before and event in (before.get("hooks") or {})):
+                hooks[event] = kept
+            else:
+                del hooks[event]
+        if not hooks and not (before and "hooks" in before):
+            data.pop("hooks", None)
+        if original is not None and before == data:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(original)
+            res.action = "restored" if original != text else "nothing"
+        elif manifest.get("created") and not data:
+            os.unlink(path)
+            for d in manifest.get("created_dirs") or []:
+                try:
+                    os.rmdir(os.path.join(store.top, d))
+                except OSError:
+                    pass
+            res.action = "deleted"
+        elif MARKER in (text or ""):
+            _write(path, data)
+            res.action = "removed"
+    if manifest.get("excluded"):
+        _exclude(store, rel, False)
+    res.tracked = _tracked(store, rel)
+    try:
+        os.unlink(mpath)
+    except FileNotFoundError:
+        pass
+    return res

@@ -1,0 +1,130 @@
+"""The agent's brief and intent annotations (issue 10 §3): ``git storm prompt``,
+``git storm intents``, the ``intent_overwritten`` flag and ``intents_in_diff``."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from helpers import storm
+
+from storm_git.brief import MODES, ROLES, brief
+
+GROUPS = {"harness"}  # commands whose first argument is a subcommand
+
+
+def mentioned_commands() -> set[tuple[str, ...]]:
+    """Every 'git storm CMD' (and 'git storm GROUP SUB') the briefs name."""
+    found: set[tuple[str, ...]] = set()
+    for role in ROLES:
+        for mode in MODES:
+            for m in re.finditer(r"git storm ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", brief(role, mode)):
+                found.add((m.group(1), m.group(2)) if m.group(1) in GROUPS and m.group(2) else (m.group(1),))
+    return found
+
+
+def test_every_command_the_brief_names_exists(tmp_path):
+    """'git storm CMD -h' succeeds for each: in one process through the same click
+    group ``git storm`` runs (a process per command would cost ~20 start-ups),
+    and once for real."""
+    from click.testing import CliRunner
+
+    from storm_git.cli.main import cli
+
+    cmds = mentioned_commands()
+    assert {("read",), ("edit",), ("write",), ("exec",), ("assign",), ("commit",), ("merge",), ("intents",),
+            ("release",), ("forget",), ("sync",), ("spawn",)} <= cmds, cmds
+    for cmd in sorted(cmds):
+        r = CliRunner().invoke(cli, [*cmd, "-h"], prog_name="git storm")
+        assert r.exit_code == 0 and "Usage: git storm" in r.output, (cmd, r.output)
+    r = storm(tmp_path, "intents", "-h")
+    assert r.returncode == 0 and "Usage: git storm intents" in r.stdout
+
+
+def test_prompt_prints_each_role_and_mode(repo):
+    r = storm(repo, "prompt", agent="engineer_2")
+    assert r.returncode == 0
+    text = r.stdout
+    for reason in ("direct_conflict", "stale_dependency", "unread_target", "reserved"):
+        assert reason in text
+    assert "# engineer_2: why" in text and "view, create" in text and "str_replace" in text
+    r = storm(repo, "prompt", "--role", "manager")
+    assert "git storm assign" in r.stdout and "storm.restricted" in r.stdout and "git storm commit" in r.stdout
+    r = storm(repo, "prompt", "--role", "manager", "--mode", "worktree")
+    assert "git storm merge" in r.stdout and "git storm spawn" in r.stdout
+    assert storm(repo, "prompt", "--role", "boss").returncode == 2
+
+
+def _write(ws, agent, path, content, **kw):
+    ws.read([path], agent=agent)
+    return ws.write(path, content.encode(), agent=agent, **kw)
+
+
+def test_intents_lists_annotations_with_their_writer(repo, ws):
+    assert _write(ws, "engineer_1", "src/api.py",
+                  "def fetch(url, timeout=10):  # engineer_1: callers hang without it\n"
+                  "    return http_get(url)\n").accepted
+    assert _write(ws, "engineer_2", "src/util.py",
+                  "# TODO: not an annotation\n// engineer_1: asked for by engineer_1, written by 2\n"
+                  "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n").accepted
+    found = json.loads(storm(repo, "intents", "--json").stdout)
+    assert [(a["path"], a["line"], a["agent"], a["written_by"]) for a in found] == [
+        ("src/api.py", 1, "engineer_1", "engineer_1"),
+        ("src/util.py", 2, "engineer_1", "engineer_2"),
+    ]
+    assert found[0]["why"] == "callers hang without it"
+    r = storm(repo, "intents", "src/util.py")
+    assert r.returncode == 0 and r.stdout.strip() == \
+        "src/util.py:2: engineer_1: asked for by engineer_1, written by 2  [written by engineer_2]"
+
+
+def test_overwriting_another_agents_annotation_is_flagged_and_logged(repo, ws):
+    annotated = "def fetch(url, timeout=10):  # engineer_1: callers hang\n    return http_get(url)\n"
+    assert _write(ws, "engineer_1", "src/api.py", annotated).accepted
+    # its own annotation: no flag
+    res = _write(ws, "engineer_1", "src/api.py", annotated.replace("callers hang", "callers hang (seen in prod)"))
+    assert res.accepted and res.flags == []
+    # another agent rewrites it: accepted, flagged, logged
+    res = _write(ws, "engineer_2", "src/api.py", "def fetch(url, timeout=30):\n    return http_get(url)\n")
+    assert res.accepted and res.flags == ["intent_overwritten"]
+    log = json.loads(storm(repo, "log", "--json").stdout)
+    ev = next(e for e in log if e["type"] == "intent_overwritten")
+    assert ev["agent"] == "engineer_2" and ev["owners"] == ["engineer_1"] and ev["paths"] == ["src/api.py"]
+    assert "overwrote intent annotation(s) of engineer_1" in storm(repo, "log").stdout
+    # a write that keeps the line (moved elsewhere in the file) is not flagged
+    ws.forget(None, agent="engineer_1")  # a new task
+    assert _write(ws, "engineer_1", "src/util.py", "x = 1  # engineer_1: why\ny = 2\n").accepted
+    res = _write(ws, "engineer_2", "src/util.py", "y = 2\nx = 1  # engineer_1: why\n")
+    assert res.accepted and res.flags == []
+
+
+def test_rejection_points_out_annotations_in_the_diff(repo, ws):
+    ws.read(["src/api.py"], agent="engineer_2")
+    ws.read(["src/api.py", "src/util.py"], agent="engineer_4")
+    assert _write(ws, "engineer_1", "src/api.py",
+                  "def fetch(url, timeout=10):  # engineer_1: callers hang\n    return http_get(url)\n").accepted
+    r = storm(repo, "write", "src/api.py", "--json", input="def fetch(url):\n    return 1\n", agent="engineer_2")
+    assert r.returncode == 1
+    rej = json.loads(r.stdout)["rejection"]
+    assert rej["reason"] == "direct_conflict"
+    assert rej["intents_in_diff"] == [{"path": "src/api.py", "line": 1, "agent": "engineer_1", "why": "callers hang",
+                                      "change": "added",
+                                      "text": "def fetch(url, timeout=10):  # engineer_1: callers hang"}]
+    # a stale dependency's diff too, in the human rendering
+    r = storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_4")
+    assert r.returncode == 1 and "stale_dependency" in r.stdout
+    assert "intent annotations in this diff: added src/api.py:1 (engineer_1: callers hang)" in r.stdout
+
+
+@pytest.mark.parametrize("text,agent", [
+    ("x = 1  # engineer_1: because", "engineer_1"),
+    ("// manager: keep the order", "manager"),
+    ("# TODO: later", None),
+    ("url = 'http://engineer_1: x'", None),
+])
+def test_annotation_rule(text, agent):
+    from storm_git.intents import parse_line
+
+    hit = parse_line(text, {"engineer_1", "manager"})
+    assert (hit[0] if hit else None) == agent
