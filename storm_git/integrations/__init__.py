@@ -1,0 +1,1 @@
+"""Integrations: how agent frameworks reach storm (MCP server, harness hooks)."""
