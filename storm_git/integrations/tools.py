@@ -197,14 +197,18 @@ class StormTools:
         ws = self.workspace()
         top = self._top(ws)
         if self._is_top(path, top):
-            return self._listing(ws, path, "")
+            return self._listing(ws, path, "", view_range)
         p = self._norm(path, top)
         if isinstance(ws, SharedWorkspace):
             tree = self._head_tree(ws)
             if p in tree and isinstance(tree[p], pygit2.Tree):
-                return self._listing(ws, path, p)
+                return self._listing(ws, path, p, view_range)
         elif os.path.isdir(os.path.join(top, p)) and not os.path.islink(os.path.join(top, p)):
-            return self._listing(ws, path, p)
+            return self._listing(ws, path, p, view_range)
+        if view_range is not None:  # a bad range is refused before anything is recorded
+            base = self._current(ws, p)
+            if base is not None and not editor.is_binary(base):
+                editor.view_lines(path, base.decode("utf-8", "replace"), view_range)
         r = ws.read([p], agent=self.agent)[0]
         data = {k: v for k, v in r.to_dict().items() if k not in ("content", "content_base64")}
         if r.content is None:
@@ -219,7 +223,16 @@ class StormTools:
         return ToolOutcome(f"Here's the result of running `cat -n` on {path}:\n{editor.clip(numbered)}\n{footer}",
                            data)
 
-    def _listing(self, ws: Any, shown: str, p: str) -> ToolOutcome:
+    def _current(self, ws: Any, p: str) -> bytes | None:
+        """The content ``p`` has now (shared head, or the agent's worktree), not recorded."""
+        if isinstance(ws, SharedWorkspace):
+            e = self.store.entry(self._head_tree(ws), p)
+            return self.store.blob_bytes(e.oid) if e else None
+        return self._base(ws, p)[0]
+
+    def _listing(self, ws: Any, shown: str, p: str, view_range: list[int] | None = None) -> ToolOutcome:
+        if view_range is not None:
+            raise editor.EditorError("The `view_range` parameter is not allowed when `path` points to a directory.")
         entries: list[tuple[str, bool]] = []
         if isinstance(ws, SharedWorkspace):
             tree = self._head_tree(ws)
