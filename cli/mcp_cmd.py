@@ -5,12 +5,13 @@ import os
 
 import click
 
-from .main import CONTEXT, agent_option, cli
+from .main import CONTEXT, agent_option, cli, json_option
 
 
 @cli.command("mcp", context_settings=CONTEXT)
 @agent_option
-def mcp(agent: str | None) -> None:
+@json_option
+def mcp(agent: str | None, as_json: bool) -> None:
     """Serve storm's file tools to one agent over the Model Context Protocol (stdio).
 
     One server per agent: the agent's harness starts it and talks to it on
@@ -21,6 +22,7 @@ def mcp(agent: str | None) -> None:
     with isError and the diff. A missing or invalid agent is refused (exit 2)
     before serving; the SDK is an extra: pip install 'git-storm[mcp]'.
     Run it in the repository (or use git -C REPO); see docs/agents.md.
+    --json only shapes an error before serving (the session is JSON-RPC).
 
     \b
     Claude Code (project scope writes .mcp.json):
