@@ -458,3 +458,33 @@ def test_help_shows_each_harness_configuration():
     assert r.returncode == 0
     for needle in ("claude mcp add", "[mcp_servers.storm]", ".cursor/mcp.json", "stdio_servers", "Example:"):
         assert needle in r.stdout, needle
+
+
+def test_exec_rejected_when_another_agent_wrote_the_file_meanwhile_and_timeouts(repo):
+    """exec is one validated write: another agent's write landing while the command runs is
+    a rejection (isError, the diff, what to do); a command past its timeout records nothing."""
+    async def main() -> tuple[Any, Any, Any]:
+        async with mcp.Client(_server(repo, "engineer_1")) as a, mcp.Client(_server(repo, "engineer_2")) as b:
+            await b.call_tool("view", {"path": "src/util.py"})
+            results: dict[str, Any] = {}
+
+            async def run_exec() -> None:
+                results["exec"] = await a.call_tool("exec", {
+                    "command": "sleep 1; printf 'def clamp(x):\\n    return x\\n' > src/util.py"})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_exec)
+                await anyio.sleep(0.4)
+                results["edit"] = await b.call_tool("str_replace", {"path": "src/util.py", "old_str": "lo, hi",
+                                                                    "new_str": "lo=0, hi=1"})
+            slow = await a.call_tool("exec", {"command": "sleep 5; echo late > late.txt", "timeout": 0.3})
+            return results["exec"], results["edit"], slow
+
+    ex, edit, slow = anyio.run(main)
+    assert not edit.is_error, text(edit)
+    assert ex.is_error and "REJECTED (direct_conflict)" in text(ex) and "engineer_2" in text(ex)
+    assert "command's changes were not recorded" in text(ex)
+    assert ex.structured_content["write"]["rejection"]["reason"] == "direct_conflict"
+    assert "lo=0, hi=1" in show(repo, "refs/storm/workspace", "src/util.py").decode()
+    assert slow.is_error and "timed out" in text(slow) and slow.structured_content["timed_out"]
+    assert b"late.txt" not in git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout

@@ -81,6 +81,11 @@ def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, o
     if op == UNDO_OP and r.reason == DIRECT_CONFLICT:
         nxt = (f"{r.path} changed after your last edit, so undoing it would also discard that change. "
                "Make the change you want with str_replace on the current content instead.")
+    if op == "exec" and r.reason == DIRECT_CONFLICT:
+        nxt = (f"Another agent's write to {r.path} landed while the command ran, so the command's changes were "
+               "not recorded. Its version of the file stays on disk as an edit outside storm (status lists it). "
+               "Redo the change on the current version (above) with str_replace or write, or re-run the command "
+               f"after git storm checkout {r.path} restores the disk.")
     text = f"REJECTED ({r.reason}): nothing was written.\n{body}\n\nWhat to do next: {nxt}"
     return ToolOutcome(text, data if data is not None else res.to_dict(), True)
 
@@ -150,12 +155,9 @@ class StormTools:
         return ws.store.top if isinstance(ws, SharedWorkspace) else ws.worktree(self.agent).path
 
     def _is_top(self, raw: str, top: str) -> bool:
-        stripped = raw.rstrip("/")
-        if stripped in ("", "."):
-            return True
         if os.path.isabs(raw):
             return os.path.normpath(raw) in (os.path.normpath(top), os.path.realpath(top))
-        return False
+        return raw.rstrip("/") in ("", ".")
 
     def _norm(self, raw: str, top: str) -> str:
         if not isinstance(raw, str):
@@ -419,7 +421,7 @@ class StormTools:
         status = ("timed out (killed); its changes were not recorded" if res.timed_out else
                   f"exit code {res.returncode}")
         if res.write is not None and not res.write.accepted:
-            out = rejection_outcome(res.write, data)
+            out = rejection_outcome(res.write, data, op="exec")
             out.text = f"{head}[{status}]\n{out.text}"
             return out
         if res.write is not None:
