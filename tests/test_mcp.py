@@ -372,14 +372,12 @@ def test_server_killed_mid_write_leaves_a_valid_state(repo):
                     await anyio.sleep(delay)
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
-                    with anyio.move_on_after(10):
-                        await anyio.sleep(0)
         except Exception:  # noqa: BLE001 - the SDK reports the closed connection as it can
             pass
 
-    for delay in (0.0, 0.01, 0.03, 0.08):
+    for delay in (0.0, 0.02, 0.06):  # before, around and after the write reaches the server
         anyio.run(one, delay)
-    assert killed == 4
+    assert killed == 3
     r = storm(repo, "doctor")
     assert r.returncode == 0, r.stdout + r.stderr
 
