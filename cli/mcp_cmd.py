@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-
 from .main import CONTEXT, agent_option, cli, json_option
 
 
