@@ -486,3 +486,23 @@ def test_exec_rejected_when_another_agent_wrote_the_file_meanwhile_and_timeouts(
     assert "lo=0, hi=1" in show(repo, "refs/storm/workspace", "src/util.py").decode()
     assert slow.is_error and "timed out" in text(slow) and slow.structured_content["timed_out"]
     assert b"late.txt" not in git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout
+
+
+def test_paths_are_relative_to_the_top_and_binary_files_are_not_edited_as_text(repo):
+    assert storm(repo, "write", "blob.bin", "-m", "setup", input=b"\x00\x01\x02", agent="setup").returncode == 0
+
+    async def main() -> None:
+        async with mcp.Client(_server(repo / "src")) as c:  # a server started in a subdirectory
+            r = await c.call_tool("view", {"path": "src/api.py"})
+            assert not r.is_error and "def fetch" in text(r)
+            r = await c.call_tool("view", {"path": "blob.bin"})
+            assert not r.is_error and "binary file (3 bytes)" in text(r)
+            r = await c.call_tool("str_replace", {"path": "blob.bin", "old_str": "a", "new_str": "b"})
+            assert r.is_error and "binary" in text(r)
+            r = await c.call_tool("view", {"path": "missing.py"})
+            assert r.is_error and "does not exist" in text(r)
+            r = await c.call_tool("create", {"path": "missing.py", "file_text": "ok = True\n"})
+            assert not r.is_error, text(r)  # validated against the read of its absence
+
+    anyio.run(main)
+    assert (repo / "missing.py").read_text() == "ok = True\n"
