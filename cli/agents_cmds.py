@@ -97,7 +97,7 @@ def harness() -> None:
     call is denied with the diff as the reason; after it the file on disk is
     recorded as the agent's write; Bash calls are recorded as exec records
     commands. Agent id: --agent, else $STORM_AGENT, else derived from the
-    session id. See docs/agents-harness.md.
+    session id. See docs/agents.md.
 
     \b
     Example:

@@ -20,6 +20,8 @@ whose decision it undoes. This module finds them and tells who wrote them:
 """
 from __future__ import annotations
 
+import os
+
 import re
 import subprocess
 from collections import Counter
@@ -67,10 +69,13 @@ def known_agents(store: Store) -> set[str]:
 
 
 def _known(store: Store, name: str) -> bool:
-    """Is ``name`` an agent storm knows? One ref lookup (the write path's check)."""
+    """Is ``name`` an agent storm knows (a notes ref, or a read-set journal not yet
+    folded)? One ref lookup and one stat (the write path's check)."""
     if name == (store.config_get("storm.manager") or "manager"):
         return True
     try:
+        if os.path.exists(readsets.journal_path(store, name)):
+            return True
         return store.ref_target(readsets.agent_ref(name)) is not None
     except (ValueError, KeyError, pygit2.GitError):
         return False
