@@ -418,3 +418,34 @@ def test_large_read_set_revalidated_under_the_lock(tmp_path, touch, accepted):
     if not accepted:
         assert b'"stale_dependency"' in out and b"dep050.txt" in out
     assert (show(repo, "refs/storm/workspace", "target.txt") == b"new\n") == accepted
+
+
+def test_changed_paths_agrees_with_libgit2s_diff(tmp_path):
+    """storm's own tree diff (it skips equal subtrees; libgit2 walks every entry) names
+    exactly the files libgit2's diff names, on random pairs with modes and file↔dir swaps."""
+    import random
+
+    import pygit2
+
+    from storm_git.disk import changed_paths
+    from storm_git.store import Store
+
+    r = pygit2.init_repository(str(tmp_path / "r"))
+    st = Store(r)
+    rnd = random.Random(7)
+    names = ["a", "b", "c/d", "c/e", "c/f/g", "h/i", "h/j/k", "l"]
+
+    def rand_tree():
+        files = {n: rnd.choice([b"1", b"2", b"3"]) for n in names if rnd.random() < 0.6}
+        if rnd.random() < 0.3 and not any(n.startswith("c/") for n in files):
+            files["c"] = b"a file where a directory was"
+        changes = {p: (r.create_blob(c), rnd.choice([0o100644, 0o100755])) for p, c in files.items()}
+        return r[st.tree_with(r[st.empty_tree()], changes)]
+
+    for _ in range(300):
+        a, b = rand_tree(), rand_tree()
+        expected = set()
+        for d in a.diff_to_tree(b).deltas:
+            expected |= {d.old_file.path, d.new_file.path}
+        got = changed_paths(st, a, b)
+        assert len(got) == len(set(got)) and set(got) == expected
