@@ -272,22 +272,50 @@ def _default_base(store: Store) -> tuple[pygit2.Oid, pygit2.Oid | None]:
 
 
 def load(store: Store) -> Record:
-    """The record (caller holds the worktree lock). A missing file starts one."""
+    """The record (caller holds the worktree lock). A missing file starts one.
+    Parsed once per process and then only what was appended since (keyed by the
+    file's inode and size: every rewrite is a new file, renamed over)."""
     path = record_path(store)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         base, synced = _default_base(store)
         reset(store, base, synced)
         return Record(base, synced)
+    cache = store.caches.setdefault("disk", {})
     try:
-        if not data.startswith(HEADER):
-            raise ValueError("header")
-        first, _, rest = data[len(HEADER):].partition(b"\n")
-        if not first.startswith(b"base "):
-            raise ValueError("base")
-        rec = Record(pygit2.Oid(hex=first[5:].decode("ascii")), None)
+        st = os.fstat(fd)
+        known = cache.get("record")
+        if (known is not None and known[0] == st.st_ino and known[1] <= st.st_size
+                and os.pread(fd, len(known[3]), 0) == known[3]):  # same file: its header names a unique reset
+            _ino, start, cached, _head = known
+            os.lseek(fd, start, os.SEEK_SET)
+            data = b""
+            while len(data) < st.st_size - start:
+                chunk = os.read(fd, st.st_size - start - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            rec = Record(cached.base, cached.synced, dict(cached.overlay), cached.journal_len)
+            rest, offset = data, start
+        else:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read()
+            rec, rest, offset = None, b"", 0
+    finally:
+        os.close(fd)
+    try:
+        if rec is None:
+            if not data.startswith(HEADER):
+                raise ValueError("header")
+            first, _, rest = data[len(HEADER):].partition(b"\n")
+            if not first.startswith(b"base "):
+                raise ValueError("base")
+            rec = Record(pygit2.Oid(hex=first[5:].split(b" ")[0].decode("ascii")), None)
+            offset = len(data) - len(rest)
+            header = data[:offset]
+        else:
+            header = known[3]
         items = rest.split(b"\0")
         for item in items[:-1]:  # the last piece is '' or a torn (killed) append
             kind, _, body = item.partition(b" ")
@@ -305,8 +333,11 @@ def load(store: Store) -> Record:
         if not isinstance(store.repo.get(rec.base), pygit2.Tree):
             raise ValueError("base tree missing")
     except (ValueError, UnicodeDecodeError):
+        cache.pop("record", None)
         raise CorruptState(f"storm's disk record {path} is unreadable",
                            hint="git storm doctor --fix rebuilds it") from None
+    consumed = offset + len(rest) - len(items[-1])  # up to the last complete entry
+    cache["record"] = (st.st_ino, consumed, Record(rec.base, rec.synced, dict(rec.overlay), rec.journal_len), header)
     return rec
 
 
@@ -314,7 +345,8 @@ def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None) -> None:
     """Start the record afresh at ``base`` (init, doctor, folding)."""
     path = record_path(store)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    body = HEADER + f"base {base}\n".encode("ascii") + (_encode("s", oid=synced) if synced else b"")
+    # a fresh token: a cached parse can tell this file from an earlier one with the same inode
+    body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii") + (_encode("s", oid=synced) if synced else b"")
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(body)
@@ -399,7 +431,8 @@ class SyncResult:
 
 
 def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
-                contents: dict[pygit2.Oid, bytes] | None = None) -> SyncResult:
+                contents: dict[pygit2.Oid, bytes] | None = None,
+                step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> SyncResult:
     """Bring ``paths`` — and every path that changed since the last sync — on disk
     to the current shared head. ``full`` compares the whole record with the head
     (repairs anything left behind). Caller holds the worktree lock."""
@@ -414,7 +447,10 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
         since = store.repo[rec.base]
     else:
         since = store.commit(rec.synced).tree
-    candidates = list(dict.fromkeys([*paths, *changed_paths(store, since, htree)]))
+    if step is not None and not full and rec.synced == step[0] and head == step[1]:
+        candidates = list(paths)  # the head is exactly the caller's commit on the synced one: no diff
+    else:
+        candidates = list(dict.fromkeys([*paths, *changed_paths(store, since, htree)]))
     res = SyncResult(head)
     top = store.main_workdir
     wants = {p: entry_or_none(store, htree, p) for p in candidates}
@@ -450,14 +486,18 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
 
 
 def sync(store: Store, paths: list[str] = (), *, full: bool = False,
-         contents: dict[pygit2.Oid, bytes] | None = None) -> SyncResult:
+         contents: dict[pygit2.Oid, bytes] | None = None,
+         step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> SyncResult:
     with flocked(store.commondir, "worktree"):
-        return sync_locked(store, paths, full=full, contents=contents)
+        return sync_locked(store, paths, full=full, contents=contents, step=step)
 
 
-def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None) -> dict[str, str]:
-    """After an accepted write: bring ``paths`` (and anything else behind) forward."""
-    return sync(store, paths, contents=contents).outcomes
+def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None,
+                step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> dict[str, str]:
+    """After an accepted write: bring ``paths`` (and anything else behind) forward.
+    ``step`` = (parent, commit) of that write: when the disk was synced to the parent
+    and the head is still the commit, ``paths`` are all that changed."""
+    return sync(store, paths, contents=contents, step=step).outcomes
 
 
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:

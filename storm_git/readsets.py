@@ -250,11 +250,18 @@ def _append(store: Store, agent: str, base: str, data: str) -> None:
 @dataclass
 class ReadSetView:
     """An agent's read set and where it stands: the note it extends and how many
-    journal reads it includes (a write's provenance points at exactly that)."""
+    journal reads it includes (a write's provenance points at exactly that).
+    ``gen`` names one parse of the read set in this process and ``changed`` the
+    paths re-recorded since (first ``changed_at`` of them were there when this view
+    was taken): a validator that checked the whole set at some head re-checks only
+    those and the paths that moved (storm_git.shared). ``entries`` is read-only."""
 
     entries: dict[str, ReadEntry]
     base: str
     counted: int
+    gen: int = 0
+    changed: list[str] = field(default_factory=list)
+    changed_at: int = 0
 
 
 @dataclass
@@ -266,6 +273,12 @@ class _Cached:
     counted: int
     lines: dict[str, str]
     mtime: int = 0
+    entries: dict[str, ReadEntry] = field(default_factory=dict)
+    gen: int = 0
+    changed: list[str] = field(default_factory=list)
+
+
+_GEN = iter(range(1, 1 << 62))
 
 
 def _cache(store: Store) -> dict[str, _Cached]:
@@ -294,12 +307,17 @@ def _load_locked(store: Store, agent: str) -> _Cached:
     if c is None or c.notes_head != notes_head or c.base != base or c.inode != inode or size < c.size:
         blob = _note_blob(store, tree, _key(agent))
         text = None if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
-        c = _Cached(notes_head, base, inode, 0, 0, _lines(text, agent))
+        lines = _lines(text, agent)
+        c = _Cached(notes_head, base, inode, 0, 0, lines, entries={p: ReadEntry.parse(ln) for p, ln in lines.items()},
+                    gen=next(_GEN))
     raw = _read_journal(store, agent) if inode else None
     if raw is not None and (c.size or raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode())):
         j = _parse_journal(raw, agent, c.size)
         for ln in j.reads:
-            c.lines[ln.split(" ", 2)[2]] = ln
+            e = ReadEntry.parse(ln)
+            c.lines[e.path] = ln
+            c.entries[e.path] = e
+            c.changed.append(e.path)
         c.counted += len(j.reads)
         c.size = j.size
     c.mtime = mtime if c.size == size else 0  # a torn tail is re-read next time
@@ -310,12 +328,12 @@ def _load_locked(store: Store, agent: str) -> _Cached:
 def load_view(store: Store, agent: str) -> ReadSetView:
     with flocked(store.commondir, agent_lock(agent)):
         c = _load_locked(store, agent)
-        return ReadSetView({p: ReadEntry.parse(ln) for p, ln in c.lines.items()}, c.base, c.counted)
+        return ReadSetView(c.entries, c.base, c.counted, c.gen, c.changed, len(c.changed))
 
 
 def load(store: Store, agent: str) -> dict[str, ReadEntry]:
     """Agent's read set as {path: entry} (the note plus its journal)."""
-    return load_view(store, agent).entries
+    return dict(load_view(store, agent).entries)
 
 
 def peek(store: Store, agent: str) -> dict[str, ReadEntry]:
@@ -325,7 +343,7 @@ def peek(store: Store, agent: str) -> dict[str, ReadEntry]:
     shows fewer reads until the next look."""
     with try_flocked(store.commondir, agent_lock(agent)) as _taken:
         c = _load_locked(store, agent)
-        return {p: ReadEntry.parse(ln) for p, ln in c.lines.items()}
+        return dict(c.entries)
 
 
 def _line_map(store: Store, agent: str) -> dict[str, str]:
@@ -340,7 +358,7 @@ def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str =
     Returns the number of entries appended."""
     with flocked(store.commondir, agent_lock(agent)):
         c = _load_locked(store, agent)
-        new = [e.line() for e in entries if c.lines.get(e.path) != e.line().rstrip("\n")]
+        new = [e.line() for e in entries if c.entries.get(e.path) != e]
         if new:
             _append(store, agent, c.base, "".join("r " + ln for ln in new))
         return len(new)

@@ -109,6 +109,12 @@ class SharedWorkspace(BaseWorkspace):
 
     mode = "storm"
 
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        # agent -> (read-set parse, re-read paths then, head): the agent's whole read
+        # set was valid at that head (see apply; per process, never persisted)
+        self._valid: dict[str, tuple[int, int, pygit2.Oid]] = {}
+
     # -- settings --------------------------------------------------------------
     @property
     def reservation_seconds(self) -> float:
@@ -252,12 +258,19 @@ class SharedWorkspace(BaseWorkspace):
         else:
             scope, scope_name = dict(reads), "all"
 
-        # A large read set is validated before the lock; under it only the paths that
-        # changed since are looked at, so one agent's big read set does not stall others.
-        pre = None
-        if len(scope) > PRE_VALIDATE_AT:
+        # Validation looks at the whole read set once per process: after that, at the
+        # paths re-recorded since and those that moved on the shared ref since the
+        # head it was last found valid at (write cost independent of the read set).
+        # Else a large read set is validated before the lock, and under it only the
+        # paths that changed since, so one agent's big read set does not stall others.
+        known = self._valid.get(agent) if scope_name == "all" and expected is None else None
+        if known is not None and known[0] == view.gen:
+            pre = (known[2], None, view.changed[known[1]:view.changed_at])
+        elif len(scope) > PRE_VALIDATE_AT:
             h0 = self.head()
-            pre = (h0, self._validate(store.commit(h0).tree, paths, reads, scope, expected, changes))
+            pre = (h0, self._validate(store.commit(h0).tree, paths, reads, scope, expected, changes), [])
+        else:
+            pre = None
         started = time.monotonic()
         hold = self.reservation_seconds  # read config once per write
         wait_budget = hold + 1.0
@@ -298,6 +311,10 @@ class SharedWorkspace(BaseWorkspace):
                             commit = store.make_commit(new_tree, [head], agent, message)
                         # journaled before the CAS: a kill after it cannot lose the agent's view
                         # of its own write, nor the write's provenance (readsets module docstring)
+                        if scope_name == "all" and expected is None:
+                            # valid at head, and at this commit too: it changes only the paths
+                            # written, whose new entries are journaled now and so re-checked
+                            self._valid[agent] = (view.gen, view.changed_at, commit or head)
                         journal_size = readsets.record_write(
                             store, agent, [ReadEntry(p, hex_(b), str(commit or head)) for p, b in blobs.items()],
                             commit, head, scope_name, view, dep_list)
@@ -334,7 +351,7 @@ class SharedWorkspace(BaseWorkspace):
         if verdict.reason is None:
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
-            disk = materialize(store, paths, contents) if commit is not None else {}
+            disk = materialize(store, paths, contents, step=(head, commit)) if commit is not None else {}
             if journal_size >= readsets.FOLD_BYTES:
                 readsets.fold(store, agent)
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
@@ -380,18 +397,29 @@ class SharedWorkspace(BaseWorkspace):
         except BadPath:
             return None
 
-    def _validate_at(self, head: pygit2.Oid, tree: pygit2.Tree, pre: tuple[pygit2.Oid, _Verdict] | None,
+    def _validate_at(self, head: pygit2.Oid, tree: pygit2.Tree,
+                     pre: tuple[pygit2.Oid, _Verdict | None, list[str]] | None,
                      paths: list[str], reads: dict[str, ReadEntry], scope: dict[str, ReadEntry],
                      expected: dict[str, str | None] | None, changes: dict[str, Any]) -> _Verdict:
-        """The verdict at ``head``: the one computed before the lock when no path it
-        depends on changed since (a verdict is a function of those paths' entries)."""
+        """The verdict at ``head``. ``pre`` is (h0, verdict at h0, paths re-read since):
+        with a verdict computed before the lock, it stands when no path it depends on
+        changed since (a verdict is a function of those paths' entries); with None,
+        the whole scope was valid at h0, so only the paths re-read since and those
+        that moved since h0 can have become stale."""
         if pre is not None:
-            h0, verdict = pre
-            if h0 == head:
+            h0, verdict, reread = pre
+            if verdict is not None and h0 == head:
                 return verdict
-            moved = set(changed_paths(self.store, self.store.commit(h0).tree, tree))
-            if moved.isdisjoint(paths) and moved.isdisjoint(scope):
-                return verdict
+            moved = changed_paths(self.store, self.store.commit(h0).tree, tree) if h0 != head else []
+            if verdict is not None:
+                if set(moved).isdisjoint(paths) and set(moved).isdisjoint(scope):
+                    return verdict
+            else:
+                narrow = {p: scope[p] for p in (*moved, *reread) if p in scope}
+                verdict = self._validate(tree, paths, reads, narrow, expected, changes)
+                if verdict.reason is None:
+                    return verdict
+                # a rejection: its payload lists every stale file, so look at them all
         return self._validate(tree, paths, reads, scope, expected, changes)
 
     def _validate(self, tree: pygit2.Tree, paths: list[str], reads: dict[str, ReadEntry],
