@@ -50,23 +50,36 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @json_option
-def maintenance(as_json: bool) -> None:
+@click.option("--auto", is_flag=True, help="Run only if the loose objects passed storm.autoMaintenance.")
+def maintenance(as_json: bool, auto: bool) -> None:
     """Pack loose objects and refs, safely beside running writers.
 
-    Runs git maintenance's loose-objects, incremental-repack and pack-refs
-    tasks. It never prunes: never run 'git gc --prune=now' while agents may be
-    writing (an object between its write and its ref update would be deleted).
-    Run it every few thousand writes, e.g. from the manager's loop or cron.
+    Runs git maintenance's loose-objects (twice: the second pass removes the
+    loose copies the first packed), incremental-repack and pack-refs tasks, after
+    folding the agents' read-set journals into their notes. It never prunes:
+    never run 'git gc --prune=now' while agents may be writing (an object between
+    its write and its ref update would be deleted).
+
+    Writes start it by themselves in the background once the loose objects pass
+    storm.autoMaintenance (default 6700, like git's gc.auto; 0 turns that off).
+    --auto runs only when that bound is passed and no other maintenance runs.
 
     \b
     Example:
       git storm maintenance
-      while sleep 600; do git storm maintenance; done
+      git config storm.autoMaintenance 2000    # start it sooner
     """
-    from storm_git.maintenance import run
+    from storm_git.maintenance import run, run_auto
     from storm_git.store import Store
 
-    res = run(Store.discover())
+    store = Store.discover()
+    res = run_auto(store) if auto else run(store)
+    if res is None:
+        if as_json:
+            _emit_json({"ran": False})
+        else:
+            click.echo("storm maintenance: not due (or already running)")
+        return
     if as_json:
         _emit_json(res.to_dict())
     else:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import events, intents, readsets, reservations, trailers
+from . import events, intents, maintenance, readsets, reservations, trailers
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from .disk import _parent_fd as disk_parent
@@ -354,6 +354,8 @@ class SharedWorkspace(BaseWorkspace):
             disk = materialize(store, paths, contents, step=(head, commit)) if commit is not None else {}
             if journal_size >= readsets.FOLD_BYTES:
                 readsets.fold(store, agent)
+            if commit is not None:
+                maintenance.after_write(store, commit)  # one write in 16 looks; never waits
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
                                flags=[OUTSIDE_ASSIGNMENT] * bool(outside) + [intents.INTENT_OVERWRITTEN] * bool(overwritten),

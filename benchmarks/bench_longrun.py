@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Many writes with the automatic maintenance trigger (issue 13): does storm keep up?
+
+Not a test: it prints figures. One agent writes ``--writes`` times (default 10,000)
+in a repository of ``--files`` files, with ``storm.autoMaintenance`` at its default
+(6,700 loose objects, git's gc.auto) unless ``--limit`` says otherwise. Every
+``--every`` writes it prints the median write time of that block, the loose-object
+count, packs and the size of ``.git``. At the end: write cost at the end ÷ at the
+start, the highest loose count seen, and the same run's count without the trigger
+(estimated: objects per write x writes).
+
+    python3 benchmarks/bench_longrun.py                    # 10,000 writes, 1k files
+    python3 benchmarks/bench_longrun.py --writes 100000 --every 5000
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_core  # noqa: E402
+
+
+def du(path: str) -> int:
+    return int(subprocess.run(["du", "-sk", path], capture_output=True, text=True).stdout.split()[0]) * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--writes", type=int, default=10_000)
+    ap.add_argument("--every", type=int, default=1000)
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--limit", type=int, default=None, help="storm.autoMaintenance (default: storm's default)")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    workdir = args.workdir or os.path.join(tempfile.gettempdir(), "storm-bench-longrun")
+    os.makedirs(workdir, exist_ok=True)
+    from storm_git import maintenance, open_workspace
+    from storm_git.locks import is_locked
+
+    repo, paths = bench_core.build_repo(workdir, args.files)
+    bench_core.reset_repo(repo)
+    subprocess.run(["git", "-C", repo, "repack", "-a", "-d", "-q"], check=True)  # start from a packed repository
+    if args.limit is not None:
+        subprocess.run(["git", "-C", repo, "config", "storm.autoMaintenance", str(args.limit)], check=True)
+    ws = open_workspace(repo)
+    store = ws.store
+    targets = bench_core.pick(paths, 8, offset=3)
+    base = {r.path: r.content for r in ws.read(targets, agent="long")}
+    start_size = du(os.path.join(repo, ".git"))
+    print(f"{args.writes} writes, {args.files} files, storm.autoMaintenance = {maintenance.auto_limit(store)}")
+    print(f"{'writes':>8} {'median ms':>10} {'loose':>7} {'packs':>6} {'.git MiB':>9}")
+    block: list[float] = []
+    medians: list[float] = []
+    peak = 0
+    t_all = time.monotonic()
+    for i in range(args.writes):
+        p = targets[i % len(targets)]
+        t = time.perf_counter()
+        res = ws.write(p, base[p] + b"# %d\n" % i, agent="long")
+        block.append(time.perf_counter() - t)
+        if not res.accepted:
+            raise SystemExit(res.rejection.text)
+        if (i + 1) % args.every == 0:
+            c = maintenance.count_objects(store)
+            peak = max(peak, c.loose)
+            medians.append(statistics.median(block) * 1e3)
+            print(f"{i + 1:>8} {medians[-1]:>10.2f} {c.loose:>7} {c.packs:>6} "
+                  f"{du(os.path.join(repo, '.git')) / 2**20:>9.1f}", flush=True)
+            block = []
+    elapsed = time.monotonic() - t_all
+    while is_locked(store.commondir, "maintenance"):
+        time.sleep(0.1)
+    final = maintenance.count_objects(store)
+    print(f"\nwall {elapsed:.1f} s; write cost, last block / first block: {medians[-1] / medians[0]:.2f}x")
+    print(f"loose objects: highest sampled {peak}, at the end {final.loose} (packs {final.packs}); "
+          f"without the trigger ~{final.loose + final.packed} objects would be loose")
+    print(f".git: {start_size / 2**20:.1f} MiB -> {du(os.path.join(repo, '.git')) / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
