@@ -19,7 +19,8 @@ from .main import CONTEXT, _emit_json, cli, json_option
               help="Which mode it describes (default: the repository's storm.mode, else storm).")
 @click.option("--agent", "-a", metavar="ID", default=None,
               help="The id the text addresses (default: $STORM_AGENT, else engineer_1 / manager).")
-def prompt(role: str, mode_: str | None, agent: str | None) -> None:
+@json_option
+def prompt(role: str, mode_: str | None, agent: str | None, as_json: bool) -> None:
     """Print the instructions an agent needs in its system prompt.
 
     How to read and write (the CLI, or the storm MCP server's tools when the
@@ -42,8 +43,12 @@ def prompt(role: str, mode_: str | None, agent: str | None) -> None:
             mode_ = Store.discover().config_get("storm.mode") or "storm"
         except Exception:  # noqa: BLE001 - outside a repository the brief is still useful
             pass
-    click.echo(brief(role, mode_ if mode_ in ("storm", "worktree") else "storm",
-                     agent or os.environ.get("STORM_AGENT")), nl=False)
+    mode_ = mode_ if mode_ in ("storm", "worktree") else "storm"
+    text = brief(role, mode_, agent or os.environ.get("STORM_AGENT"))
+    if as_json:
+        _emit_json({"role": role, "mode": mode_, "text": text})
+    else:
+        click.echo(text, nl=False)
 
 
 @cli.command(context_settings=CONTEXT)
