@@ -31,7 +31,7 @@ import os
 import stat as stat_mod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import pygit2
 
@@ -384,41 +384,47 @@ def set_entries(store: Store, rec: Record, entries: dict[str, Entry | None]) -> 
 
 # -- bringing the disk forward --------------------------------------------------------------
 def changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]:
-    """Files that differ between two trees, descending only into subtrees whose ids
-    differ. libgit2's tree-to-tree diff walks every entry of both trees (21 ms for
-    one changed file among 100,000; this: 0.4 ms)."""
-    out: list[str] = []
-    _diff_trees(old, new, "", out)
+    """Files that differ between two trees (see tree_changes). libgit2's tree-to-tree
+    diff walks every entry of both trees: 21 ms for one changed file among 100,000,
+    where this takes 0.4 ms."""
+    return [p for p, _ in tree_changes(store, old, new)]
+
+
+def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str = "",
+                  out: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
+    """Blob-level differences old → new as [(path, (oid, mode) or None)], skipping
+    identical subtrees (cost grows with what changed, not with the tree)."""
+    out = [] if out is None else out
+    repo = store.repo
+    old_e = {e.name: e for e in old}
+    new_e = {e.name: e for e in new}
+    for name in old_e.keys() | new_e.keys():
+        a, b = old_e.get(name), new_e.get(name)
+        if a is not None and b is not None and a.id == b.id and a.filemode == b.filemode:
+            continue
+        path = prefix + name
+        a_tree = a is not None and a.filemode == MODE_TREE
+        b_tree = b is not None and b.filemode == MODE_TREE
+        if a_tree and b_tree:
+            tree_changes(store, repo[a.id], repo[b.id], path + "/", out)
+            continue
+        if a_tree:
+            _all_blobs(store, repo[a.id], path + "/", out, delete=True)
+        elif a is not None and (b is None or b_tree):
+            out.append((path, None))
+        if b_tree:
+            _all_blobs(store, repo[b.id], path + "/", out, delete=False)
+        elif b is not None:
+            out.append((path, (b.id, b.filemode)))
     return out
 
 
-def _diff_trees(old: pygit2.Tree, new: pygit2.Tree, prefix: str, out: list[str]) -> None:
-    if old.id == new.id:
-        return
-    a = {e.name: e for e in old}
-    b = {e.name: e for e in new}
-    for name in a.keys() | b.keys():
-        x, y = a.get(name), b.get(name)
-        if x is not None and y is not None and x.id == y.id and x.filemode == y.filemode:
-            continue
-        xt = x is not None and x.filemode == MODE_TREE
-        yt = y is not None and y.filemode == MODE_TREE
-        if xt and yt:
-            _diff_trees(x, y, f"{prefix}{name}/", out)
-            continue
-        if (x is not None and not xt) or (y is not None and not yt):
-            out.append(prefix + name)  # a file on either side (once, also when it became a tree)
-        for e, is_tree in ((x, xt), (y, yt)):
-            if is_tree:
-                out.extend(_files_under(e, f"{prefix}{name}/"))
-
-
-def _files_under(tree: pygit2.Tree, prefix: str) -> Iterator[str]:
+def _all_blobs(store: Store, tree: pygit2.Tree, prefix: str, out: list, *, delete: bool) -> None:
     for e in tree:
         if e.filemode == MODE_TREE:
-            yield from _files_under(e, f"{prefix}{e.name}/")
+            _all_blobs(store, store.repo[e.id], prefix + e.name + "/", out, delete=delete)
         else:
-            yield prefix + e.name
+            out.append((prefix + e.name, None if delete else (e.id, e.filemode)))
 
 
 @dataclass

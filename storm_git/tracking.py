@@ -41,7 +41,7 @@ import pygit2
 from .agents import validate_agent
 from .diffs import is_binary, unified
 from . import disk
-from .disk import TEMP_PREFIX, disk_state, entry_or_none, same
+from .disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
 from .errors import BadPath, NotInitialised, RepoStateError, StormError, TooLarge, UsageError
 from .locks import flocked
 from .paths import check_on_disk, normalize
@@ -133,43 +133,6 @@ def _git(store: Store, args: list[str], *, index: str | None, input: bytes | Non
     return r.stdout
 
 
-def _tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str = "",
-                  out: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
-    """Blob-level differences old → new as [(path, (oid, mode) or None)], skipping
-    identical subtrees (cost grows with what changed, not with the tree)."""
-    out = [] if out is None else out
-    repo = store.repo
-    old_e = {e.name: e for e in old}
-    new_e = {e.name: e for e in new}
-    for name in old_e.keys() | new_e.keys():
-        a, b = old_e.get(name), new_e.get(name)
-        if a is not None and b is not None and a.id == b.id and a.filemode == b.filemode:
-            continue
-        path = prefix + name
-        a_tree = a is not None and a.filemode == MODE_TREE
-        b_tree = b is not None and b.filemode == MODE_TREE
-        if a_tree and b_tree:
-            _tree_changes(store, repo[a.id], repo[b.id], path + "/", out)
-            continue
-        if a_tree:
-            _all_blobs(store, repo[a.id], path + "/", out, delete=True)
-        elif a is not None and (b is None or b_tree):
-            out.append((path, None))
-        if b_tree:
-            _all_blobs(store, repo[b.id], path + "/", out, delete=False)
-        elif b is not None:
-            out.append((path, (b.id, b.filemode)))
-    return out
-
-
-def _all_blobs(store: Store, tree: pygit2.Tree, prefix: str, out: list, *, delete: bool) -> None:
-    for e in tree:
-        if e.filemode == MODE_TREE:
-            _all_blobs(store, store.repo[e.id], prefix + e.name + "/", out, delete=delete)
-        else:
-            out.append((prefix + e.name, None if delete else (e.id, e.filemode)))
-
-
 def _sync_index(store: Store, tree: pygit2.Tree) -> str:
     """Make the private index hold ``tree``, keeping valid stat data. Caller holds
     the worktree lock. Returns the index path."""
@@ -189,7 +152,7 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
             old = store.repo[pygit2.Oid(hex=have)]
         except (KeyError, ValueError):
             old = None
-    changes = _tree_changes(store, old, tree) if isinstance(old, pygit2.Tree) else None
+    changes = tree_changes(store, old, tree) if isinstance(old, pygit2.Tree) else None
     if changes is None or len(changes) > FULL_REREAD_THRESHOLD:
         # First use: start from git's own index (its stat data is valid for HEAD,
         # usually almost the shared tree), then a one-tree --reset keeps the stat
