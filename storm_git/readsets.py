@@ -341,7 +341,7 @@ def peek(store: Store, agent: str) -> dict[str, ReadEntry]:
     lock: an agent stopped while holding it must not hang everyone's ``status``.
     Unlocked, a fold may be caught halfway; the journal is then ignored, which only
     shows fewer reads until the next look."""
-    with try_flocked(store.commondir, agent_lock(agent)) as _taken:
+    with try_flocked(store.commondir, agent_lock(agent)):  # taken or not: never wait
         c = _load_locked(store, agent)
         return dict(c.entries)
 
@@ -415,9 +415,8 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
         jblob = str(pygit2.hash(jbytes))
         store.write_blob(_journal_key(agent))  # note targets must exist (git notes prune)
         changes[str(pygit2.hash(_journal_key(agent)))] = jbytes
-        base_lines = dict(lines)
         done = 0
-        applied = dict(base_lines)
+        applied = dict(lines)  # the read set as each write saw it, replayed in order
         for commit, at, scope, counted, deps in journal.writes:
             while done < counted and done < len(journal.reads):
                 ln = journal.reads[done]

@@ -221,3 +221,23 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out == {"ran": False} or out["after"]["loose"] <= out["before"]["loose"]
+
+
+def test_one_maintenance_at_a_time(tmp_path):
+    """--auto never queues behind a running maintenance: with the lock held it reports
+    that it did not run, and changes nothing."""
+    from test_disk_record import hold, release
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "x\n"})
+    git(repo, "config", "storm.autoMaintenance", "1")
+    for k in range(40):
+        storm(repo, "read", "a.txt", agent="e1")
+        assert storm(repo, "write", "a.txt", input=f"{k}\n", agent="e1").returncode == 0
+    holder = hold(repo, "maintenance", 60)
+    try:
+        before = git(repo, "count-objects", "-v").stdout
+        r = storm(repo, "maintenance", "--auto", "--json", timeout=20)
+        assert r.returncode == 0 and json.loads(r.stdout) == {"ran": False}
+        assert git(repo, "count-objects", "-v").stdout == before
+    finally:
+        release(holder)

@@ -172,3 +172,22 @@ def test_provenance_of_deps_and_after_a_concurrent_fold(repo):
     readsets.record_write(ws.store, "e1", [], head, head, "all", view, None)
     header, entries = readsets.load_provenance(ws.store, "e1", str(head))
     assert {e.path: e.blob for e in entries} == {p: e.blob for p, e in view.entries.items()}
+
+
+def test_status_does_not_wait_for_an_agent_holding_its_lock(repo):
+    """An agent stopped while holding its read-set lock (Ctrl-Z, SIGSTOP) must not hang
+    everyone's status: the fold skips it and its read set is shown unlocked."""
+    from test_disk_record import hold, release
+
+    assert storm(repo, "read", "src/api.py", agent="e1").returncode == 0
+    assert storm(repo, "read", "README.md", agent="e2").returncode == 0
+    holder = hold(repo, "agent-e1", 60)
+    try:
+        code, st = storm_json(repo, "status", timeout=20)
+        assert code == 0 and {a["agent"]: a["reads"] for a in st["agents"]} == {"e1": 1, "e2": 1}
+        assert journal(repo, "e1").read_bytes().count(b"\n") == 2  # e1's journal left for later
+        assert journal(repo, "e2").read_bytes().count(b"\n") == 1  # e2's folded
+    finally:
+        release(holder)
+    assert storm(repo, "status").returncode == 0
+    assert journal(repo, "e1").read_bytes().count(b"\n") == 1
