@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -337,9 +338,22 @@ def test_ctrl_c_reaches_the_command_and_nothing_is_recorded(repo):
     pid, fd = _on_pty(repo, ["exec", "--", "sh", "-c", "echo x > half.txt; echo ready; sleep 30"])
     _read_until(fd, b"ready")
     os.write(fd, b"\x03")  # Ctrl-C on the terminal
-    _, status = os.waitpid(pid, 0)
+    # what storm printed after it, so a failure (seen once under CI load) says why
+    out, status, deadline = b"", None, time.monotonic() + 25
+    while status is None and time.monotonic() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+        elif select.select([fd], [], [], 0.2)[0]:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                pass
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
     os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT, out
     assert snapshot_refs(repo) == before
     assert (repo / "half.txt").exists()  # left on disk, shown as unmediated
 
