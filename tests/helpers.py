@@ -21,6 +21,16 @@ def git(repo: str | Path, *args: str, check: bool = True, input: bytes | None = 
     return subprocess.run(["git", *args], cwd=repo, check=check, capture_output=True, input=input)
 
 
+def fsck(repo: str | Path) -> subprocess.CompletedProcess:
+    """``git fsck`` once no storm maintenance runs: a write may have started a detached
+    ``maintenance --auto``, and fsck beside a running repack reports objects that move
+    from loose to a pack as missing (git's race, not a lost object)."""
+    from storm_git.locks import flocked
+
+    with flocked(str(Path(repo) / ".git"), "maintenance"):
+        return git(repo, "fsck", "--no-progress", "--no-dangling", check=False)
+
+
 def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, init_storm: bool = True) -> Path:
     """A git repository with ``files`` committed on main (and ``git storm init`` run)."""
     path = Path(path)

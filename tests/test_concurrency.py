@@ -12,7 +12,7 @@ import multiprocessing as mp
 import random
 from pathlib import Path
 
-from helpers import git, make_repo, rev
+from helpers import fsck, git, make_repo, rev
 
 PROCS = 8
 WRITES = 50
@@ -115,5 +115,5 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
         for e in entries:
             assert e.blob == _blob(repo, parent, e.path), (c, e.path)
 
-    fsck = git(repo, "fsck", "--no-dangling", check=False)
-    assert fsck.returncode == 0, fsck.stderr
+    checked = fsck(repo)
+    assert checked.returncode == 0, checked.stderr

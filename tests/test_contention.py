@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, percentile, record
-from helpers import git, make_repo
+from helpers import fsck, git, make_repo
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
 PROCS = 16
@@ -64,7 +64,7 @@ def run_contention(tmp_path: Path, paths: list[str], writes: int, name: str) -> 
         want = [r["line"] for r in acks if r["path"] == path]
         assert sorted(content) == sorted(want), path
     assert all(r["commit"] in history for r in acks)
-    assert git(repo, "fsck", "--no-progress", "--no-dangling", check=False).returncode == 0
+    assert fsck(repo).returncode == 0
     record(name, processes=PROCS, writes=len(acks), rejections=sum(reasons.values()),
            reasons=dict(reasons), retries_p50=percentile(retries, 50), retries_p99=percentile(retries, 99),
            retries_max=max(retries), retry_histogram=dict(sorted(Counter(retries).items())))

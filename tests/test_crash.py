@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import pytest
 
 from figures import long_run, record
 from helpers import git, make_repo, snapshot_refs
+from storm_git.locks import flocked
 from storm_git.readsets import provenance_ref
 from storm_git.store import STALE_REF_LOCK_SECONDS
 
@@ -61,7 +63,7 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
     refs = git(repo, "for-each-ref", "--format=%(refname) %(objecttype)", "refs/storm", "refs/notes/storm")
     lines = refs.stdout.decode().split("\n")
     assert all(ln.endswith(" commit") for ln in lines if ln), lines
-    fsck = git(repo, "fsck", "--no-progress", "--no-dangling", check=False)
+    fsck = git(repo, "fsck", "--no-progress", "--no-dangling", check=False)  # callers hold the maintenance flock
     assert fsck.returncode == 0, fsck.stderr.decode() + fsck.stdout.decode()
     history = set(git(repo, "rev-list", "refs/storm/workspace").stdout.decode().split())
     head_files = {}
@@ -85,13 +87,34 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
         assert (note.returncode == 0 and b"validated-at:" in note.stdout) or pending, a
 
 
+def _walk(root: Path, suffix_re: str, skip_git: bool) -> list[Path]:
+    """Files under root whose name matches; tolerant of directories that vanish mid-walk.
+
+    The writers spawn ``git storm maintenance --auto`` in the background, and it keeps
+    packing and pruning (``.git/objects/xx`` and loose refs disappear) while this test
+    looks, so ``Path.rglob`` (which raises on a vanished directory) is not usable here.
+    """
+    pat = re.compile(suffix_re)
+    out = []
+    for d, dirs, names in os.walk(root):  # os.walk ignores scandir errors by default
+        if skip_git and ".git" in dirs:
+            dirs.remove(".git")
+        out.extend(Path(d) / n for n in names if pat.search(n))
+    return out
+
+
+def _temp_files(repo: Path) -> list[Path]:
+    """Storm's temporary files live beside their target in the working tree, never in .git."""
+    return _walk(repo, r"\.storm-tmp-", skip_git=True)
+
+
 def _dead_ref_locks(repo: Path) -> int:
     """``<ref>.lock`` files whose guarding storm flock no live process holds: left by the dead."""
     from storm_git.doctor import guard_of
     from storm_git.locks import is_locked
 
     n = 0
-    for f in (repo / ".git" / "refs").rglob("*.lock"):
+    for f in _walk(repo / ".git" / "refs", r"\.lock\Z", skip_git=False):
         ref = str(f.relative_to(repo / ".git"))[:-len(".lock")]
         guard = guard_of(ref)
         if guard is None or not is_locked(str(repo / ".git"), guard):
@@ -144,11 +167,14 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
             for a, q in procs.items():
                 if a != victim:
                     q.send_signal(signal.SIGSTOP)
-            stale_locks += _dead_ref_locks(repo)
-            acked = [r for r in _acks(ackdir) if r.get("event") == "ack"]
-            bad = [r for r in _acks(ackdir) if r.get("event") == "bad_payload"]
-            assert not bad, bad
-            _check_repo(repo, acked)
+            # and a background `maintenance --auto` finishes first: git fsck beside a
+            # running repack reports objects that move from loose to a pack as missing
+            with flocked(str(repo / ".git"), "maintenance"):
+                stale_locks += _dead_ref_locks(repo)
+                acked = [r for r in _acks(ackdir) if r.get("event") == "ack"]
+                bad = [r for r in _acks(ackdir) if r.get("event") == "bad_payload"]
+                assert not bad, bad
+                _check_repo(repo, acked)
             for a, q in procs.items():
                 if a != victim:
                     q.send_signal(signal.SIGCONT)
@@ -162,19 +188,22 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
                     q.send_signal(signal.SIGKILL)
                     q.wait()
                     done += 1
-                stale_locks += _dead_ref_locks(repo)
-                temp_files += len(list(repo.rglob("*.storm-tmp-*")))
-                time.sleep(STALE_REF_LOCK_SECONDS)  # doctor leaves younger ref locks to git
-                rep = diagnose(Store.discover(str(repo)), fix=True)
-                assert rep.ok, rep.to_dict()
-                doctor_fixes += sum(f.fixed for f in rep.findings)
-                assert not list((repo / ".git" / "refs").rglob("*.lock"))
-                assert not list(repo.rglob("*.storm-tmp-*"))
-                before = snapshot_refs(repo)
-                again = diagnose(Store.discover(str(repo)), fix=True)
-                assert [f for f in again.findings if not f.harmless] == [], again.to_dict()
-                assert snapshot_refs(repo) == before
-                _check_repo(repo, [r for r in _acks(ackdir) if r.get("event") == "ack"])
+                # a background `maintenance --auto` a writer started may outlive it (it packs
+                # refs, taking ref locks); hold its flock so the picture is of the dead alone
+                with flocked(str(repo / ".git"), "maintenance"):
+                    stale_locks += _dead_ref_locks(repo)
+                    temp_files += len(_temp_files(repo))
+                    time.sleep(STALE_REF_LOCK_SECONDS)  # doctor leaves younger ref locks to git
+                    rep = diagnose(Store.discover(str(repo)), fix=True)
+                    assert rep.ok, rep.to_dict()
+                    doctor_fixes += sum(f.fixed for f in rep.findings)
+                    assert not _walk(repo / ".git" / "refs", r"\.lock\Z", skip_git=False)
+                    assert not _temp_files(repo)
+                    before = snapshot_refs(repo)
+                    again = diagnose(Store.discover(str(repo)), fix=True)
+                    assert [f for f in again.findings if not f.harmless] == [], again.to_dict()
+                    assert snapshot_refs(repo) == before
+                    _check_repo(repo, [r for r in _acks(ackdir) if r.get("event") == "ack"])
                 for a in AGENTS:
                     recover.append(_next_writer(repo, a))
                     seed += 1
@@ -186,7 +215,8 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
                 q.kill()
                 q.wait()
     acked = [r for r in _acks(ackdir) if r.get("event") == "ack"]
-    _check_repo(repo, acked)
+    with flocked(str(repo / ".git"), "maintenance"):
+        _check_repo(repo, acked)
     recover.sort()
     record(name, kills=done, acknowledged_writes_verified=len(acked), stale_ref_locks_seen=stale_locks,
            temp_files_seen=temp_files, doctor_repairs=doctor_fixes,

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from figures import record
-from helpers import git, make_repo, rev, storm, storm_json
+from helpers import fsck, git, make_repo, rev, storm, storm_json
 from test_disk_record import hold, release, spawn
 
 FILES = {f"pkg/m{i}.py": f"m{i} = 0\n" for i in range(4)} | {"README.md": "# r\n", "top.txt": "t\n"}
@@ -120,7 +120,7 @@ class World:
                 want = git(repo, "show", f"{head}:{path}", check=False).stdout
                 have = (repo / path).read_bytes() if (repo / path).exists() else b""
                 assert have == want, f"{path} on disk is not the shared head's"
-        r = git(repo, "fsck", "--no-dangling", check=False)
+        r = fsck(repo)
         assert r.returncode == 0, r.stderr
 
 

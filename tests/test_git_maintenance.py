@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import git, make_repo, storm
+from helpers import fsck, git, make_repo, storm
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
 
@@ -68,8 +68,8 @@ def run_beside_gc(tmp_path: Path, writers: int, writes: int, name: str) -> None:
     for path in paths:
         content = git(repo, "show", f"refs/storm/workspace:{path}").stdout.decode().splitlines()
         assert sorted(content) == sorted(r["line"] for r in acks if r["path"] == path)
-    fsck = git(repo, "fsck", "--no-progress", "--no-dangling", check=False)
-    assert fsck.returncode == 0, fsck.stderr.decode()
+    checked = fsck(repo)
+    assert checked.returncode == 0, checked.stderr.decode()
     record(name, writers=writers, writes_verified=len(acks), gc_loops=loops,
            git_commands_beside_writers=loops * (len(GIT_LOOP) + 1))
 
@@ -106,8 +106,8 @@ def run_bounded(tmp_path: Path, writes: int, every: int, name: str) -> None:
     assert max(after_runs) <= 2 * per_interval + start, after_runs
     assert final.loose <= 2 * per_interval + start
     assert after_runs[-1] <= after_runs[len(after_runs) // 2] * 1.5 + every
-    fsck = git(repo, "fsck", "--no-progress", "--no-dangling", check=False)
-    assert fsck.returncode == 0, fsck.stderr.decode()
+    checked = fsck(repo)
+    assert checked.returncode == 0, checked.stderr.decode()
     assert len(git(repo, "rev-list", "refs/storm/workspace").stdout.split()) == writes + 1
     record(name, writes=writes, maintenance_every=every, loose_peak_between_runs=peak_loose,
            loose_after_runs_max=max(after_runs), loose_after_last_run=after_runs[-1],
@@ -169,7 +169,7 @@ def test_ref_directories_pruned_by_pack_refs_under_a_writer(tmp_path):
     finally:
         loop.kill()
         loop.wait()
-    assert git(repo, "fsck", "--no-progress", "--no-dangling", check=False).returncode == 0
+    assert fsck(repo).returncode == 0
 
 
 def test_one_maintenance_run_leaves_few_loose_objects(tmp_path):
@@ -187,7 +187,7 @@ def test_one_maintenance_run_leaves_few_loose_objects(tmp_path):
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["before"]["loose"] >= before >= 600 and rep["after"]["loose"] <= 5, rep  # (+ the fold's notes)
-    assert git(repo, "fsck", "--no-progress", "--no-dangling", check=False).returncode == 0
+    assert fsck(repo).returncode == 0
 
 
 def test_writes_start_maintenance_by_themselves(tmp_path):
@@ -216,7 +216,7 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
     # without the trigger: ~1500 writes x 6 objects; with it, a few batches above the bound
     # (the estimate samples one fan-out directory, as git's does)
     assert peak <= 3000 and final.loose <= 2000, (peak, final)
-    assert git(repo, "fsck", "--no-progress", "--no-dangling", check=False).returncode == 0
+    assert fsck(repo).returncode == 0
     r = storm(repo, "maintenance", "--auto", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
