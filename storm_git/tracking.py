@@ -471,14 +471,13 @@ def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
     Otherwise the command gets its own process group, so a timeout or a signal to
     storm ends all of it."""
     foreground = _on_terminal()
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd, process_group=None if foreground else 0)
-    except PermissionError:
-        raise CommandNotExecutable(f"{argv[0]} is not executable") from None
-    except FileNotFoundError:
-        raise CommandNotFound(f"command not found: {argv[0]}") from None
+    proc: subprocess.Popen | None = None
+    pending: list[int] = []  # signals that came before the command existed
 
     def kill(sig: int) -> None:
+        if proc is None:
+            pending.append(sig)
+            return
         try:
             if foreground:
                 proc.send_signal(sig)
@@ -490,6 +489,8 @@ def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
     def forward(signum: int, _frame: Any) -> None:
         kill(signum)
 
+    # installed before the spawn: a Ctrl-C in the window between the two would
+    # otherwise stop storm itself while the command goes on
     old = {}
     handlers = ({signal.SIGINT: signal.SIG_IGN, signal.SIGQUIT: signal.SIG_IGN, signal.SIGTERM: forward,
                  signal.SIGHUP: forward} if foreground else
@@ -499,7 +500,25 @@ def _run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
             old[s] = signal.signal(s, h)
         except ValueError:  # not the main thread
             break
+    # the command gets the dispositions storm was started with (ignored stays ignored,
+    # as a shell keeps it; a handler becomes the default), not the ignore set just now
+    inherit = [(s, signal.SIG_IGN if h == signal.SIG_IGN else signal.SIG_DFL)
+               for s, h in old.items() if s in (signal.SIGINT, signal.SIGQUIT)]
+
+    def restore() -> None:
+        for s, h in inherit:
+            signal.signal(s, h)
+
     try:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, process_group=None if foreground else 0,
+                                    preexec_fn=restore if inherit else None)
+        except PermissionError:
+            raise CommandNotExecutable(f"{argv[0]} is not executable") from None
+        except FileNotFoundError:
+            raise CommandNotFound(f"command not found: {argv[0]}") from None
+        for sig in pending:
+            kill(sig)
         try:
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:

@@ -305,6 +305,10 @@ def _on_pty(repo: Path, argv: list[str]) -> tuple[int, int]:
     """Run ``git storm`` as the session leader of a new pseudo-terminal."""
     pid, fd = pty.fork()
     if pid == 0:  # child: the pty is its controlling terminal, it is in the foreground
+        # as an interactive shell starts a foreground job: default dispositions, even when
+        # this test runs in a background job that ignores SIGINT and SIGQUIT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         os.chdir(repo)
         os.environ["STORM_AGENT"] = "e1"
         os.execv(sys.executable, [sys.executable, "-m", "storm_git", *argv])
