@@ -186,7 +186,7 @@ def reset_repo(repo: str) -> str:
     git(repo, "prune", "--expire=now")
     shutil.rmtree(os.path.join(repo, ".git", "storm"), ignore_errors=True)
     from storm_git import init
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     init(Store.discover(repo))
     return base
@@ -374,13 +374,13 @@ class PhaseProfiler:
 
 
 def install_phases(prof: PhaseProfiler) -> None:
-    import storm_git.disk as disk
-    import storm_git.locks as locks
-    import storm_git.notes as notes
-    import storm_git.readsets as readsets
-    import storm_git.reservations as reservations
-    import storm_git.shared as shared
-    import storm_git.store as store
+    import storm_git.core.disk as disk
+    import storm_git.core.locks as locks
+    import storm_git.core.notes as notes
+    import storm_git.core.readsets as readsets
+    import storm_git.core.reservations as reservations
+    import storm_git.storm.shared as shared
+    import storm_git.core.store as store
 
     SW, St = shared.SharedWorkspace, store.Store
     prof.wrap(SW, "write", "SharedWorkspace.write")

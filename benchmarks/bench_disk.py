@@ -59,7 +59,7 @@ def main() -> None:
     import pygit2
 
     from storm_git import init, open_workspace
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     base = tempfile.mkdtemp(prefix="storm-bench-disk-")
     path = os.path.join(base, "repo")

@@ -41,8 +41,9 @@ def main() -> None:
     args = ap.parse_args()
     workdir = args.workdir or os.path.join(tempfile.gettempdir(), "storm-bench-longrun")
     os.makedirs(workdir, exist_ok=True)
-    from storm_git import maintenance, open_workspace
-    from storm_git.locks import is_locked
+    from storm_git.core import maintenance
+    from storm_git import open_workspace
+    from storm_git.core.locks import is_locked
 
     repo, paths = bench_core.build_repo(workdir, args.files)
     bench_core.reset_repo(repo)

@@ -48,7 +48,7 @@ def build(path: str, n: int) -> None:
 
 def run_size(n: int, runs: int, base: str) -> dict[str, float]:
     from storm_git import init, open_workspace
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     path = os.path.join(base, f"repo{n}")
     t0 = time.perf_counter()

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
 @cli.command(context_settings=CONTEXT)
@@ -32,8 +32,8 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
       git storm doctor --fix --json
       git storm doctor --fix --forget-agent engineer_7
     """
-    from storm_git.doctor import diagnose
-    from storm_git.store import Store
+    from storm_git.admin.doctor import diagnose
+    from storm_git.core.store import Store
 
     rep = diagnose(Store.discover(), fix=fix, forget_agents=list(forget_agents))
     if as_json:
@@ -69,8 +69,8 @@ def maintenance(as_json: bool, auto: bool) -> None:
       git storm maintenance
       git config storm.autoMaintenance 2000    # start it sooner
     """
-    from storm_git.maintenance import run, run_auto
-    from storm_git.store import Store
+    from storm_git.core.maintenance import run, run_auto
+    from storm_git.core.store import Store
 
     store = Store.discover()
     res = run_auto(store) if auto else run(store)

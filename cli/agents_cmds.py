@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
 @cli.command(context_settings=CONTEXT)
@@ -33,12 +33,12 @@ def prompt(role: str, mode_: str | None, agent: str | None, as_json: bool) -> No
       git storm prompt --role engineer --agent engineer_2 > brief.md
       git storm prompt --role manager --mode worktree
     """
-    from storm_git.brief import brief
+    from storm_git.integrations.brief import brief
 
     if mode_ is None:
         mode_ = "storm"
         try:
-            from storm_git.store import Store
+            from storm_git.core.store import Store
 
             mode_ = Store.discover().config_get("storm.mode") or "storm"
         except Exception:  # noqa: BLE001 - outside a repository the brief is still useful
@@ -71,9 +71,9 @@ def intents(paths: tuple[str, ...], rev: str | None, as_json: bool) -> None:
       git storm intents src/ --json
       git storm intents --rev main
     """
-    from storm_git.intents import list_intents
-    from storm_git.paths import normalize
-    from storm_git.store import WORKSPACE_REF, Store
+    from storm_git.core.intents import list_intents
+    from storm_git.core.paths import normalize
+    from storm_git.core.store import WORKSPACE_REF, Store
 
     store = Store.discover()
     if rev is None:
@@ -142,7 +142,7 @@ def harness_install(which: str, agent: str | None, as_json: bool) -> None:
       git storm harness install codex --agent engineer_2
     """
     from storm_git.integrations.harness_install import install
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     res = install(Store.discover(), which, agent)
     if as_json:
@@ -168,7 +168,7 @@ def harness_uninstall(which: str, as_json: bool) -> None:
       git storm harness uninstall claude
     """
     from storm_git.integrations.harness_install import uninstall
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     res = uninstall(Store.discover(), which)
     if as_json:
@@ -192,7 +192,7 @@ ADVICE = {
 
 def _reason(res) -> str:
     """The text the model reads: what happened, the payload, what to do."""
-    from . import render
+    from storm_git.core import render
 
     r = res.rejection
     tool = res.event.tool if res.event else "the tool"
@@ -224,7 +224,7 @@ def harness_hook(which: str, agent: str | None) -> None:
     Example:
       git storm harness hook --harness claude < event.json
     """
-    from storm_git.errors import StormError
+    from storm_git.core.errors import StormError
     from storm_git.integrations import harness as hh
 
     data = sys.stdin.buffer.read()

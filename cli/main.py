@@ -47,7 +47,7 @@ def write_options(f: Callable) -> Callable:
 
 
 def _report(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> None:
-    from . import render
+    from storm_git.core import render
 
     if as_json:
         _emit_json(res.to_dict())
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     as_json = "--json" in args
     bad = _non_utf8_argument(args)
     if bad is not None:
-        from storm_git.errors import UsageError
+        from storm_git.core.errors import UsageError
 
         sys.exit(_fail(UsageError(f"{bad} is not valid UTF-8",
                                   hint="storm records intents, paths and commands as UTF-8 text in git; "
@@ -155,7 +155,7 @@ def _usage(exc: click.ClickException, as_json: bool) -> int:
 
 
 def _fail(exc: Exception, as_json: bool) -> int:
-    from storm_git.errors import StormError
+    from storm_git.core.errors import StormError
 
     if isinstance(exc, StormError):
         code, kind, message, hint = exc.exit_code, exc.kind, exc.message, exc.hint
@@ -177,9 +177,9 @@ def _fail(exc: Exception, as_json: bool) -> int:
 
 
 # Commands register themselves on `cli` when their module is imported.
-from . import verbs  # noqa: E402,F401
-from . import admin_cmds  # noqa: E402,F401
-from . import worktree_cmds  # noqa: E402,F401
-from . import tree_cmds  # noqa: E402,F401
-from . import agents_cmds  # noqa: E402,F401
-from . import mcp_cmd  # noqa: E402,F401
+from storm_git.cli import verbs  # noqa: E402,F401
+from storm_git.cli import admin_cmds  # noqa: E402,F401
+from storm_git.cli import worktree_cmds  # noqa: E402,F401
+from storm_git.cli import tree_cmds  # noqa: E402,F401
+from storm_git.cli import agents_cmds  # noqa: E402,F401
+from storm_git.cli import mcp_cmd  # noqa: E402,F401

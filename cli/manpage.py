@@ -81,7 +81,7 @@ def render(group: click.Group) -> str:
 
 
 def main() -> None:
-    from .main import cli
+    from storm_git.cli.main import cli
 
     sys.stdout.write(render(cli))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .main import CONTEXT, agent_option, cli, json_option
+from storm_git.cli.main import CONTEXT, agent_option, cli, json_option
 
 
 @cli.command("mcp", context_settings=CONTEXT)
@@ -46,7 +46,7 @@ def mcp(agent: str | None, as_json: bool) -> None:
       git storm mcp --agent engineer_1
       STORM_AGENT=manager git storm mcp
     """
-    from storm_git.agents import validate_agent
+    from storm_git.core.agents import validate_agent
     from storm_git.api import open_workspace
 
     agent = validate_agent(agent or os.environ.get("STORM_AGENT"))

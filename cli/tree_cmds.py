@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from storm_git.errors import UsageError
+from storm_git.core.errors import UsageError
 
-from .main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
+from storm_git.cli.main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
 
 
 def _agent(agent: str | None) -> str | None:
@@ -53,11 +53,11 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
       git storm exec --agent engineer_2 -- black src/
       git storm exec -a engineer_1 --timeout 600 --json -- pytest -q
     """
-    from . import render
+    from storm_git.core import render
 
     if argv and argv[0] == "--":
         argv = argv[1:]
-    from .verbs import _wait_kw
+    from storm_git.cli.verbs import _wait_kw
 
     ws = _workspace()
     res = ws.exec(list(argv), agent=_agent(agent), intent=intent, timeout=timeout, wait=not no_wait,
@@ -111,7 +111,7 @@ def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait
     Example:
       git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
     """
-    from .verbs import _wait_kw
+    from storm_git.cli.verbs import _wait_kw
 
     ws = _workspace()
     res = ws.adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait,
@@ -203,10 +203,10 @@ def install_hooks(as_json: bool) -> None:
     Example:
       git storm install-hooks
     """
-    from storm_git.hooks_install import install
-    from storm_git.store import Store
+    from storm_git.admin.hooks_install import install
+    from storm_git.core.store import Store
 
-    from .admin_cmds import echo_lines, hooks_lines
+    from storm_git.cli.admin_cmds import echo_lines, hooks_lines
 
     res = install(Store.discover())
     if as_json:
@@ -223,8 +223,8 @@ def uninstall_hooks(as_json: bool) -> None:
     Example:
       git storm uninstall-hooks
     """
-    from storm_git.hooks_install import uninstall
-    from storm_git.store import Store
+    from storm_git.admin.hooks_install import uninstall
+    from storm_git.core.store import Store
 
     res = uninstall(Store.discover())
     if as_json:
@@ -250,10 +250,10 @@ def hook(name: str, as_json: bool) -> None:
       git storm hook pre-commit --json
     """
     if not as_json:
-        from storm_git.guard import main as guard_main
+        from storm_git.admin.guard import main as guard_main
 
         sys.exit(guard_main([name]))
-    from storm_git.guard import check_pre_commit
+    from storm_git.admin.guard import check_pre_commit
 
     code, message = check_pre_commit()
     _emit_json({"hook": name, "allowed": code == 0, "exit_code": code, "message": message.rstrip("\n")})

@@ -8,7 +8,16 @@ import sys
 
 import click
 
-from .main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option, write_options
+from storm_git.cli.main import (
+    CONTEXT,
+    _emit_json,
+    _report,
+    _workspace,
+    agent_option,
+    cli,
+    json_option,
+    write_options,
+)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -30,10 +39,10 @@ def init(base: str | None, as_json: bool) -> None:
       git storm init
       git storm init --base main
     """
-    from storm_git.setup import init as do_init
-    from storm_git.store import Store
+    from storm_git.admin.setup import init as do_init
+    from storm_git.core.store import Store
 
-    from .admin_cmds import echo_lines, init_lines
+    from storm_git.cli.admin_cmds import echo_lines, init_lines
 
     res = do_init(Store.discover(), base)
     if as_json:
@@ -155,7 +164,7 @@ def _content(file: str | None, limit: int) -> bytes:
     At most ``limit + 1`` bytes are ever read, so an endless producer
     (``cat /dev/zero | git storm write z``) is refused at once instead of
     filling memory."""
-    from storm_git.errors import UsageError
+    from storm_git.core.errors import UsageError
 
     if file is not None and file != "-":
         try:
@@ -174,7 +183,7 @@ def _read_limited(fh, limit: int, what: str) -> bytes:
     One buffer, no copies: a regular file is read with its size known, a pipe with
     one ``read(limit + 1)`` (CPython allocates that buffer lazily-mapped and
     shrinks it in place, so only the bytes received take memory)."""
-    from storm_git.errors import TooLarge
+    from storm_git.core.errors import TooLarge
 
     want = limit + 1
     try:
@@ -204,13 +213,13 @@ def _read_limited(fh, limit: int, what: str) -> bytes:
 
 def _wait_kw(ws: object) -> dict:
     """Storm mode: say on stderr, once per wait, that the write waits for a reservation."""
-    from storm_git.shared import SharedWorkspace
+    from storm_git.storm.shared import SharedWorkspace
 
     if not isinstance(ws, SharedWorkspace):
         return {}  # worktree mode: no reservations
 
     def on_wait(r: object) -> None:
-        from . import render
+        from storm_git.core import render
 
         click.echo(render.waiting(r), err=True)
 
@@ -372,7 +381,7 @@ def status(verbose: int, as_json: bool) -> None:
       git storm status -v          # with diffs
       git storm status --json
     """
-    from . import render
+    from storm_git.core import render
 
     st = _workspace().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
@@ -395,7 +404,7 @@ def log(limit: int, as_json: bool) -> None:
       git storm log -n 20
       git log --notes='storm/agents/*' refs/storm/workspace   # what each write was based on
     """
-    from . import render
+    from storm_git.core import render
 
     entries = _workspace().log(limit)
     if as_json:
@@ -426,7 +435,7 @@ def demo(keep: str | None, as_json: bool) -> None:
       git storm demo
       git storm demo --keep /tmp/storm-demo && git -C /tmp/storm-demo/storm-mode storm log
     """
-    from storm_git.demo import run_demo
+    from storm_git.admin.demo import run_demo
 
     report = run_demo(keep)
     if as_json:
@@ -444,8 +453,8 @@ def _print_demo(report) -> None:
     import shutil
     import textwrap
 
-    from . import render
-    from .worktree_cmds import render_merge
+    from storm_git.core import render
+    from storm_git.cli.worktree_cmds import render_merge
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
     wrap = {"width": width, "break_long_words": False, "break_on_hyphens": False}

@@ -7,17 +7,17 @@ from typing import Any
 
 import click
 
-from .main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
 def _store():
-    from storm_git.store import Store
+    from storm_git.core.store import Store
 
     return Store.discover()
 
 
 def _by(agent: str | None) -> str:
-    from storm_git.agents import validate_agent
+    from storm_git.core.agents import validate_agent
 
     return validate_agent(agent or os.environ.get("STORM_AGENT") or "manager")
 
@@ -28,8 +28,8 @@ def _manager_option(f):
 
 
 def _require_worktree_mode(store) -> None:
-    from storm_git.errors import RepoStateError
-    from storm_git.modes import current
+    from storm_git.core.errors import RepoStateError
+    from storm_git.admin.modes import current
 
     mode = current(store)
     if mode != "worktree":
@@ -61,7 +61,7 @@ def mode(new: str | None, force: bool, into: str | None, agent: str | None, as_j
       git storm mode storm --force
       git storm mode --into main     # with a detached HEAD: name the target
     """
-    from storm_git import modes
+    from storm_git.admin import modes
 
     store = _store()
     res = modes.show(store, into=into) if new is None else modes.switch(store, new, force=force, by=_by(agent),
@@ -110,7 +110,7 @@ def spawn(agent_id: str, base: str | None, reuse: bool, agent: str | None, as_js
       git storm spawn engineer_1
       cd "$(git storm spawn engineer_1 --json | jq -r .path)"
     """
-    from storm_git.worktrees import spawn as do_spawn
+    from storm_git.worktree.worktrees import spawn as do_spawn
 
     store = _store()
     _require_worktree_mode(store)
@@ -199,7 +199,7 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
       git storm merge engineer_2 engineer_1 --into main --json
       git storm merge engineer_3 --strategy theirs   # CAID's fallback
     """
-    from storm_git.merge import merge as do_merge
+    from storm_git.worktree.merge import merge as do_merge
 
     store = _store()
     _require_worktree_mode(store)
@@ -261,7 +261,7 @@ def sync(agent_id: str, onto: str | None, agent: str | None, as_json: bool) -> N
       git storm sync engineer_2
       git storm sync engineer_2 --onto main --json
     """
-    from storm_git.sync import sync as do_sync
+    from storm_git.worktree.sync import sync as do_sync
 
     store = _store()
     _require_worktree_mode(store)
@@ -307,8 +307,8 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
       git config --add storm.restricted __init__.py
       git storm assign --json
     """
-    from storm_git import scope
-    from storm_git.errors import UsageError
+    from storm_git.core import scope
+    from storm_git.core.errors import UsageError
 
     files = tuple(globs) + tuple(files)
     store = _store()
@@ -347,9 +347,9 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
 
 def _integrated_tree(store):
     """The tree overlaps are checked against: the shared head (storm) or the target branch."""
-    from storm_git.errors import StormError
-    from storm_git.store import WORKSPACE_REF
-    from storm_git.worktrees import target_branch
+    from storm_git.core.errors import StormError
+    from storm_git.core.store import WORKSPACE_REF
+    from storm_git.worktree.worktrees import target_branch
 
     if store.config_get("storm.mode") == "storm" and store.ref_target(WORKSPACE_REF) is not None:
         return store.commit(store.ref_target(WORKSPACE_REF)).tree_id
@@ -377,7 +377,7 @@ def cleanup(merged: bool, all_: bool, into: str | None, agent: str | None, as_js
       git storm cleanup --merged     # and agents whose work is in the target
       git storm cleanup --all --json
     """
-    from storm_git.worktrees import cleanup as do_cleanup
+    from storm_git.worktree.worktrees import cleanup as do_cleanup
 
     store = _store()
     res = do_cleanup(store, merged=merged, all_=all_, into=into, by=_by(agent))

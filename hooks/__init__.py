@@ -2,8 +2,8 @@
 
 The shims are tiny ``sh`` scripts (``shims/<hook>``) with the interpreter that
 installed them written in, so they work with a minimal PATH; all logic lives in
-:mod:`storm_git.guard`. Installation, chaining of a hook that was already there
-and uninstallation are :mod:`storm_git.hooks_install`.
+:mod:`storm_git.admin.guard`. Installation, chaining of a hook that was already there
+and uninstallation are :mod:`storm_git.admin.hooks_install`.
 """
 from __future__ import annotations
 

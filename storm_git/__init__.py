@@ -1,7 +1,7 @@
 """git storm: several coding agents on one repository, on git itself.
 
 The library behind ``git storm``: it returns data and raises typed errors
-(:mod:`storm_git.errors`), never prints. Start with :func:`open_workspace`::
+(:mod:`storm_git.core.errors`), never prints. Start with :func:`open_workspace`::
 
     from storm_git import open_workspace
     ws = open_workspace("path/to/repo")
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = ["open_workspace", "init", "Store", "StormError", "__version__"]
 
 # Imported on first use: `git storm -h` must not pay for pygit2 (~40 ms).
-_LAZY = {"open_workspace": "api", "init": "setup", "Store": "store", "StormError": "errors"}
+_LAZY = {"open_workspace": "api", "init": "admin.setup", "Store": "core.store", "StormError": "core.errors"}
 
 
 def __getattr__(name: str) -> Any:

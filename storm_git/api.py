@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import CorruptState, NotInitialised
-from .setup import MODES
-from .shared import SharedWorkspace
-from .store import Store
+from .core.errors import CorruptState, NotInitialised
+from .core.workspace import MODES
+from .storm.shared import SharedWorkspace
+from .core.store import Store
 
 if TYPE_CHECKING:
-    from .isolated import WorktreeWorkspace
+    from .worktree.isolated import WorktreeWorkspace
 
 
 def open_workspace(path: str | None = None, *, store: Store | None = None) -> "SharedWorkspace | WorktreeWorkspace":
@@ -25,7 +25,7 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
     if mode == "storm":
         return SharedWorkspace(store)
     if mode == "worktree":
-        from .isolated import WorktreeWorkspace
+        from .worktree.isolated import WorktreeWorkspace
 
         return WorktreeWorkspace(store)
     raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",

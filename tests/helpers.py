@@ -25,7 +25,7 @@ def fsck(repo: str | Path) -> subprocess.CompletedProcess:
     """``git fsck`` once no storm maintenance runs: a write may have started a detached
     ``maintenance --auto``, and fsck beside a running repack reports objects that move
     from loose to a pack as missing (git's race, not a lost object)."""
-    from storm_git.locks import flocked
+    from storm_git.core.locks import flocked
 
     with flocked(str(Path(repo) / ".git"), "maintenance"):
         return git(repo, "fsck", "--no-progress", "--no-dangling", check=False)

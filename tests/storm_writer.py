@@ -22,7 +22,7 @@ import sys
 def main() -> int:
     repo, agent, writes, ackfile, seed, *paths = sys.argv[1:]
     from storm_git import open_workspace
-    from storm_git.payloads import REASONS
+    from storm_git.core.payloads import REASONS
 
     ws = open_workspace(repo)
     store = ws.store

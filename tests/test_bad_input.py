@@ -43,7 +43,7 @@ def test_bad_paths_for_write(repo, path, words):
 
 def test_nul_in_path_is_refused_by_the_library(ws, repo):
     # argv cannot carry NUL, so check the library boundary directly
-    from storm_git.errors import BadPath
+    from storm_git.core.errors import BadPath
 
     before = snapshot_refs(repo)
     with pytest.raises(BadPath, match="NUL"):

@@ -68,7 +68,7 @@ def test_log_lists_a_rejection_before_the_retry_that_fixed_it(repo):
 
 
 def test_log_merge_keeps_each_chains_order_and_is_stable():
-    from storm_git.events import merge_newest_first
+    from storm_git.core.events import merge_newest_first
 
     writes = [{"n": "w3", "time": 5.0}, {"n": "w2", "time": 6.0}, {"n": "w1", "time": 2.0}]  # clock stepped back
     events = [{"n": "e2", "time": 5.0}, {"n": "e1", "time": 3.0}]

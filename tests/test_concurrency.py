@@ -101,7 +101,8 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
             assert seen != now and _blob(repo, r["head"], path) == now
 
     # every accepted write was valid: its provenance read set matches its parent
-    from storm_git import open_workspace, readsets
+    from storm_git import open_workspace
+    from storm_git.core import readsets
 
     ws = open_workspace(str(repo))
     ws.status()  # folds every agent's journal: provenance notes are written then

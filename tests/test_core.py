@@ -7,8 +7,8 @@ import pytest
 from unidiff import PatchSet
 
 from helpers import git, rev, show
-from storm_git import readsets
-from storm_git.errors import NotFound, UsageError
+from storm_git.core import readsets
+from storm_git.core.errors import NotFound, UsageError
 
 
 def test_read_returns_blob_oid_and_records_read_set(repo, ws):

@@ -35,9 +35,9 @@ import pytest
 
 from figures import long_run, record
 from helpers import git, make_repo, snapshot_refs
-from storm_git.locks import flocked
-from storm_git.readsets import provenance_ref
-from storm_git.store import STALE_REF_LOCK_SECONDS
+from storm_git.core.locks import flocked
+from storm_git.core.readsets import provenance_ref
+from storm_git.core.store import STALE_REF_LOCK_SECONDS
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
 AGENTS = ["w0", "w1", "w2"]
@@ -75,8 +75,8 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
     # provenance of every acknowledged write (checked on a sample: one git call each): a
     # note once its writer's journal is folded, or still in the journal of a writer that
     # is stopped right now holding its lock (folding never waits for a busy agent)
-    from storm_git import readsets
-    from storm_git.store import Store
+    from storm_git.core import readsets
+    from storm_git.core.store import Store
 
     readsets.fold_all(Store.discover(str(repo)))
     for a in random.sample(acked, min(5, len(acked))):
@@ -110,8 +110,8 @@ def _temp_files(repo: Path) -> list[Path]:
 
 def _dead_ref_locks(repo: Path) -> int:
     """``<ref>.lock`` files whose guarding storm flock no live process holds: left by the dead."""
-    from storm_git.doctor import guard_of
-    from storm_git.locks import is_locked
+    from storm_git.admin.doctor import guard_of
+    from storm_git.core.locks import is_locked
 
     n = 0
     for f in _walk(repo / ".git" / "refs", r"\.lock\Z", skip_git=False):
@@ -136,8 +136,8 @@ def _next_writer(repo: Path, agent: str) -> float:
 
 
 def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
-    from storm_git.doctor import diagnose
-    from storm_git.store import Store
+    from storm_git.admin.doctor import diagnose
+    from storm_git.core.store import Store
 
     files = {"shared.txt": "", **{f"own/{a}.txt": "" for a in AGENTS}}
     repo = make_repo(tmp_path / "repo", files)

@@ -445,8 +445,8 @@ def test_changed_paths_agrees_with_libgit2s_diff(tmp_path):
 
     import pygit2
 
-    from storm_git.disk import changed_paths
-    from storm_git.store import Store
+    from storm_git.core.disk import changed_paths
+    from storm_git.core.store import Store
 
     r = pygit2.init_repository(str(tmp_path / "r"))
     st = Store(r)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from storm_git.readsets import provenance_ref, reads_ref
+from storm_git.core.readsets import provenance_ref, reads_ref
 
 
 def _files(repo) -> list[str]:
@@ -91,7 +91,7 @@ def test_lock_in_use_or_young_is_left_alone(repo):
     _age(lk)
     # old, but a live storm process holds the workspace flock: its lock, in use
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from storm_git.locks import flocked\n"
+        "import sys, time; from storm_git.core.locks import flocked\n"
         f"with flocked({str(repo / '.git')!r}, 'workspace'):\n"
         "    print('held', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE)
     try:

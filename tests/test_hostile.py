@@ -99,8 +99,8 @@ def hostile(tmp_path_factory):
 
 
 def _check_write(repo: Path, ws, path: str, content: bytes, agent: str) -> str:
-    from storm_git.errors import StormError
-    from storm_git.store import WORKSPACE_REF
+    from storm_git.core.errors import StormError
+    from storm_git.core.store import WORKSPACE_REF
 
     store = ws.store
     before, outside, gitfiles = _refs(store), _tree_outside(repo), _git_files(repo)
@@ -148,8 +148,8 @@ def test_hostile_paths_library(hostile, path):
 @settings(max_examples=N_LIB // 2, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(agent=AGENT_IDS)
 def test_hostile_agent_ids_library(hostile, agent):
-    from storm_git.agents import _AGENT_RE
-    from storm_git.errors import BadAgent
+    from storm_git.core.agents import _AGENT_RE
+    from storm_git.core.errors import BadAgent
 
     repo, ws = hostile
     COUNTS["library_agents"] += 1
@@ -169,7 +169,7 @@ def test_hostile_agent_ids_library(hostile, agent):
 @settings(max_examples=N_LIB // 2, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(content=CONTENTS, name=st.integers(0, 20))
 def test_hostile_contents_library(hostile, content, name):
-    from storm_git.errors import TooLarge
+    from storm_git.core.errors import TooLarge
 
     repo, ws = hostile
     COUNTS["library_contents"] += 1
@@ -248,7 +248,7 @@ def test_zz_hostile_figures():
 # -- security ----------------------------------------------------------------------------------
 def test_cannot_release_or_steal_anothers_reservation(repo):
     from storm_git import open_workspace
-    from storm_git.errors import UsageError
+    from storm_git.core.errors import UsageError
 
     ws = open_workspace(str(repo))
     ws.read(["src/api.py"], agent="e1")
@@ -280,7 +280,7 @@ def test_cannot_release_or_steal_anothers_reservation(repo):
 
 def test_cannot_write_through_symlinks_out_or_into_git(tmp_path):
     from storm_git import open_workspace
-    from storm_git.errors import BadPath
+    from storm_git.core.errors import BadPath
 
     repo = _hostile_repo(tmp_path / "repo")
     ws = open_workspace(str(repo))
@@ -302,7 +302,7 @@ def test_cannot_write_through_symlinks_out_or_into_git(tmp_path):
 def test_symlink_in_shared_tree_is_not_a_way_out(tmp_path):
     """A symlink committed into the shared tree cannot be written through either."""
     from storm_git import open_workspace
-    from storm_git.errors import BadPath
+    from storm_git.core.errors import BadPath
 
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"}, init_storm=False)
     os.symlink("/tmp", repo / "tmp_link")

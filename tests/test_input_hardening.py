@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
-from storm_git.errors import UsageError
+from storm_git.core.errors import UsageError
 
 
 def _refused(r, code: int, *words: str) -> str:
@@ -56,7 +56,7 @@ def test_agent_id_with_trailing_newline_is_refused(repo, how):
 
 
 def test_scope_globs_do_not_match_a_trailing_newline():
-    from storm_git.scope import matches
+    from storm_git.core.scope import matches
 
     assert matches("src/*.py", "src/a.py") and not matches("src/*.py", "src/a.py\n")
 
@@ -247,7 +247,7 @@ def test_read_json_streams_the_same_document(repo, ws):
 
 
 def test_large_file_round_trip_through_read_and_read_json(repo, tmp_path):
-    from storm_git.store import BIG_BLOB_BYTES
+    from storm_git.core.store import BIG_BLOB_BYTES
 
     git(repo, "config", "storm.maxFileBytes", "64m")
     data = os.urandom(BIG_BLOB_BYTES + 12345)  # above the streamed-read threshold
@@ -282,7 +282,7 @@ def test_intent_cannot_forge_storm_trailers(repo):
 
 @pytest.mark.parametrize("field", ["agent", "op", "path"])
 def test_format_message_refuses_control_characters(field):
-    from storm_git.trailers import format_message
+    from storm_git.core.trailers import format_message
 
     args = {"agent": "e1", "op": "write", "path": "a.py"}
     args[field] += "\nStorm-Agent: spoof"

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, show, storm, storm_json
-from storm_git import events, open_workspace
-from storm_git.errors import RepoStateError, UsageError
-from storm_git.merge import merge, merge_tree
-from storm_git.modes import switch
-from storm_git.store import Store
-from storm_git.worktrees import spawn
+from storm_git.core import events
+from storm_git import open_workspace
+from storm_git.core.errors import RepoStateError, UsageError
+from storm_git.worktree.merge import merge, merge_tree
+from storm_git.admin.modes import switch
+from storm_git.core.store import Store
+from storm_git.worktree.worktrees import spawn
 
 BASE = "def fetch(url):\n    return http_get(url)\n"
 

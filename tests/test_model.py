@@ -10,7 +10,7 @@ holder, and each usage refusal match the model; and the shared ref's tree, the
 working tree on disk, every agent's read-set notes and the live reservations
 equal the model's state.
 
-CI size: about 4,000 steps (150 runs of up to 40 rules). ``STORM_LONG=1`` (or
+CI size: about 2,000 steps (80 runs of up to 40 rules). ``STORM_LONG=1`` (or
 ``-m slow`` for the long test) runs about 14,000 (400 runs of up to 50).
 """
 from __future__ import annotations
@@ -61,8 +61,8 @@ class StormMachine(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="storm-model-")
         self.repo = make_repo(Path(self.tmp) / "r", INITIAL, init_storm=False)
         git(self.repo, "config", "storm.reservationSeconds", str(RESERVATION_SECONDS))
-        from storm_git.setup import init
-        from storm_git.store import Store
+        from storm_git.admin.setup import init
+        from storm_git.core.store import Store
 
         init(Store.discover(str(self.repo)))
         self.model = Model(dict(INITIAL), RESERVATION_SECONDS, T0)
@@ -101,7 +101,7 @@ class StormMachine(RuleBasedStateMachine):
                 return None, None
             assert code in (0, 1), (code, out)
             return expected, out
-        from storm_git.errors import NotFound, UsageError
+        from storm_git.core.errors import NotFound, UsageError
 
         STEPS["library"] += 1
         try:
@@ -248,8 +248,8 @@ class StormMachine(RuleBasedStateMachine):
     # -- the state must equal the model after every step ---------------------------------
     @invariant()
     def state_matches_model(self):
-        from storm_git import readsets, reservations
-        from storm_git.store import WORKSPACE_REF
+        from storm_git.core import readsets, reservations
+        from storm_git.core.store import WORKSPACE_REF
 
         store = self.ws.store
         head = store.ref_target(WORKSPACE_REF)
@@ -286,7 +286,7 @@ def test_model_based_storm_mode():
     if long_run():
         _run(400, 50, "model (STORM_LONG)")
     else:
-        _run(150, 40, "model")
+        _run(80, 40, "model")  # 400 x 50 with the slow tests (STORM_LONG)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import storm
 
-from storm_git.brief import MODES, ROLES, brief
+from storm_git.integrations.brief import MODES, ROLES, brief
 
 GROUPS = {"harness"}  # commands whose first argument is a subcommand
 
@@ -124,7 +124,7 @@ def test_rejection_points_out_annotations_in_the_diff(repo, ws):
     ("url = 'http://engineer_1: x'", None),
 ])
 def test_annotation_rule(text, agent):
-    from storm_git.intents import parse_line
+    from storm_git.core.intents import parse_line
 
     hit = parse_line(text, {"engineer_1", "manager"})
     assert (hit[0] if hit else None) == agent

@@ -1,4 +1,4 @@
-"""The read-set journal (storm_git.readsets): reads are one append, folds reach git
+"""The read-set journal (storm_git.core.readsets): reads are one append, folds reach git
 notes, and a kill at any point loses no recorded read and admits no invalid write.
 
 Windows are opened deterministically: a ``<ref>.lock`` file held on the shared ref
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, storm, storm_json
-from storm_git import open_workspace, readsets
-from storm_git.readsets import FOLD_BYTES
+from storm_git import open_workspace
+from storm_git.core import readsets
+from storm_git.core.readsets import FOLD_BYTES
 
 
 @pytest.fixture

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from storm_git import events, open_workspace, scope
-from storm_git.errors import NotFound, RepoStateError, UsageError
-from storm_git.isolated import CommitRefused, WorktreeWorkspace
-from storm_git.modes import switch
-from storm_git.store import Store
-from storm_git.worktrees import cleanup, spawn, worktree_path
+from storm_git.core import events, scope
+from storm_git import open_workspace
+from storm_git.core.errors import NotFound, RepoStateError, UsageError
+from storm_git.worktree.commit_rules import worktree_commit_problems
+from storm_git.worktree.isolated import CommitRefused, WorktreeWorkspace
+from storm_git.admin.modes import switch
+from storm_git.core.store import Store
+from storm_git.worktree.worktrees import cleanup, spawn, worktree_path
 
 
 @pytest.fixture
@@ -192,11 +194,11 @@ def test_commit_rules_own_branch_assignment_restricted(wrepo):
     assert rev(wrepo, "storm/a") == tip and (wrepo / ".git/worktrees/a/index").read_bytes() == index
     assert _events(wrepo, "commit_refused")[0]["agent"] == "a"
     # the pure rule, as the hook uses it
-    assert scope.worktree_commit_problems(s, "a", "storm/a", ["src/api.py"]) == []
-    assert "own branch storm/a" in scope.worktree_commit_problems(s, "a", "storm/b", ["src/api.py"])[0]
-    assert "detached" in scope.worktree_commit_problems(s, "a", None, [])[0]
-    assert scope.worktree_commit_problems(s, "b", "storm/b", ["anything.py"]) == []  # no assignment
-    assert "restricted" in scope.worktree_commit_problems(s, "b", "storm/b", ["README.md"])[0]
+    assert worktree_commit_problems(s, "a", "storm/a", ["src/api.py"]) == []
+    assert "own branch storm/a" in worktree_commit_problems(s, "a", "storm/b", ["src/api.py"])[0]
+    assert "detached" in worktree_commit_problems(s, "a", None, [])[0]
+    assert worktree_commit_problems(s, "b", "storm/b", ["anything.py"]) == []  # no assignment
+    assert "restricted" in worktree_commit_problems(s, "b", "storm/b", ["README.md"])[0]
     # a real `git commit` in the worktree meets the same rule through the pre-commit hook
     if not (wrepo / ".git/hooks/pre-commit").exists():
         pytest.skip("pre-commit hook not installed by git storm init")

@@ -5,14 +5,14 @@ undo_edit) should need no new habits, so the numbering (``cat -n``), the
 ``view_range`` rules, the uniqueness rule of ``old_str`` and the wording of
 its errors follow file_editor. Storm adds only what it must: versions, and a
 rejection when someone else changed the file. Errors are
-:class:`storm_git.errors.UsageError` (bad input, nothing changed).
+:class:`storm_git.core.errors.UsageError` (bad input, nothing changed).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 SNIPPET_CONTEXT = 4  # lines shown around an edit, as file_editor does
 MAX_VIEW_CHARS = 64_000  # a longer view is clipped with a hint to use view_range

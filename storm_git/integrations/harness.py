@@ -35,19 +35,19 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from .. import disk, events, intents, readsets, reservations
-from ..agents import ENV_VAR, validate_agent
-from ..errors import BadPath, NotARepository, NotInitialised, UsageError
-from ..locks import flocked
-from ..paths import normalize
-from ..payloads import RESERVED, Rejection, WriteResult
-from ..readsets import ReadEntry
-from ..reservations import Reservation
-from ..store import Store, hex_
-from .. import tracking
+from ..core import disk, events, intents, readsets, reservations
+from ..core.agents import ENV_VAR, validate_agent
+from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
+from ..core.locks import flocked
+from ..core.paths import normalize
+from ..core.payloads import RESERVED, Rejection, WriteResult
+from ..core.readsets import ReadEntry
+from ..core.reservations import Reservation
+from ..core.store import Store, hex_
+from ..storm import tracking
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..shared import SharedWorkspace
+    from ..storm.shared import SharedWorkspace
 
 HARNESSES = ("claude", "codex")
 EDIT_TOOLS = ("Edit", "MultiEdit", "Write")
@@ -257,7 +257,7 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
            env: dict[str, str] | None = None) -> HookResult:
     """Decide what storm does with one hook call."""
     from ..api import open_workspace
-    from ..shared import SharedWorkspace
+    from ..storm.shared import SharedWorkspace
 
     kind = ("read" if event.tool in READ_TOOLS else "write" if event.tool in EDIT_TOOLS + PATCH_TOOLS
             else "shell" if event.tool in SHELL_TOOLS else None)
@@ -343,7 +343,7 @@ def _lease_seconds(store: Store) -> float:
 
 def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     """Validate the agent's read set for ``paths`` and lease them, or deny."""
-    from ..shared import _Verdict
+    from ..storm.shared import _Verdict
 
     store = ws.store
     if event.harness == "codex":

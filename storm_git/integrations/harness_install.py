@@ -24,10 +24,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..agents import validate_agent
-from ..errors import UsageError
-from ..store import Store
-from ..store import git_env as store_git_env
+from ..core.agents import validate_agent
+from ..core.errors import UsageError
+from ..core.store import Store
+from ..core.store import git_env as store_git_env
 
 MARKER = "harness hook"
 TARGETS = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json"}

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
 INSTALL_HINT = "pip install 'git-storm[mcp]' (or: pip install 'mcp>=2')"

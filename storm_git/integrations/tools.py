@@ -20,13 +20,13 @@ from typing import Any
 
 import pygit2
 
-from ..agents import validate_agent
+from ..core.agents import validate_agent
 from ..api import open_workspace
-from ..errors import BadPath, NotFound, RepoStateError, StormError, UsageError
-from ..paths import normalize
-from ..payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
-from ..shared import SharedWorkspace
-from ..store import Store
+from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
+from ..core.paths import normalize
+from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
+from ..storm.shared import SharedWorkspace
+from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit
 
@@ -72,7 +72,7 @@ NEXT_STEP = {
 
 def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, op: str = "") -> ToolOutcome:
     """A rejected write: the CLI's human rendering of the payload plus what to do next."""
-    from ..cli import render  # plain text rendering, no click: shared with `git storm` output
+    from ..core import render  # plain text rendering, no click: shared with `git storm` output
 
     r = res.rejection
     assert r is not None
@@ -91,7 +91,7 @@ def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, o
 
 
 def _accepted_line(res: WriteResult) -> str:
-    from ..cli import render
+    from ..core import render
 
     return "[storm] " + render.write_result(res)
 
@@ -433,13 +433,13 @@ class StormTools:
         return ToolOutcome(f"{head}[{status}]\n{recorded}", data, res.timed_out)
 
     def status(self) -> ToolOutcome:
-        from ..cli import render
+        from ..core import render
 
         st = self.workspace().status(diffs=False)
         return ToolOutcome(render.status(st), st.to_dict())
 
     def log(self, limit: int = 20) -> ToolOutcome:
-        from ..cli import render
+        from ..core import render
 
         if limit < 1:
             raise UsageError(f"limit {limit} must be at least 1")
@@ -471,7 +471,7 @@ class StormTools:
 
     def assign(self, assignee: str | None = None, files: list[str] | None = None, task: str | None = None,
                allow_overlap: bool = False, clear: bool = False) -> ToolOutcome:
-        from .. import scope
+        from ..core import scope
 
         if assignee is None:
             if files or task or clear:
@@ -500,8 +500,8 @@ class StormTools:
 
     def _integrated_tree(self) -> pygit2.Oid | None:
         """The tree overlaps are checked against: the shared head (storm) or the target branch."""
-        from ..store import WORKSPACE_REF
-        from ..worktrees import target_branch
+        from ..core.store import WORKSPACE_REF
+        from ..worktree.worktrees import target_branch
 
         if self.store.config_get("storm.mode") == "storm" and self.store.ref_target(WORKSPACE_REF) is not None:
             return self.store.commit(self.store.ref_target(WORKSPACE_REF)).tree_id
@@ -512,7 +512,7 @@ class StormTools:
 
     def merge(self, agents: list[str] | None = None, into: str | None = None, strategy: str = "abort",
               dry_run: bool = False) -> ToolOutcome:
-        from ..merge import merge as do_merge
+        from ..worktree.merge import merge as do_merge
 
         mode = self.store.config_get("storm.mode")
         if mode != "worktree":

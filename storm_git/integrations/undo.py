@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from .. import trailers
-from ..store import Store, hex_
+from ..core import trailers
+from ..core.store import Store, hex_
 
 UNDO_OP = "undo_edit"
 WALK_LIMIT = 5000  # commits looked at, newest first

@@ -80,7 +80,7 @@ class Rejection:
     stale: list[FileChange] = field(default_factory=list)
     reservation: Reservation | None = None
     message: str = ""
-    # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.intents)
+    # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.core.intents)
     intents_in_diff: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,3 +195,32 @@ class CommitResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class AgentStatus:
+    agent: str
+    reads: int
+    stale: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": self.agent, "reads": self.reads, "stale": self.stale}
+
+
+@dataclass
+class Status:
+    mode: str
+    head: str
+    agents: list[AgentStatus]
+    reservations: list[Reservation]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "mode": self.mode,
+            "head": self.head,
+            "agents": [a.to_dict() for a in self.agents],
+            "reservations": [r.to_dict() for r in self.reservations],
+        }
+        d.update(self.extra)
+        return d

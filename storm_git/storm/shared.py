@@ -16,46 +16,48 @@ different agents only serialise on the short critical section.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
 
-from . import events, intents, maintenance, readsets, reservations, trailers
-from .agents import validate_agent
-from .diffs import is_binary, unified
-from .disk import _parent_fd as disk_parent
-from .disk import changed_paths
-from .disk import materialize
-from .errors import BadPath, NotFound, NotInitialised, UsageError
-from .locks import flocked
-from .paths import check_on_disk, normalize
-from .payloads import (
+from ..core import events, intents, maintenance, readsets, reservations, trailers
+from ..core.agents import validate_agent
+from ..core.diffs import is_binary, unified
+from ..core.disk import _parent_fd as disk_parent
+from ..core.disk import changed_paths
+from ..core.disk import materialize
+from ..core.errors import BadPath, NotFound, NotInitialised, UsageError
+from ..core.locks import flocked
+from ..core.paths import check_on_disk, normalize
+from ..core.payloads import (
     DIRECT_CONFLICT,
     RESERVED,
     STALE_DEPENDENCY,
     UNREAD_TARGET,
+    AgentStatus,
     CommitResult,
     ExecResult,
     FileChange,
     ReadResult,
     Rejection,
     ReservationWait,
+    Status,
     WriteResult,
 )
-from .readsets import ReadEntry
-from .reservations import Reservation
-from .scope import OUTSIDE_ASSIGNMENT, flag_storm_write
-from .store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, hex_
-from .workspace import BaseWorkspace
+from ..core.readsets import ReadEntry
+from ..core.reservations import Reservation
+from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
+from ..core.store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, hex_
+from ..core.workspace import BaseWorkspace
+from .writer import OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
 # Rejections the agent must re-plan around: only these reserve the target. An
 # unread_target rejection only hands over the content; reserving then would make
 # an agent that did read the file wait for one that merely had not.
 RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
-OnWait = Callable[[Reservation], None]
 HISTORY_LIMIT = 256
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 
@@ -65,35 +67,6 @@ class _MustReject:
 
 
 MUST_REJECT = _MustReject()
-
-
-@dataclass
-class AgentStatus:
-    agent: str
-    reads: int
-    stale: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"agent": self.agent, "reads": self.reads, "stale": self.stale}
-
-
-@dataclass
-class Status:
-    mode: str
-    head: str
-    agents: list[AgentStatus]
-    reservations: list[Reservation]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {
-            "mode": self.mode,
-            "head": self.head,
-            "agents": [a.to_dict() for a in self.agents],
-            "reservations": [r.to_dict() for r in self.reservations],
-        }
-        d.update(self.extra)
-        return d
 
 
 @dataclass
@@ -324,9 +297,9 @@ class SharedWorkspace(BaseWorkspace):
                         if held:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
-                        # allowed but flagged and logged (storm_git.scope); one ref lookup without assignments
+                        # allowed but flagged and logged (storm_git.core.scope); one ref lookup without assignments
                         outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
-                        # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.intents)
+                        # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
                         overwritten = intents.flag_write(store, agent, tree, blobs, commit) if commit is not None else []
                         break
                     granted = self._reject_locked(agent, op, paths, verdict, head, now, hold)
@@ -540,7 +513,7 @@ class SharedWorkspace(BaseWorkspace):
                       extra={"unmediated": self.unmediated(diffs=diffs, untracked_content=untracked_content),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
-    # -- the shared working tree (storm_git.tracking, storm_git.manager) ----------
+    # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
              timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
         """Run a command in the shared working tree; record what it changed as one write."""
@@ -565,7 +538,7 @@ class SharedWorkspace(BaseWorkspace):
 
     def checkout(self, paths: list[str]) -> dict[str, str]:
         """Restore ``paths`` on disk from the shared head, discarding edits made there."""
-        from .disk import restore
+        from ..core.disk import restore
 
         norm = list(dict.fromkeys(self.path(p) for p in paths))
         if not norm:

@@ -19,38 +19,22 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
 
-from . import events
-from .agents import validate_agent
-from .errors import BadPath, RepoStateError, UsageError
-from .locks import flocked
-from .paths import normalize
-from .porcelain import parse_status_z
-from .store import Store, git_env
+from ..core import events
+from ..core.agents import validate_agent
+from ..core.errors import BadPath, RepoStateError, UsageError
+from ..core.locks import flocked
+from ..core.paths import normalize
+from ..core.porcelain import parse_status_z
+from ..core.gitcmd import run_git
+from ..core.store import Store, resolve_commit
 
 DEFAULT_PREFIX = "storm/"
 COPY_UNTRACKED_KEY = "storm.copyUntracked"
-
-
-class GitFailed(RepoStateError):
-    kind = "git_failed"
-
-
-def run_git(args: list[str], cwd: str, *, check: bool = True, env: dict[str, str] | None = None,
-            input: bytes | None = None) -> subprocess.CompletedProcess:
-    # Each command names its repository by ``cwd``: variables that a caller's git
-    # (a hook, ``git --git-dir=X storm``) exported for another worktree must not leak in.
-    e = git_env(**(env or {}))
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, env=e, input=input, check=False)
-    if check and r.returncode != 0:
-        msg = (r.stderr or r.stdout).decode("utf-8", "replace").strip().replace("\n", " ")
-        raise GitFailed(f"git {' '.join(args[:3])} failed: {msg}")
-    return r
 
 
 # -- names and places --------------------------------------------------------------
@@ -239,7 +223,7 @@ class SpawnResult:
 
 
 def copy_patterns(store: Store) -> list[str]:
-    from .scope import config_list
+    from ..core.scope import config_list
 
     return config_list(store, COPY_UNTRACKED_KEY)
 
@@ -307,7 +291,6 @@ def spawn(store: Store, agent: str, *, base: str | None = None, reuse: bool = Fa
           by: str | None = None) -> SpawnResult:
     """Create (or find) agent's worktree and branch from the integrated state (the target
     branch, or ``base``), and copy ``storm.copyUntracked`` files into it. Idempotent."""
-    from .setup import resolve_commit
 
     agent = validate_agent(agent)
     branch = branch_for(store, agent)

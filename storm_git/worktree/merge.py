@@ -27,12 +27,13 @@ from typing import Any
 
 import pygit2
 
-from . import events, trailers
-from .agents import validate_agent
-from .errors import RepoStateError, UsageError
-from .locks import flocked
-from .store import Store
-from .worktrees import ahead_behind, branch_for, list_worktrees, run_git, storm_branches, target_branch
+from ..core import events, trailers
+from ..core.agents import validate_agent
+from ..core.errors import RepoStateError, UsageError
+from ..core.locks import flocked
+from ..core.store import Store
+from ..core.gitcmd import run_git
+from .worktrees import ahead_behind, branch_for, list_worktrees, storm_branches, target_branch
 
 STRATEGIES = ("abort", "ours", "theirs")
 MARKER = 7

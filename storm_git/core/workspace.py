@@ -15,6 +15,7 @@ from .paths import normalize
 from .readsets import ReadEntry
 from .store import Store
 
+MODES = ("storm", "worktree")  # the values of storm.mode
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 
 

@@ -70,8 +70,8 @@ def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
     git = _git_exe()
     cfg = _config(git)
     if cfg.get("storm.mode") == "worktree":
-        # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.scope
-        from storm_git.scope import pre_commit
+        # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.worktree.commit_rules
+        from storm_git.worktree.commit_rules import pre_commit
 
         return pre_commit(None, dict(env))
     if cfg.get("storm.mode") != "storm":

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import TYPE_CHECKING
 
 import pygit2
 
-from . import events, trailers
-from .agents import validate_agent
-from .errors import RepoStateError, StormError, UsageError
-from .locks import flocked
-from .payloads import CommitResult
-from .store import Store, git_env, odb_retry, signature
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .shared import SharedWorkspace
+from ..core import events, trailers
+from ..core.agents import validate_agent
+from ..core.errors import RepoStateError, StormError, UsageError
+from ..core.locks import flocked
+from ..core.payloads import CommitResult
+from ..core.store import Store, git_env, odb_retry, signature
+from .tracking import adopt, unmediated
+from .writer import ValidatedWriter
 
 COMMITTED_REF = "refs/storm/committed"
 DEFAULT_MANAGER = "manager"
@@ -101,7 +99,7 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
                                  hint="run git read-tree HEAD once the index is free")
 
 
-def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, adopt: bool = False,
+def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
            strict: bool = False) -> CommitResult:
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
@@ -121,7 +119,7 @@ def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, ado
         raise UsageError("HEAD is detached", hint="check out the branch the shared state goes to")
     if store.repo.head_is_unborn:
         raise RepoStateError("the branch has no commit yet", hint="make a first commit")
-    pending = ws.unmediated(diffs=False)  # also brings every path that was only behind forward
+    pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
         adoptable = [u["path"] for u in pending if u["state"] not in ("reverted", "not-a-file")]
@@ -171,8 +169,6 @@ def commit(ws: "SharedWorkspace", message: str, *, agent: str | None = None, ado
                         adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])
 
 
-def _adopt(ws: "SharedWorkspace", paths: list[str], manager: str):
-    from .tracking import adopt
-
+def _adopt(ws: ValidatedWriter, paths: list[str], manager: str):
     return adopt(ws, paths, agent=manager, intent=f"{manager}: adopt unmediated edits before commit",
                  repo_relative=True)

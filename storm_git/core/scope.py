@@ -4,7 +4,7 @@
 different agents must be disjoint. ``storm.restricted`` globs name files no
 engineer may change (e.g. ``__init__.py``). The two modes use them differently:
 
-* worktree mode: :func:`worktree_commit_problems` is the pre-commit rule (own
+* worktree mode: :mod:`storm_git.worktree.commit_rules` is the pre-commit rule (own
   branch only, inside the assignment when there is one, no restricted file);
   ``WorktreeWorkspace.commit`` applies it itself and the pre-commit hook applies
   it to a plain ``git commit`` in an agent's worktree;
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import pygit2
 from . import events
 from .agents import validate_agent
 from .errors import CorruptState, RepoStateError, UsageError
+from .gitcmd import run_git
 from .locks import flocked
 from .store import MODE_BLOB, Store
 
@@ -210,8 +210,6 @@ def load_all(store: Store) -> dict[str, Assignment]:
 def _tracked_paths(store: Store, tree: pygit2.Oid | None) -> list[str]:
     if tree is None:
         return []
-    from .worktrees import run_git
-
     r = run_git(["ls-tree", "-r", "-z", "--name-only", str(tree)], store.commondir)
     return [p for p in r.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
@@ -312,69 +310,3 @@ def flag_storm_write(store: Store, agent: str, paths: list[str], commit: Any) ->
         events.append(store, "boundary", agent, f"{agent} wrote outside its assignment: {', '.join(out[:3])}",
                       {"paths": out, "commit": None if commit is None else str(commit), "flag": OUTSIDE_ASSIGNMENT})
     return out
-
-
-def worktree_commit_problems(store: Store, agent: str, branch: str | None, staged_paths: Iterable[str]) -> list[str]:
-    """Why an engineer's commit in worktree mode must be refused ([] = allowed).
-
-    ``branch`` is the short name of the branch being committed to (None: detached).
-    """
-    from .worktrees import branch_for
-
-    problems: list[str] = []
-    own = branch_for(store, agent)
-    if branch != own:
-        problems.append(f"{agent} may commit only on its own branch {own}, not on "
-                        f"{branch or 'a detached HEAD'}")
-    staged = list(staged_paths)
-    a = get(store, agent)
-    if a is not None:
-        out = [p for p in staged if not a.covers(p)]
-        if out:
-            problems.append(f"{len(out)} file(s) outside the assignment of {agent} "
-                            f"({', '.join(a.files[:5])}): {', '.join(out[:10])}")
-    bad = restricted_paths(store, staged)
-    if bad:
-        problems.append(f"restricted file(s) (storm.restricted): {', '.join(bad[:10])}")
-    return problems
-
-
-def pre_commit(cwd: str | None = None, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """The worktree-mode pre-commit rule for a ``git commit`` about to happen in ``cwd``:
-    (exit status, message). Called by the hook guard (``storm_git.guard``).
-
-    The engineer is the agent whose worktree this is (its directory under
-    ``storm.worktreeDir``, or the agent branch checked out), else ``STORM_AGENT``
-    when it names an engineer; the manager and humans without ``STORM_AGENT``
-    committing elsewhere are not restricted.
-    """
-    from .worktrees import agent_of_worktree, run_git
-
-    env = dict(os.environ) if env is None else env
-    store = Store.discover(cwd or os.getcwd())
-    manager = store.config_get("storm.manager") or "manager"
-    agent = agent_of_worktree(store)
-    if agent is None:
-        declared = env.get("STORM_AGENT") or ""
-        if not declared or declared == manager:
-            return 0, ""
-        agent = declared
-    head = os.path.join(store.gitdir, "HEAD")
-    with open(head, encoding="utf-8") as fh:
-        text = fh.read().strip()
-    branch = text[len("ref: refs/heads/"):] if text.startswith("ref: refs/heads/") else None
-    index = {"GIT_INDEX_FILE": env["GIT_INDEX_FILE"]} if env.get("GIT_INDEX_FILE") else {}
-    unborn = store.repo.head_is_unborn
-    base = "4b825dc642cb6eb9a060e54bf8d69288fbee4904" if unborn else "HEAD"
-    r = run_git(["diff-index", "--cached", "-z", "--name-only", "--no-renames", base], store.top, env=index)
-    staged = [p for p in r.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
-    from .sync import taken_from_target
-
-    theirs = taken_from_target(store.top, staged, staged=True, env=index)  # concluding a git storm sync
-    problems = worktree_commit_problems(store, agent, branch, [p for p in staged if p not in theirs])
-    if not problems:
-        return 0, ""
-    lines = "".join(f"  - {p}\n" for p in problems)
-    return 1, (f"git storm: commit refused (worktree mode, engineer {agent}):\n{lines}"
-               "  Unstage or undo those changes (git restore --staged PATH), or ask the manager to change\n"
-               "  the assignment (git storm assign) or storm.restricted.\n")

@@ -51,11 +51,11 @@ from typing import Any
 
 import pygit2
 
-from . import readsets, reservations
-from .agents import validate_agent
-from .errors import CorruptState, StormError
-from .locks import flocked, is_locked
-from .store import (
+from ..core import readsets, reservations
+from ..core.agents import validate_agent
+from ..core.errors import CorruptState, StormError
+from ..core.locks import flocked, is_locked
+from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
     RESERVATIONS_REF,
@@ -178,7 +178,7 @@ def _worktree_mode_agents(store: Store) -> set[str] | None:
     if store.config_get("storm.mode") != "worktree":
         return None
     try:
-        from . import worktrees
+        from ..worktree import worktrees
     except ImportError:  # pragma: no cover - worktree mode not installed
         return None
     alive = set(worktrees.storm_branches(store))
@@ -341,7 +341,7 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
     paths left behind the shared head (a writer killed between its CAS and its
     disk write, when no command has come by since). Unmediated edits are not a
     fault: status lists them."""
-    from . import disk
+    from ..core import disk
 
     with flocked(store.commondir, "worktree"):
         try:

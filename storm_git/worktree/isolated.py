@@ -1,7 +1,7 @@
 """Worktree mode: one worktree and branch per agent, merge at the end (CAID).
 
 The verbs keep the names, signatures and result types of storm mode
-(:class:`storm_git.shared.SharedWorkspace`) but act in the agent's own worktree
+(:class:`storm_git.storm.shared.SharedWorkspace`) but act in the agent's own worktree
 without validation: isolation is the protection, and conflicts surface at
 ``git storm merge``. Reads are still recorded in the agent's read set (version:
 the blob id of the file in its worktree) and writes are logged as ``write``
@@ -19,17 +19,17 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, scope
-from .agents import validate_agent
-from .errors import BadPath, NotFound, RepoStateError, StormError, UsageError
-from .locks import flocked
-from .paths import check_on_disk, normalize
-from .payloads import CommitResult, ExecResult, ReadResult, WriteResult
-from .readsets import ReadEntry
-from .disk import UnsafePath, remove_path, write_file
-from .shared import AgentStatus, Status
-from .workspace import BaseWorkspace
-from .store import MODE_BLOB, MODE_EXEC, MODE_LINK
+from ..core import events, readsets, scope
+from ..core.agents import validate_agent
+from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
+from ..core.locks import flocked
+from ..core.paths import check_on_disk, normalize
+from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
+from ..core.readsets import ReadEntry
+from ..core.disk import UnsafePath, remove_path, write_file
+from ..core.workspace import BaseWorkspace
+from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK
+from .commit_rules import worktree_commit_problems
 from .worktrees import (
     WorktreeInfo,
     agent_worktree,
@@ -256,7 +256,7 @@ class WorktreeWorkspace(BaseWorkspace):
         from .sync import taken_from_target
 
         theirs = taken_from_target(w.path, paths)  # concluding a sync: the target's files are not the agent's
-        problems = scope.worktree_commit_problems(self.store, agent, w.branch, [p for p in paths if p not in theirs])
+        problems = worktree_commit_problems(self.store, agent, w.branch, [p for p in paths if p not in theirs])
         if problems:
             self._log_refusal(agent, paths, problems)
             raise CommitRefused(f"commit by {agent} refused: {'; '.join(problems)}",

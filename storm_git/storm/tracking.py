@@ -34,23 +34,22 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 
-from .agents import validate_agent
-from .diffs import is_binary, unified
-from . import disk
-from .disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
-from .errors import BadPath, NotInitialised, RepoStateError, StormError, TooLarge, UsageError
-from .locks import flocked
-from .paths import check_on_disk, normalize
-from .payloads import ExecResult, WriteResult
-from .store import MODE_BLOB, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store, hex_
-from .store import git_env as store_git_env
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .shared import SharedWorkspace
+from ..core.agents import validate_agent
+from ..core.diffs import is_binary, unified
+from ..core import disk
+from ..core.disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
+from ..core.gitcmd import GitFailed
+from ..core.errors import BadPath, NotInitialised, TooLarge, UsageError
+from ..core.locks import flocked
+from ..core.paths import check_on_disk, normalize
+from ..core.payloads import ExecResult, WriteResult
+from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
+from ..core.store import git_env as store_git_env
+from .writer import OnWait, ValidatedWriter
 
 INDEX_NAME = "exec-index"
 STATE_NAME = "exec-index.tree"
@@ -78,10 +77,6 @@ class CommandNotExecutable(UsageError):
 
     kind = "command_not_executable"
     exit_code = 126
-
-
-class GitFailed(RepoStateError):
-    kind = "git_failed"
 
 
 @dataclass
@@ -299,7 +294,7 @@ def _with_mode(content: bytes | None, state: Any) -> Any:
     return (content, state[1]) if isinstance(state, tuple) else (content, MODE_BLOB)
 
 
-def check_recordable(store: Store, path: str, state: Any, ws: "SharedWorkspace") -> None:
+def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -> None:
     """Every path that exec or adopt records passes the refusals of ``write``:
     a bad name, a link leading out, a file over the size limit (exit 2)."""
     try:
@@ -346,7 +341,7 @@ def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
 
 
 # -- unmediated edits ---------------------------------------------------------------
-def unmediated(ws: "SharedWorkspace", *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
+def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
     """Every path whose disk differs from what storm last put there, with the
     version it was made on (``base_version``) and, on request, its diff."""
     store = ws.store
@@ -391,9 +386,9 @@ class RevertRefused(UsageError):
     kind = "reverted"
 
 
-def adopt(ws: "SharedWorkspace", paths: list[str], *, agent: str | None, intent: str | None = None,
+def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: str | None = None,
           wait: bool = True, repo_relative: bool = False, allow_revert: bool = False,
-          on_wait: Any = None) -> WriteResult:
+          on_wait: OnWait | None = None) -> WriteResult:
     """Record the disk content of ``paths`` (edited outside storm) as ``agent``'s write.
 
     Validated against the version each edit was made on (the disk record), plus
@@ -616,8 +611,8 @@ def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: 
     return changes, expected
 
 
-def exec_(ws: "SharedWorkspace", argv: list[str], *, agent: str | None, intent: str | None = None,
-          timeout: float | None = None, wait: bool = True, on_wait: Any = None) -> ExecResult:
+def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: str | None = None,
+          timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
     """Run ``argv`` in the shared working tree and record what it changed as one write."""
     agent = validate_agent(agent)
     argv = list(argv)

@@ -7,8 +7,9 @@ prints it; frameworks that build prompts in Python call :func:`brief`.
 """
 from __future__ import annotations
 
+from ..core.workspace import MODES
+
 ROLES = ("engineer", "manager")
-MODES = ("storm", "worktree")
 
 _STORM_ENGINEER = """\
 # Working in a shared repository with git storm (storm mode)
@@ -137,7 +138,7 @@ _TEXTS = {
 
 def brief(role: str = "engineer", mode: str = "storm", agent: str | None = None) -> str:
     """The system-prompt text for ``role`` in ``mode`` (``agent`` names the reader)."""
-    from .errors import UsageError
+    from ..core.errors import UsageError
 
     if role not in ROLES:
         raise UsageError(f"unknown role {role!r}", hint=f"one of {', '.join(ROLES)}")

@@ -22,8 +22,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from .errors import RepoStateError
-from .store import Store, git_env
+from ..core.errors import RepoStateError
+from ..core.store import Store, git_env
 
 CHAINED_SUFFIX = ".storm-chained"
 # What a person adds to a hook storm must not write itself (tracked or global hooks).
@@ -122,7 +122,7 @@ def _is_ours(path: str) -> bool:
 
 
 def render_shim(name: str) -> str:
-    from storm_git import guard
+    from storm_git.admin import guard
     from storm_git.hooks import shim_template
 
     return (shim_template(name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pygit2
 
-from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError
+from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError, UsageError
 
 WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
@@ -88,7 +88,7 @@ class Store:
             )
         self.repo = repo
         # Per-open caches of parsed state, each validated against what it was parsed
-        # from before use (storm_git.readsets): never shared across repositories.
+        # from before use (storm_git.core.readsets): never shared across repositories.
         self.caches: dict[str, dict] = {}
         self.gitdir = os.path.normpath(repo.path)
         self.commondir = _commondir(self.gitdir)
@@ -432,3 +432,12 @@ def signature(agent: str) -> pygit2.Signature:
 
 def hex_(oid: pygit2.Oid | None) -> str | None:
     return None if oid is None else str(oid)
+
+
+def resolve_commit(store: Store, rev: str) -> pygit2.Commit:
+    """The commit ``rev`` names (branch, tag, id), or a usage error saying so."""
+    try:
+        obj = store.repo.revparse_single(rev)
+        return obj.peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+        raise UsageError(f"{rev!r} does not name a commit", hint="give a branch, tag or commit id") from None

@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import events
-from .errors import NotInitialised, RepoStateError, UsageError
-from .locks import flocked
-from .setup import MODES
-from .store import WORKSPACE_REF, Store
-from .worktrees import agent_worktree, ahead_behind, dirty_paths, storm_branches, target_branch
+from ..core import events
+from ..core.errors import NotInitialised, RepoStateError, UsageError
+from ..core.locks import flocked
+from ..core.workspace import MODES
+from ..core.store import WORKSPACE_REF, Store
+from ..worktree.worktrees import agent_worktree, ahead_behind, dirty_paths, storm_branches, target_branch
 
 
 class Unintegrated(RepoStateError):

@@ -122,7 +122,7 @@ def batch_file(name: str) -> str:
 
 
 def _git(repo: str, *args: str) -> None:
-    from .store import git_env  # without the caller's GIT_DIR & co: the demo makes its own repositories
+    from ..core.store import git_env  # without the caller's GIT_DIR & co: the demo makes its own repositories
 
     env = git_env(GIT_AUTHOR_NAME="storm demo", GIT_AUTHOR_EMAIL="demo@storm.invalid",
                   GIT_COMMITTER_NAME="storm demo", GIT_COMMITTER_EMAIL="demo@storm.invalid")
@@ -152,7 +152,7 @@ def imports_cleanly(src: str) -> tuple[bool, str]:
 # -- storm mode: three processes ------------------------------------------------------------
 def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
     """One engineer in storm mode (a separate process); reports Steps on ``out``."""
-    from .api import open_workspace
+    from ..api import open_workspace
 
     ws = open_workspace(repo)
 
@@ -210,9 +210,9 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
 
 
 def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
-    from .api import open_workspace
+    from ..api import open_workspace
     from .setup import init
-    from .store import Store
+    from ..core.store import Store
 
     make_repo(repo)
     init(Store.discover(repo))
@@ -320,12 +320,12 @@ def _split_at_rejection(told: list[Step]) -> tuple[list[Step], Step | None, list
 
 # -- worktree mode: one branch per engineer ---------------------------------------------------
 def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
-    from .isolated import WorktreeWorkspace
-    from .merge import merge
+    from ..worktree.isolated import WorktreeWorkspace
+    from ..worktree.merge import merge
     from .modes import switch
     from .setup import init
-    from .store import Store
-    from .worktrees import spawn
+    from ..core.store import Store
+    from ..worktree.worktrees import spawn
 
     make_repo(repo)
     store = Store.discover(repo)
@@ -426,7 +426,7 @@ def _closing(repos: dict[str, str], kept: bool) -> list[Step]:
 
 def run_demo(keep: str | None = None) -> DemoReport:
     """Run both parts; the report's ``problems`` name anything that did not go as described."""
-    from .errors import UsageError
+    from ..core.errors import UsageError
 
     base = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="storm-demo-")
     if keep and os.path.exists(base) and os.listdir(base):
@@ -455,7 +455,7 @@ def run_demo(keep: str | None = None) -> DemoReport:
 
 
 def _disk_matches(ws: Any) -> bool:
-    from .disk import disk_oid
+    from ..core.disk import disk_oid
 
     tree = ws.store.commit(ws.head()).tree
     for path in (*FILES, "docs/notes.md", "src/batch.py"):

@@ -1,6 +1,6 @@
 """``git storm init``: create the shared ref and choose the mode.
 
-Init also installs the pre-commit guard (:mod:`storm_git.hooks_install`) and
+Init also installs the pre-commit guard (:mod:`storm_git.admin.hooks_install`) and
 reports it, since the guard changes what a plain ``git commit`` does; and it
 warns when the working tree is dirty: agents read the shared head (the last
 commit) while the person's edits stay on disk, unseen by them.
@@ -13,12 +13,12 @@ from typing import Any
 
 import pygit2
 
-from .errors import RepoStateError, UsageError
-from .locks import flocked
-from .porcelain import parse_status_z
-from .store import WORKSPACE_REF, Store, git_env
+from ..core.errors import RepoStateError
+from ..core.locks import flocked
+from ..core.porcelain import parse_status_z
+from ..core.store import WORKSPACE_REF, Store, git_env, resolve_commit
+from ..core.workspace import MODES
 
-MODES = ("storm", "worktree")
 
 
 @dataclass
@@ -26,7 +26,7 @@ class InitResult:
     head: str
     created: bool
     mode: str
-    hooks: list[str] = field(default_factory=list)  # hook shims installed (storm_git.hooks_install)
+    hooks: list[str] = field(default_factory=list)  # hook shims installed (storm_git.admin.hooks_install)
     hooks_install: dict[str, Any] = field(default_factory=dict)  # HooksResult: where, why, how to commit
     dirty: list[dict[str, str]] = field(default_factory=list)  # {"status": XY, "path"} like git status --short
     warnings: list[str] = field(default_factory=list)
@@ -52,19 +52,11 @@ def dirty_entries(store: Store) -> list[dict[str, str]]:
     return [{"status": xy, "path": p} for xy, p in parse_status_z(r.stdout, rename_sources=False)]
 
 
-def resolve_commit(store: Store, rev: str) -> pygit2.Commit:
-    try:
-        obj = store.repo.revparse_single(rev)
-        return obj.peel(pygit2.Commit)
-    except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
-        raise UsageError(f"{rev!r} does not name a commit", hint="give a branch, tag or commit id") from None
-
-
 def _record_disk(store: Store) -> None:
     """What is on disk now is git's checkout of HEAD: record that (not the shared
     head, which --base may set elsewhere); the first sync brings clean files to
     the shared head and finds the person's own edits as unmediated."""
-    from .disk import reset
+    from ..core.disk import reset
 
     with flocked(store.commondir, "worktree"):
         tree = (store.repo.head.peel(pygit2.Commit).tree.id if not store.repo.head_is_unborn

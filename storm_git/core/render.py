@@ -1,4 +1,5 @@
-"""Human-readable text for the library's payloads (all printing lives in cli/)."""
+"""Human-readable text for the library's payloads, shared by the command line and the
+MCP server's tool results (the library returns strings here; printing lives in cli/)."""
 from __future__ import annotations
 
 import datetime as _dt

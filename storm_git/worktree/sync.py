@@ -23,13 +23,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import events
-from .agents import validate_agent
-from .errors import RepoStateError, UsageError
-from .locks import flocked
+from ..core import events
+from ..core.agents import validate_agent
+from ..core.errors import RepoStateError, UsageError
+from ..core.locks import flocked
 from .merge import ConflictFile, describe_conflicts, merge_tree
-from .store import Store
-from .worktrees import agent_worktree, branch_for, dirty_paths, run_git, target_branch
+from ..core.store import Store
+from ..core.gitcmd import run_git
+from .worktrees import agent_worktree, branch_for, dirty_paths, target_branch
 
 SHOWN = 5
 

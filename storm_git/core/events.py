@@ -7,11 +7,11 @@ reads it and the log survives like any other git history. Appends are CAS moves
 made under the workspace lock.
 
 Event types (``type``; every event also has ``agent``, ``time`` and, when read,
-``summary`` and ``id``): ``rejection`` (storm_git.shared), ``release``,
-``boundary`` (storm_git.scope), ``intent_overwritten`` (storm_git.intents), ``assign``, ``mode`` (storm_git.modes),
-``commit`` (storm_git.manager, and storm_git.isolated in worktree mode),
+``summary`` and ``id``): ``rejection`` (storm_git.storm.shared), ``release``,
+``boundary`` (storm_git.core.scope), ``intent_overwritten`` (storm_git.core.intents), ``assign``, ``mode`` (storm_git.admin.modes),
+``commit`` (storm_git.storm.manager, and storm_git.worktree.isolated in worktree mode),
 ``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
-``cleanup`` (storm_git.worktrees). ``cli/render.log_entry`` prints each; a type
+``cleanup`` (storm_git.worktree.worktrees). ``storm_git.core.render.log_entry`` renders each; a type
 it does not know is printed from its summary.
 """
 from __future__ import annotations

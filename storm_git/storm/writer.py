@@ -1,0 +1,34 @@
+"""What the layers above the validated write need of it.
+
+:mod:`storm_git.storm.tracking` (exec, adopt) and :mod:`storm_git.storm.manager`
+(commit) record their changes through :meth:`SharedWorkspace.apply`; typing them
+against this protocol instead of the class keeps the dependency one-way:
+``shared`` offers them as methods, and they do not import ``shared``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import pygit2
+
+from ..core.payloads import WriteResult
+from ..core.reservations import Reservation
+from ..core.store import Store
+
+OnWait = Callable[[Reservation], None]  # called once when a writer starts waiting on a reservation
+
+
+class ValidatedWriter(Protocol):
+    store: Store
+
+    @property
+    def max_file_bytes(self) -> int: ...
+
+    def head(self) -> pygit2.Oid: ...
+
+    def _check_size(self, path: str, content: bytes) -> None: ...
+
+    def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+              wait: bool, op: str, expected: dict[str, str | None] | None = None,
+              on_wait: OnWait | None = None) -> WriteResult: ...

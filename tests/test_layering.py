@@ -1,0 +1,143 @@
+"""The library's folders are its layers (README "Layout"), checked on the source.
+
+* no import cycle between modules, counting imports inside functions too (a lazy
+  import is still a dependency: it only hides the cycle until the call);
+* each layer imports only from the layers below it: ``core`` from nothing above,
+  ``storm`` and ``worktree`` from ``core`` only (neither from the other), and
+  nothing in the library from the command line;
+* the library never imports click and never prints (it returns payloads).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "storm_git"
+# what each layer may import from (besides itself and the standard library)
+ALLOWED = {
+    "core": set(),
+    "storm": {"core"},
+    "worktree": {"core"},
+    "integrations": {"core", "storm", "worktree", "api"},
+    "admin": {"core", "storm", "worktree", "api"},
+    "api": {"core", "storm", "worktree"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        rel = p.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every storm_git module ``name`` imports, at any depth of the file."""
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = name.split(".")
+                keep = len(parts) - node.level + (1 if is_pkg else 0)
+                base = ".".join(parts[:keep] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for a in node.names:
+                target = f"{base}.{a.name}"
+                out.add(target if target in modules else base)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in modules and m != name and not name.startswith(m + ".")} | \
+        {m for m in out if m.startswith("storm_git.cli")} | {m for m in out if m.split(".")[0] == "click"}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else parts[-1]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next((w for w in it if w in graph), None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_the_checker_finds_a_cycle_and_a_layer_breach():
+    fake = {"storm_git.core.a": {"storm_git.storm.b"}, "storm_git.storm.b": {"storm_git.core.a"}}
+    assert _cycles(fake) == [["storm_git.core.a", "storm_git.storm.b"]]
+    assert _layer("storm_git.storm.b") not in ALLOWED[_layer("storm_git.core.a")]
+
+
+def test_no_import_cycles(graph):
+    assert _cycles(graph) == []
+
+
+def test_each_layer_imports_only_the_layers_below(graph):
+    breaches = []
+    for name, deps in graph.items():
+        mine = _layer(name)
+        if mine not in ALLOWED:
+            continue  # storm_git/__init__ and __main__: the package's front door
+        for d in deps:
+            theirs = _layer(d) if d.startswith("storm_git.") else d
+            if theirs != mine and theirs not in ALLOWED[mine]:
+                breaches.append(f"{name} -> {d}")
+    assert breaches == []
+
+
+def test_the_library_neither_prints_nor_imports_click(graph):
+    assert [n for n, deps in graph.items() if any(d == "click" or d.startswith("storm_git.cli") for d in deps)
+            if n not in ("storm_git.__main__",)] == []
+    printing = []
+    for p in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                printing.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert printing == []
