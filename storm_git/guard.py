@@ -73,7 +73,12 @@ def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
         # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.scope
         from storm_git.scope import pre_commit
 
-        return pre_commit(None, dict(env))
+        code, message = pre_commit(None, dict(env))
+        if code == 0:  # the conflict radar: advisory, never refuses (storm_git.radar)
+            from storm_git.radar import commit_warning
+
+            message += commit_warning(None, dict(env))
+        return code, message
     if cfg.get("storm.mode") != "storm":
         return 0, ""  # not storm mode: nothing for this guard to enforce
     manager = cfg.get("storm.manager") or DEFAULT_MANAGER

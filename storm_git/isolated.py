@@ -19,7 +19,7 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, scope
+from . import events, radar, readsets, scope
 from .agents import validate_agent
 from .errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from .locks import flocked
@@ -272,7 +272,7 @@ class WorktreeWorkspace(BaseWorkspace):
                 shutil.copyfile(index, tmp_index)
             else:
                 os.unlink(tmp_index)
-            env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent,
+            env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent, radar.OFF_ENV: "off",
                    "GIT_AUTHOR_NAME": agent, "GIT_AUTHOR_EMAIL": f"{agent}@storm.invalid",
                    "GIT_COMMITTER_NAME": agent, "GIT_COMMITTER_EMAIL": f"{agent}@storm.invalid"}
             # exactly the paths status reported (copied untracked files are not among them)
@@ -293,7 +293,8 @@ class WorktreeWorkspace(BaseWorkspace):
         with flocked(self.store.commondir, "workspace"):
             events.append(self.store, "commit", agent, f"{agent} committed {len(paths)} path(s) to {w.branch}",
                           {"commit": oid, "branch": w.branch, "paths": paths, "writes": writes, "mode": "worktree"})
-        return CommitResult(oid, w.branch or branch, [agent], writes, paths, subject)
+        return CommitResult(oid, w.branch or branch, [agent], writes, paths, subject,
+                            radar=radar.safe_hits(self.store, agent))
 
     def _log_refusal(self, agent: str, paths: list[str], problems: list[str]) -> None:
         with flocked(self.store.commondir, "workspace"):
@@ -359,7 +360,7 @@ class WorktreeWorkspace(BaseWorkspace):
             except readsets.CorruptReadSet as exc:
                 corrupt.append(str(exc))
         return Status(self.mode, str(target_oid) if target_oid else "", agents, [],
-                      extra={"target": target, "worktrees": rows,
+                      extra={"target": target, "worktrees": rows, "radar": radar.status_items(self.store),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:

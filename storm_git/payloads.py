@@ -195,6 +195,7 @@ class CommitResult:
     message: str = ""
     adopted: list[str] = field(default_factory=list)
     unmediated: list[dict[str, Any]] = field(default_factory=list)  # left on disk, not committed
+    radar: list[dict[str, Any]] = field(default_factory=list)  # worktree mode: storm_git.radar hits
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
