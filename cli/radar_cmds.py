@@ -1,6 +1,9 @@
 """The conflict radar of worktree mode: ``git storm radar [AGENT]`` (storm_git.radar)."""
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -60,3 +63,29 @@ def radar(agent_id: str | None, short: bool, as_json: bool) -> None:
             click.echo(f"{current}: {n} file(s) changed elsewhere")
         d = h.to_dict()
         click.echo("\n".join(render_hit(d)[:1] if short else render_hit(d)))
+
+
+def test_failure_lines(r: Any, target: str) -> list[str]:
+    """A merge-queue agent whose candidate failed its test: status line and output tail."""
+    t = r.test or {}
+    how = "timed out" if t.get("timed_out") else f"exit {t.get('returncode')}"
+    out = [f"  test failed {r.agent} ({r.branch} {r.tip[:10]}): {t.get('command')} ({how}, "
+           f"{t.get('seconds', 0):.1f}s); not merged, {target} not changed by it"]
+    tail = (t.get("tail") or "").rstrip("\n")
+    if tail:
+        out.append("    output (tail):")
+        out.extend(f"      {line}" for line in tail.split("\n"))
+    return out
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops storm like Ctrl-C, so a running merge queue removes its scratch worktree."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
