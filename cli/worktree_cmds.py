@@ -190,7 +190,7 @@ def render_merge(rep: Any) -> str:
 @click.option("--dry-run", is_flag=True, help="Compute and report every merge; move nothing.")
 @click.option("--test", "test_cmd", metavar="CMD", default=None,
               help="Test-gated queue: run CMD (sh -c) on each candidate merge in a scratch worktree; merge only "
-                   "agents whose candidate passes, in dependency order (see git storm radar -h).")
+                   "agents whose candidate passes, in dependency order (docs/worktree-mode.md).")
 @click.option("--test-timeout", metavar="SECONDS", type=float, default=None,
               help="With --test: stop CMD after SECONDS (the agent counts as failed).")
 @_manager_option
