@@ -206,6 +206,7 @@ class _Resolver:
     def __init__(self, store: Store, tree: pygit2.Tree, reads: dict[str, ReadEntry], changes: dict[str, Any]):
         self.store, self.tree, self.reads, self.changes = store, tree, reads, changes
         self._blobs: dict[str, str | None] = {}
+        self._dirs: dict[str, frozenset[str]] = {}
 
     def head_blob(self, path: str) -> str | None:
         if path not in self._blobs:
@@ -217,7 +218,20 @@ class _Resolver:
         return self._blobs[path]
 
     def known(self, path: str) -> bool:
-        return path in self.changes or path in self.reads or self.head_blob(path) is not None
+        if path in self.changes or path in self.reads:
+            return True
+        d, _, name = path.rpartition("/")
+        return name in self._names(d) and self.head_blob(path) is not None
+
+    def _names(self, d: str) -> frozenset[str]:
+        """Entry names of directory ``d`` at the head (one tree lookup per directory)."""
+        if d not in self._dirs:
+            try:
+                obj = self.tree[d] if d else self.tree
+                self._dirs[d] = frozenset(e.name for e in obj) if isinstance(obj, pygit2.Tree) else frozenset()
+            except (KeyError, ValueError):
+                self._dirs[d] = frozenset()
+        return self._dirs[d]
 
     def infos(self, path: str) -> list[ModuleInfo]:
         """The module as it is at the head and as the agent read it (both can matter)."""
@@ -297,14 +311,42 @@ def _target_deps(r: _Resolver, target: str, info: ModuleInfo) -> set[str]:
     return out
 
 
-def _dependents(r: _Resolver, targets: set[str]) -> set[str]:
-    """Read Python files that import a target, in the version read or the current one."""
+def _exposed(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+    """Names through which a file can reach a target: its module name, its package's,
+    and every name it defines (in the version read, the current one and the new one)."""
+    names = {"*"}
+    for t in targets:
+        stem = posixpath.basename(t).rsplit(".", 1)[0]
+        names.add(posixpath.basename(posixpath.dirname(t)) if stem == "__init__" else stem)
+        for info in r.infos(t) + new:
+            names |= info.defs
+    return names
+
+
+def _may_reach(info: ModuleInfo, exposed: set[str]) -> bool:
+    """Cheap and sound filter: an import or use of one of the exposed names."""
+    for module, _level, names in info.imports:
+        if exposed.intersection(module.split(".")) or (names and any(n in exposed or a in exposed for n, a in names)):
+            return True
+    return bool(exposed.intersection(a for _, a in info.attrs) or exposed & info.free)
+
+
+def _dependents(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+    """Read Python files that import a target (or a name it defines), in the version
+    read or the current one; conftest.py targets count for every file below them."""
     out = set()
+    exposed = _exposed(r, targets, new)
+    fixtures = [posixpath.dirname(t) for t in targets if posixpath.basename(t) == "conftest.py"]
     for p in r.reads:
         if p in targets or not is_python(p):
             continue
-        if any(targets.intersection(_target_deps(r, p, info)) for info in r.infos(p)):
+        if any(d == "" or p.startswith(d + "/") for d in fixtures):
             out.add(p)
+            continue
+        for info in r.infos(p):
+            if _may_reach(info, exposed) and targets.intersection(_target_deps(r, p, info)):
+                out.add(p)
+                break
     return out
 
 
@@ -322,10 +364,12 @@ def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, 
             return Scope(FALLBACK, None, f"{p} does not parse as Python: the whole read set", head)
     r = _Resolver(store, store.commit(head).tree, reads, changes)
     deps: set[str] = set()
+    new = []
     for p, c in changes.items():
-        content = c[0] if isinstance(c, tuple) else c
-        deps |= _target_deps(r, p, parse(content))
-    deps |= _dependents(r, set(changes))
+        info = parse(c[0] if isinstance(c, tuple) else c)
+        new.append(info)
+        deps |= _target_deps(r, p, info)
+    deps |= _dependents(r, set(changes), new)
     deps |= _own_writes(store, agent, reads)
     paths = {p for p in deps if p in reads and p not in changes}
     return Scope(AUTO, paths, f"{len(paths)} of {len(reads)} read file(s): imports, name definitions, "

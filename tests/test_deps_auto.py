@@ -140,3 +140,72 @@ def test_library_accepts_the_constant(repo):
     _change(repo, "notes.py", "X = 1", "X = 5")
     res = ws.write("app.py", NEW_APP.encode(), agent="a", deps=AUTO_DEPS)
     assert res.accepted, res.rejection and res.rejection.message
+
+
+def test_conftest_target_covers_the_tests_below_it(repo):
+    files = {"tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef user():\n    return 1\n",
+             "tests/test_user.py": "def test_user(user):\n    assert user == 1\n"}
+    for path, text in files.items():
+        _read(repo, "b", path)
+        assert storm(repo, "write", path, input=text, agent="b").returncode == 0
+    _read(repo, "a", "tests/conftest.py", "tests/test_user.py")
+    _change(repo, "tests/test_user.py", "assert user == 1", "assert user == 2")
+    code, out = _write(repo, "tests/conftest.py", files["tests/conftest.py"].replace("return 1", "return 3"),
+                       "--deps", "auto")
+    assert code == 1 and [s["path"] for s in out["rejection"]["stale"]] == ["tests/test_user.py"], out
+
+
+def _waiters(lock: str) -> int:
+    """Processes blocked in flock() on ``lock`` (from /proc/locks)."""
+    import os
+
+    ino = os.stat(lock).st_ino
+    with open("/proc/locks") as fh:
+        return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
+
+
+def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(repo):
+    """The scope is computed before the workspace lock; an importer of the target that
+    appears meanwhile (another writer moved the head) must still reject the write."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pygit2
+
+    from storm_git.store import WORKSPACE_REF, Store
+
+    _read(repo, "a", "pkg/core.py", "notes.py")
+    lock = str(repo / ".git" / "storm" / "locks" / "workspace")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        env = dict(os.environ, STORM_AGENT="a")
+        p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", "pkg/core.py", "--deps", "auto", "--json"],
+                             cwd=repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(b"def helper(strict=False):\n    return 1\n")
+        p.stdin.close()
+        deadline = time.monotonic() + 60
+        while _waiters(lock) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiters(lock) == 1, "the writer never reached the lock"
+        # another agent's write lands meanwhile: notes.py now calls helper from pkg.core
+        store = Store.discover(str(repo))
+        ref = store.ref(WORKSPACE_REF)
+        tree = store.commit(ref.target).tree
+        blob = store.write_blob(b"from pkg.core import helper\n\nX = helper()\n")
+        new = store.make_commit(store.tree_with(tree, {"notes.py": (blob, pygit2.GIT_FILEMODE_BLOB)}), [ref.target],
+                                "b", "b: notes uses helper\n\nStorm-Agent: b\nStorm-Op: write\nStorm-Path: notes.py\n")
+        assert store.cas(ref, WORKSPACE_REF, new, "test")
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    p.wait(timeout=60)
+    out, err = p.stdout.read(), p.stderr.read()
+    assert p.returncode == 1, (out, err)
+    import json
+
+    rej = json.loads(out)["rejection"]
+    assert [s["path"] for s in rej["stale"]] == ["notes.py"] and "notes.py" in rej["scope"]["paths"]
