@@ -327,6 +327,7 @@ class WorktreeWorkspace(BaseWorkspace):
             if e.get("type") == "merge" and e.get("agent") not in outcomes:
                 outcomes[e["agent"]] = e
         rows = []
+        dirty_by_agent: dict[str, list[str]] = {}
         names = set(storm_branches(self.store))
         names.update(w.agent for w in wts if w.agent and not w.main)
         for agent in sorted(names):
@@ -335,6 +336,7 @@ class WorktreeWorkspace(BaseWorkspace):
             tip = self.store.ref_target("refs/heads/" + branch)
             ahead, behind = ahead_behind(self.store, str(tip) if tip else None, target_oid)
             dirty = dirty_paths(self.store, w.path) if w and not w.prunable else []
+            dirty_by_agent[agent] = dirty
             last = outcomes.get(agent)
             outcome = None
             if last is not None:
@@ -360,7 +362,7 @@ class WorktreeWorkspace(BaseWorkspace):
             except readsets.CorruptReadSet as exc:
                 corrupt.append(str(exc))
         return Status(self.mode, str(target_oid) if target_oid else "", agents, [],
-                      extra={"target": target, "worktrees": rows, "radar": radar.status_items(self.store),
+                      extra={"target": target, "worktrees": rows, "radar": radar.status_items(self.store, dirty_by_agent),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:

@@ -138,16 +138,17 @@ def _conflicts(store: Store, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: 
 
 
 def _interest(store: Store, agent: str, tip: pygit2.Oid, target: pygit2.Oid | None,
-              staged: set[str] | None) -> tuple[set[str], set[str]]:
-    """(paths read, paths written) by the agent: its read set; its branch's and worktree's changes."""
+              uncommitted: set[str] | None) -> tuple[set[str], set[str]]:
+    """(paths read, paths written) by the agent: its read set; its branch's and worktree's
+    changes (``uncommitted``: the staged or dirty paths, when the caller knows them)."""
     try:
         reads = set(readsets.peek(store, agent))
     except readsets.CorruptReadSet:
         reads = set()
     fork = _base(store, tip, target) if target is not None else None
     wrote = _changed(store, _tree(store, fork), _tree(store, tip)) if fork != tip else set()
-    if staged is not None:
-        wrote |= staged
+    if uncommitted is not None:
+        wrote |= uncommitted
     else:
         w = agent_worktree(store, agent)
         if w is not None and not w.prunable and not w.main:
@@ -156,9 +157,12 @@ def _interest(store: Store, agent: str, tip: pygit2.Oid, target: pygit2.Oid | No
 
 
 def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid | None = None,
-         staged: set[str] | None = None) -> RadarReport:
+         staged: set[str] | None = None, diffs: bool = True,
+         dirty: dict[str, list[str]] | None = None) -> RadarReport:
     """Radar hits for ``agents`` (default: every agent with a branch). ``ours_tree`` and
-    ``staged``: one agent's commit about to be made (its staged tree and paths)."""
+    ``staged``: one agent's commit about to be made (its staged tree and paths).
+    ``diffs`` False leaves out the other side's diff (status: the costly part);
+    ``dirty``: each agent's uncommitted paths when the caller has them already."""
     branches = storm_branches(store)
     try:
         target_name: str | None = target_branch(store)
@@ -182,7 +186,8 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
         tip = tips.get(agent) or store.ref_target("refs/heads/" + branch_for(store, agent))
         if tip is None:
             continue
-        reads, wrote = _interest(store, agent, tip, target, staged if agents else None)
+        known_dirty = set(dirty[agent]) if dirty is not None and agent in dirty else None
+        reads, wrote = _interest(store, agent, tip, target, staged if staged is not None else known_dirty)
         mine = reads | wrote
         if not mine:
             continue
@@ -207,16 +212,16 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
             conflicts = _conflicts(store, base_tree, ours, their_tree, paths)
             for p in sorted(paths):
                 ck, hunks = conflicts.get(p, (None, []))
+                diff = unified(p, _blob(store, base_tree, p), _blob(store, their_tree, p)) if diffs else ""
                 hits.append(RadarHit(agent, other, branch, kind, p, "wrote" if p in wrote else "read",
-                                     p in conflicts, ck,
-                                     unified(p, _blob(store, base_tree, p), _blob(store, their_tree, p)), hunks))
+                                     p in conflicts, ck, diff, hunks))
     return RadarReport(names, target_name, hits)
 
 
-def status_items(store: Store) -> list[dict[str, Any]]:
+def status_items(store: Store, dirty: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """The short ``radar`` section of ``git storm status`` (no diffs; ``git storm radar`` has them)."""
     try:
-        return [h.to_dict(full=False) for h in scan(store).hits]
+        return [h.to_dict(full=False) for h in scan(store, diffs=False, dirty=dirty).hits]
     except StormError as exc:
         return [{"path": "(radar unavailable)", "state": exc.message}]
 
