@@ -222,8 +222,8 @@ def status_items(store: Store, dirty: dict[str, list[str]] | None = None) -> lis
     """The short ``radar`` section of ``git storm status`` (no diffs; ``git storm radar`` has them)."""
     try:
         return [h.to_dict(full=False) for h in scan(store, diffs=False, dirty=dirty).hits]
-    except StormError as exc:
-        return [{"path": "(radar unavailable)", "state": exc.message}]
+    except Exception as exc:  # noqa: BLE001 - advisory: status still reports everything else
+        return [{"path": "(radar unavailable)", "state": getattr(exc, "message", None) or str(exc)}]
 
 
 # -- at an agent's commit ------------------------------------------------------------------------
