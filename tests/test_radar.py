@@ -110,3 +110,15 @@ def test_radar_is_worktree_mode_only(tmp_path):
     repo = make_repo(tmp_path / "s")
     r = storm(repo, "radar")
     assert r.returncode == 3 and "git storm mode worktree" in r.stderr
+
+
+def test_disjoint_work_leaves_status_and_commit_silent(wrepo):
+    _ok(storm(wrepo, "read", "src/util.py", "README.md", agent="e1"))
+    _ok(storm(wrepo, "edit", "src/util.py", "--old", "def clamp(x, lo, hi):", "--new", "def clamp(x, lo=0, hi=1):",
+              agent="e1"))
+    _e2_changes_fetch(wrepo)
+    r = _ok(storm(wrepo, "commit", "-m", "clamp defaults", agent="e1"))
+    assert "radar" not in r.stderr
+    code, out = storm_json(wrepo, "status")
+    assert code == 0 and out["radar"] == []
+    assert "radar: 0" in storm(wrepo, "status").stdout
