@@ -209,3 +209,10 @@ def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(re
 
     rej = json.loads(out)["rejection"]
     assert [s["path"] for s in rej["stale"]] == ["notes.py"] and "notes.py" in rej["scope"]["paths"]
+
+
+def test_a_deletion_falls_back_to_the_whole_read_set(repo):
+    _read(repo, "a", "pkg/models.py", "notes.py")
+    _change(repo, "notes.py", "X = 1", "X = 4")
+    code, out = storm_json(repo, "rm", "pkg/models.py", "--deps", "auto", agent="a")
+    assert code == 1 and out["rejection"]["scope"]["name"] == "auto:all" and "deleted" in out["rejection"]["scope"]["why"]
