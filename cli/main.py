@@ -40,7 +40,10 @@ def write_options(f: Callable) -> Callable:
     f = click.option("--no-wait", is_flag=True,
                      help="Reject at once (reason 'reserved') instead of waiting for another agent's reservation.")(f)
     f = click.option("--deps", multiple=True, metavar="PATH",
-                     help="Validate only these read files (plus the target) instead of the whole read set. Repeatable.")(f)
+                     help="Validate only these read files (plus the target) instead of the whole read set. "
+                          "Repeatable. 'auto': the read files the new content depends on (Python imports, "
+                          "name definitions, importers, own writes; storm.deps=auto makes it the default); "
+                          "'all': the whole read set.")(f)
     f = click.option("--intent", "-m", metavar="TEXT", default=None,
                      help="Why: becomes the commit message of the write.")(f)
     return f
@@ -183,3 +186,4 @@ from storm_git.cli import worktree_cmds  # noqa: E402,F401
 from storm_git.cli import tree_cmds  # noqa: E402,F401
 from storm_git.cli import agents_cmds  # noqa: E402,F401
 from storm_git.cli import mcp_cmd  # noqa: E402,F401
+from storm_git.cli import radar_cmds  # noqa: E402,F401

@@ -181,6 +181,10 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, as_json:
                    f"{len(res.paths)} path(s)")
     if not as_json and res.adopted:
         click.echo(f"adopted first as the manager's write: {', '.join(res.adopted[:10])}")
+    if not as_json and getattr(res, "radar", None):
+        from storm_git.cli.radar_cmds import commit_radar_lines
+
+        click.echo(commit_radar_lines(res), err=True)
     if not as_json and res.unmediated:
         names = ", ".join(f"{u['path']} ({u['state']})" for u in res.unmediated[:10])
         more = f" and {len(res.unmediated) - 10} more" if len(res.unmediated) > 10 else ""

@@ -154,6 +154,20 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
+def _deps(deps: tuple[str, ...]) -> list[str] | str | None:
+    """--deps PATH… (explicit), --deps auto (computed scope) or --deps all (whole read set,
+    over storm.deps=auto); a file really named auto or all is given as ./auto."""
+    from storm_git.core.errors import UsageError
+
+    if not deps:
+        return None
+    words = [d for d in deps if d in ("auto", "all")]
+    if words and len(deps) > 1:
+        raise UsageError(f"--deps {words[0]} cannot be combined with other --deps",
+                         hint="give either --deps auto, --deps all, or the paths (a file named auto: ./auto)")
+    return words[0] if words else list(deps)
+
+
 def _agent(agent: str | None) -> str | None:
     return agent or os.environ.get("STORM_AGENT")
 
@@ -263,11 +277,12 @@ def write(path: str, file: str | None, agent: str | None, intent: str | None, de
     Example:
       git storm write src/app.py -m 'engineer_1: add retry' < new_app.py
       git storm write src/app.py --file /tmp/app.py --deps src/util.py --json
+      git storm write src/app.py --deps auto < new_app.py   # only what app.py depends on
     """
     ws = _workspace()
     data = _content(file, ws.max_file_bytes)
     res = ws.write(path, data, agent=_agent(agent), intent=intent,
-                   deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
+                   deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
     if res.accepted and not data:
         click.echo(f"storm: wrote 0 bytes to {res.paths[0]} (the file is now empty)", err=True)
     _report(res, as_json, {p: len(data) for p in res.paths})
@@ -294,7 +309,7 @@ def edit(path: str, old: str, new: str, agent: str | None, intent: str | None, d
     """
     ws = _workspace()
     res = ws.edit(path, old, new, agent=_agent(agent), intent=intent,
-                  deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
+                  deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
     _report(res, as_json, _sizes(ws, res) if res.accepted and not as_json else None)
 
 
@@ -313,7 +328,7 @@ def rm(path: str, agent: str | None, intent: str | None, deps: tuple[str, ...], 
     """
     ws = _workspace()
     res = ws.rm(path, agent=_agent(agent), intent=intent,
-                deps=list(deps) if deps else None, wait=not no_wait, **_wait_kw(ws))
+                deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
     _report(res, as_json)
 
 

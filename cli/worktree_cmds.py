@@ -144,8 +144,13 @@ def render_merge(rep: Any) -> str:
         if r.status == "merged":
             files = ", ".join(f"{c['status']} {c['path']}" for c in r.files_changed[:10])
             more = f" (+{len(r.files_changed) - 10})" if len(r.files_changed) > 10 else ""
+            tested = f", test passed in {r.test['seconds']:.1f}s" if r.test else ""
             out.append(f"  merged      {r.agent} ({r.branch} {r.tip[:10]}) as {r.commit[:10]}: "
-                       f"{len(r.files_changed)} file(s) {files}{more}")
+                       f"{len(r.files_changed)} file(s) {files}{more}{tested}")
+        elif r.status == "test_failed":
+            from storm_git.cli.radar_cmds import test_failure_lines
+
+            out.extend(test_failure_lines(r, rep.target))
         else:
             out.append(f"  conflicted  {r.agent} ({r.branch} {r.tip[:10]}): {len(r.conflicts)} path(s); "
                        f"merge aborted, {rep.target} not changed by it")
@@ -161,6 +166,10 @@ def render_merge(rep: Any) -> str:
                 out.extend(_indent(h.ours, "        "))
                 out.append(f"      theirs ({r.branch}):")
                 out.extend(_indent(h.theirs, "        "))
+    if rep.queue:
+        deps = "; ".join(f"{a} after {', '.join(d)}" for a, d in rep.queue["depends_on"].items())
+        out.insert(1, f"  order ({rep.queue['ordered_by']}): {', '.join(rep.queue['order']) or '-'}"
+                      + (f" [{deps}]" if deps else "") + f"; each candidate tested with: {rep.queue['command']}")
     if rep.updated:
         out.append(f"{rep.target} is now {rep.after[:10]} (updated {rep.updated})")
     if rep.conflicted:
@@ -179,10 +188,15 @@ def render_merge(rep: Any) -> str:
 @click.option("--strategy", type=click.Choice(["abort", "ours", "theirs"]), default="abort", show_default=True,
               help="On conflict: abort that agent's merge, or resolve hunks as git merge -X ours|theirs.")
 @click.option("--dry-run", is_flag=True, help="Compute and report every merge; move nothing.")
+@click.option("--test", "test_cmd", metavar="CMD", default=None,
+              help="Test-gated queue: run CMD (sh -c) on each candidate merge in a scratch worktree; merge only "
+                   "agents whose candidate passes, in dependency order (docs/worktree-mode.md).")
+@click.option("--test-timeout", metavar="SECONDS", type=float, default=None,
+              help="With --test: stop CMD after SECONDS (the agent counts as failed).")
 @_manager_option
 @json_option
-def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: bool, agent: str | None,
-          as_json: bool) -> None:
+def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: bool, test_cmd: str | None,
+          test_timeout: float | None, agent: str | None, as_json: bool) -> None:
     """Merge agent branches into the target branch, one by one (the manager).
 
     Default order: order of completion (each agent's last commit). Every merge
@@ -193,17 +207,34 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     (ancestor / ours / theirs). Exit 1 if any agent conflicted. Results go to
     the log ('merge' events).
 
+    With --test CMD the merge is a queue: agents go one at a time, each after
+    the agents whose files its changed Python files import (ties by name;
+    named agents keep the order given), CMD runs on each candidate merge in a
+    scratch worktree (removed afterwards, also on failure or Ctrl-C), and an
+    agent whose candidate fails stays unmerged ('test_failed', exit 1) with the
+    tail of CMD's output in the report and the log.
+
     \b
     Example:
       git storm merge                        # every agent with new commits
       git storm merge engineer_2 engineer_1 --into main --json
       git storm merge engineer_3 --strategy theirs   # CAID's fallback
+      git storm merge --test 'python -m pytest -q' --test-timeout 600
     """
     from storm_git.worktree.merge import merge as do_merge
 
     store = _store()
     _require_worktree_mode(store)
-    rep = do_merge(store, list(agents) or None, into=into, strategy=strategy, by=_by(agent), dry_run=dry_run)
+    if test_cmd is not None:
+        from storm_git.worktree.queue import merge_tested
+
+        from storm_git.cli.radar_cmds import sigterm_as_interrupt
+
+        with sigterm_as_interrupt():
+            rep = merge_tested(store, list(agents) or None, test_cmd, into=into, strategy=strategy, by=_by(agent),
+                               dry_run=dry_run, timeout=test_timeout)
+    else:
+        rep = do_merge(store, list(agents) or None, into=into, strategy=strategy, by=_by(agent), dry_run=dry_run)
     if as_json:
         _emit_json(rep.to_dict())
     else:

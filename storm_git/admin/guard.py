@@ -73,7 +73,14 @@ def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
         # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.worktree.commit_rules
         from storm_git.worktree.commit_rules import pre_commit
 
-        return pre_commit(None, dict(env))
+        code, message = pre_commit(None, dict(env))
+        if code == 0:  # the conflict radar: advisory, never refuses (storm_git.worktree.radar)
+            try:
+                from storm_git.worktree.radar import commit_warning
+            except ImportError:  # an older or partial install: the commit goes on without it
+                return code, message
+            message += commit_warning(None, dict(env))
+        return code, message
     if cfg.get("storm.mode") != "storm":
         return 0, ""  # not storm mode: nothing for this guard to enforce
     manager = cfg.get("storm.manager") or DEFAULT_MANAGER

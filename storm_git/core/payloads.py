@@ -82,6 +82,8 @@ class Rejection:
     message: str = ""
     # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.core.intents)
     intents_in_diff: list[dict[str, Any]] = field(default_factory=list)
+    # what the write was validated against: {"name": all|deps|auto|auto:all, "paths", "why"}
+    scope: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -101,6 +103,7 @@ class Rejection:
         d["stale"] = [s.to_dict() for s in self.stale]
         d["reservation"] = self.reservation.to_dict() if self.reservation else None
         d["intents_in_diff"] = self.intents_in_diff
+        d["scope"] = self.scope
         return d
 
 
@@ -192,6 +195,7 @@ class CommitResult:
     message: str = ""
     adopted: list[str] = field(default_factory=list)
     unmediated: list[dict[str, Any]] = field(default_factory=list)  # left on disk, not committed
+    radar: list[dict[str, Any]] = field(default_factory=list)  # worktree mode: storm_git.worktree.radar hits
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -184,7 +184,18 @@ def _ev_merge(e: dict) -> str:
     c = (f", {len(conflicts)} conflicting path(s) ({e.get('conflict_hunks', 0)} hunk(s), "
          f"{e.get('overridden_hunks', 0)} overridden): {_names(conflicts)}") if conflicts else ""
     made = f" -> {short(e['commit'])}" if e.get("commit") else ""
-    return f"{e.get('branch')} into {e.get('target')}: {e.get('status')}{made}{c}"
+    return f"{e.get('branch')} into {e.get('target')}: {e.get('status')}{made}{c}{_merge_test(e.get('test'))}"
+
+
+def _merge_test(t: Any) -> str:
+    """merge --test: how the candidate's test went (its output's last line; --json has the tail)."""
+    if not isinstance(t, dict):
+        return ""
+    if t.get("passed"):
+        return f", test passed ({t.get('command')})"
+    how = "timed out" if t.get("timed_out") else f"exit {t.get('returncode')}"
+    last = (str(t.get("tail") or "").strip().splitlines() or [""])[-1][:120]
+    return f", test failed ({t.get('command')}: {how}){': ' + last if last else ''}"
 
 
 def _ev_assign(e: dict) -> str:

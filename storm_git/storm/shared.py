@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, intents, maintenance, readsets, reservations, trailers
+from ..core import depscope, events, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.diffs import is_binary, unified
 from ..core.disk import _parent_fd as disk_parent
@@ -60,6 +60,10 @@ DEFAULT_RESERVATION_SECONDS = 30
 RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
 HISTORY_LIMIT = 256
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
+# ``deps=AUTO_DEPS`` (or ``storm.deps=auto``): validate against the read files the write
+# depends on, computed (storm_git.core.depscope), instead of the whole read set.
+AUTO_DEPS = depscope.AUTO
+DEPS_KEY = "storm.deps"
 
 
 class _MustReject:
@@ -219,7 +223,15 @@ class SharedWorkspace(BaseWorkspace):
         view = readsets.load_view(store, agent)
         reads = view.entries
         dep_list: list[str] | None = None
-        if deps is not None:
+        auto: depscope.Scope | None = None
+        if deps is None and expected is None:
+            deps = self._configured_deps()
+        if isinstance(deps, str):  # "all" overrides storm.deps=auto; any other string is one path
+            deps = None if deps == depscope.ALL else deps if deps == AUTO_DEPS else [deps]
+        if isinstance(deps, str) and deps == AUTO_DEPS:
+            auto = depscope.compute(store, agent, changes, reads, self.head())
+            scope, scope_name, dep_list = self._auto_scope(auto, reads, paths)
+        elif deps is not None:
             dep_paths = [normalize(d, store.prefix, store.top) for d in deps]
             missing = [d for d in dep_paths if d not in reads and d not in changes]
             if missing:
@@ -236,7 +248,8 @@ class SharedWorkspace(BaseWorkspace):
         # head it was last found valid at (write cost independent of the read set).
         # Else a large read set is validated before the lock, and under it only the
         # paths that changed since, so one agent's big read set does not stall others.
-        known = self._valid.get(agent) if scope_name == "all" and expected is None else None
+        whole = scope_name in ("all", depscope.FALLBACK) and expected is None
+        known = self._valid.get(agent) if whole else None
         if known is not None and known[0] == view.gen:
             pre = (known[2], None, view.changed[known[1]:view.changed_at])
         elif len(scope) > PRE_VALIDATE_AT:
@@ -268,6 +281,9 @@ class SharedWorkspace(BaseWorkspace):
                             break
                         held.append(p)
                 if blocked is None:
+                    if auto is not None and depscope.widen(auto, store, agent, changes, reads, head):
+                        scope, scope_name, dep_list = self._auto_scope(auto, reads, paths)
+                        pre = None  # files that moved since brought new dependencies: check them all
                     # checked again at the moment of writing, under the lock (a deletion writes nothing)
                     _check_disk_parents(store.main_workdir, [p for p in paths if blobs[p] is not None])
                     verdict = self._validate_at(head, tree, pre, paths, reads, scope, expected, changes)
@@ -284,7 +300,7 @@ class SharedWorkspace(BaseWorkspace):
                             commit = store.make_commit(new_tree, [head], agent, message)
                         # journaled before the CAS: a kill after it cannot lose the agent's view
                         # of its own write, nor the write's provenance (readsets module docstring)
-                        if scope_name == "all" and expected is None:
+                        if whole:
                             # valid at head, and at this commit too: it changes only the paths
                             # written, whose new entries are journaled now and so re-checked
                             self._valid[agent] = (view.gen, view.changed_at, commit or head)
@@ -337,6 +353,9 @@ class SharedWorkspace(BaseWorkspace):
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             seen[p] = ReadEntry(p, v, "")
         rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
+        rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
+        if scope_name != "all" and verdict.reason == STALE_DEPENDENCY:
+            rejection.message += f" (validated against scope {scope_name}: {len(scope)} read file(s))"
         rejection.intents_in_diff = intents.in_rejection(store, rejection)
         if verdict.reason != RESERVED:
             shown = [rejection.path] + [s.path for s in rejection.stale]
@@ -348,6 +367,24 @@ class SharedWorkspace(BaseWorkspace):
             ], why="was shown")
         return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited,
                            reservation_wait=res_wait)
+
+    def _configured_deps(self) -> str | None:
+        """``storm.deps``: ``auto`` makes every write/edit/rm use the computed scope."""
+        value = (self.store.config_get(DEPS_KEY) or "all").strip().lower()
+        if value not in ("all", AUTO_DEPS):
+            raise UsageError(f"{DEPS_KEY} is {value!r}, not 'all' or 'auto'",
+                             hint=f"fix it with git config {DEPS_KEY} auto (or unset it)")
+        return AUTO_DEPS if value == AUTO_DEPS else None
+
+    @staticmethod
+    def _auto_scope(auto: depscope.Scope, reads: dict[str, ReadEntry],
+                    paths: list[str]) -> tuple[dict[str, ReadEntry], str, list[str] | None]:
+        """(scope, its name, the deps listed in provenance) of a computed scope."""
+        if auto.paths is None:
+            return dict(reads), auto.name, None
+        scope = {p: reads[p] for p in auto.paths if p in reads}
+        scope.update({p: reads[p] for p in paths if p in reads})
+        return scope, auto.name, sorted(scope)
 
     # -- validation and payloads ------------------------------------------------
     def _target_entry(self, tree: pygit2.Tree, path: str, changes: dict[str, Any]) -> Entry | None:

@@ -29,6 +29,7 @@ from ..core.readsets import ReadEntry
 from ..core.disk import UnsafePath, remove_path, write_file
 from ..core.workspace import BaseWorkspace
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK
+from . import radar
 from .commit_rules import worktree_commit_problems
 from .worktrees import (
     WorktreeInfo,
@@ -272,7 +273,7 @@ class WorktreeWorkspace(BaseWorkspace):
                 shutil.copyfile(index, tmp_index)
             else:
                 os.unlink(tmp_index)
-            env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent,
+            env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent, radar.OFF_ENV: "off",
                    "GIT_AUTHOR_NAME": agent, "GIT_AUTHOR_EMAIL": f"{agent}@storm.invalid",
                    "GIT_COMMITTER_NAME": agent, "GIT_COMMITTER_EMAIL": f"{agent}@storm.invalid"}
             # exactly the paths status reported (copied untracked files are not among them)
@@ -293,7 +294,8 @@ class WorktreeWorkspace(BaseWorkspace):
         with flocked(self.store.commondir, "workspace"):
             events.append(self.store, "commit", agent, f"{agent} committed {len(paths)} path(s) to {w.branch}",
                           {"commit": oid, "branch": w.branch, "paths": paths, "writes": writes, "mode": "worktree"})
-        return CommitResult(oid, w.branch or branch, [agent], writes, paths, subject)
+        return CommitResult(oid, w.branch or branch, [agent], writes, paths, subject,
+                            radar=radar.safe_hits(self.store, agent))
 
     def _log_refusal(self, agent: str, paths: list[str], problems: list[str]) -> None:
         with flocked(self.store.commondir, "workspace"):
@@ -326,6 +328,7 @@ class WorktreeWorkspace(BaseWorkspace):
             if e.get("type") == "merge" and e.get("agent") not in outcomes:
                 outcomes[e["agent"]] = e
         rows = []
+        dirty_by_agent: dict[str, list[str]] = {}
         names = set(storm_branches(self.store))
         names.update(w.agent for w in wts if w.agent and not w.main)
         for agent in sorted(names):
@@ -334,6 +337,7 @@ class WorktreeWorkspace(BaseWorkspace):
             tip = self.store.ref_target("refs/heads/" + branch)
             ahead, behind = ahead_behind(self.store, str(tip) if tip else None, target_oid)
             dirty = dirty_paths(self.store, w.path) if w and not w.prunable else []
+            dirty_by_agent[agent] = dirty
             last = outcomes.get(agent)
             outcome = None
             if last is not None:
@@ -359,7 +363,7 @@ class WorktreeWorkspace(BaseWorkspace):
             except readsets.CorruptReadSet as exc:
                 corrupt.append(str(exc))
         return Status(self.mode, str(target_oid) if target_oid else "", agents, [],
-                      extra={"target": target, "worktrees": rows,
+                      extra={"target": target, "worktrees": rows, "radar": radar.status_items(self.store, dirty_by_agent),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:

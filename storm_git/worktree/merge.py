@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,12 +76,13 @@ class AgentMerge:
     agent: str
     branch: str
     tip: str
-    status: str  # merged | conflicted | up_to_date
+    status: str  # merged | conflicted | up_to_date | test_failed (merge --test: left unmerged)
     commit: str | None = None
     files_changed: list[dict[str, str]] = field(default_factory=list)
     conflicts: list[ConflictFile] = field(default_factory=list)
     resolved_by: str | None = None
     ms: float = 0.0
+    test: dict[str, Any] | None = None  # merge --test: the candidate's test run (storm_git.worktree.queue)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -98,14 +100,19 @@ class MergeReport:
     results: list[AgentMerge]
     updated: str | None = None  # "worktree PATH" or "ref"; None when unchanged / dry run
     dry_run: bool = False
+    queue: dict[str, Any] | None = None  # merge --test: command, order and why (storm_git.worktree.queue)
 
     @property
     def conflicted(self) -> list[AgentMerge]:
         return [r for r in self.results if r.status == "conflicted"]
 
     @property
+    def test_failed(self) -> list[AgentMerge]:
+        return [r for r in self.results if r.status == "test_failed"]
+
+    @property
     def ok(self) -> bool:
-        return not self.conflicted
+        return not self.conflicted and not self.test_failed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +120,7 @@ class MergeReport:
             "updated": self.updated, "dry_run": self.dry_run, "ok": self.ok,
             "merged": [r.agent for r in self.results if r.status == "merged"],
             "conflicted": [r.agent for r in self.conflicted],
+            **({"test_failed": [r.agent for r in self.test_failed], "queue": self.queue} if self.queue else {}),
             # what resolves a conflicted agent: merge the target into its branch, in its worktree
             "next": [f"git storm sync {r.agent} --onto {self.target}" for r in self.conflicted],
             "results": [r.to_dict() for r in self.results],
@@ -297,9 +305,19 @@ def completion_order(store: Store, agents: list[str]) -> list[str]:
 
 
 # -- the merge -----------------------------------------------------------------------------
+Check = Callable[[str, pygit2.Oid], dict[str, Any]]
+Order = Callable[[Store, list[str], pygit2.Oid], list[str]]
+
+
 def merge(store: Store, agents: list[str] | None = None, *, into: str | None = None, strategy: str = "abort",
-          by: str = "manager", dry_run: bool = False) -> MergeReport:
-    """Merge agent branches into the target one by one (see module docstring)."""
+          by: str = "manager", dry_run: bool = False, check: Check | None = None,
+          order_by: Order | None = None) -> MergeReport:
+    """Merge agent branches into the target one by one (see module docstring).
+
+    ``check(agent, candidate)`` (merge --test) is called on each merge commit before it
+    becomes the base of the next: a result without ``passed`` leaves that agent
+    unmerged (``test_failed``). ``order_by`` replaces the order of completion when no
+    agents are named."""
     import time
 
     if strategy not in STRATEGIES:
@@ -320,7 +338,7 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
         else:
             pending = [a for a, b in storm_branches(store).items()
                        if b != target and ahead_behind(store, str(store.ref_target("refs/heads/" + b)), before)[0]]
-            order = completion_order(store, pending)
+            order = (order_by or (lambda s, a, _t: completion_order(s, a)))(store, pending, before)
         cur = before
         results: list[AgentMerge] = []
         for agent in order:
@@ -347,7 +365,14 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
             msg = trailers.format_message(f"storm: merge {branch} ({agent}) into {target}", agent, "merge",
                                           [c["path"] for c in res.files_changed[:50]])
             msg += f"Storm-Merged-By: {by}\nStorm-Strategy: {strategy}\n"
-            cur = store.make_commit(tree, [cur, tip], by, msg)
+            candidate = store.make_commit(tree, [cur, tip], by, msg)
+            if check is not None:
+                res.test = check(agent, candidate)
+                if not res.test.get("passed"):
+                    res.status, res.ms = "test_failed", (time.perf_counter() - t0) * 1000
+                    results.append(res)
+                    continue
+            cur = candidate
             res.commit, res.status = str(cur), "merged"
             res.ms = (time.perf_counter() - t0) * 1000
             results.append(res)
@@ -368,7 +393,8 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
                                    "conflicts": [c.path for c in r.conflicts],
                                    "conflict_hunks": sum(len(c.hunks) for c in r.conflicts),
                                    "overridden_hunks": overridden,
-                                   "files_changed": [c["path"] for c in r.files_changed][:200]})
+                                   "files_changed": [c["path"] for c in r.files_changed][:200],
+                                   **({"test": r.test} if r.test is not None else {})})
     return report
 
 

@@ -1,0 +1,392 @@
+"""A computed dependency scope for a storm-mode write (``--deps auto``, ``storm.deps=auto``).
+
+Validating a write against the agent's whole read set rejects it when any file
+the agent ever read in this task changed, even one the new code does not depend
+on: a needless re-plan. ``auto`` validates the target against the read files it
+depends on, found with Python's ``ast`` on the content being written:
+
+* the files it imports (``import a.b`` also runs ``a/__init__.py``; ``from a import
+  b`` may name the submodule ``a/b.py``), resolved to paths of the shared head's
+  tree (or the read set) from the top, from the target's directory and from each
+  directory above it (``src/`` layouts, scripts), relative imports from its package;
+* the files that define the names it uses: a name imported from a package that
+  re-exports it is followed to the module defining it (through ``from x import
+  name`` and ``*`` chains), and a name it uses but never binds (a star import,
+  an injected global) counts every read Python file defining it at the top,
+  plus the ``conftest.py`` files above a test (its fixtures);
+* the read files that import the target (its callers: a changed caller may call
+  what this write changes; both the version the agent read and the current one
+  are looked at, so a caller that started using the target meanwhile counts);
+* every file the agent wrote in this task (its own work must still fit together).
+
+Anything else in the read set is left out. A target that is not Python, does not
+parse, or is deleted falls back to the whole read set (``auto:all``), as does a
+write of several paths with one such target. The scope only ever drops read
+files; the target itself is always validated.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import posixpath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from . import trailers
+from .errors import BadPath
+from .readsets import ReadEntry
+from .store import Store
+
+AUTO = "auto"
+ALL = "all"
+FALLBACK = "auto:all"
+PY_SUFFIXES = (".py", ".pyi")
+MAX_CHAIN = 4  # re-export hops followed from an imported module to the defining one
+_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__package__", "__spec__",
+                                          "__loader__", "__path__", "__builtins__", "__annotations__"}
+
+
+@dataclass
+class ModuleInfo:
+    """What one Python source says about its dependencies (cached by blob id)."""
+
+    imports: list[tuple[str, int, list[tuple[str, str]] | None]] = field(default_factory=list)
+    # (module, level, [(name, bound as)] for from-imports, None for `import module`)
+    defs: set[str] = field(default_factory=set)  # names bound at the top (def, class, =, import)
+    free: set[str] = field(default_factory=set)  # names loaded but bound nowhere in the file
+    attrs: set[tuple[str, str]] = field(default_factory=set)  # (name, attribute) of `name.attr`
+
+
+@dataclass
+class Scope:
+    """The paths a write is validated against: ``paths`` None means the whole read set."""
+
+    name: str  # "auto" or "auto:all"
+    paths: set[str] | None
+    why: str
+    head: pygit2.Oid | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why}
+
+
+_INFO: dict[str, ModuleInfo | None] = {}
+
+
+def _top_level_binds(body: list[ast.stmt], out: set[str]) -> None:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name != "*":
+                    out.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for part in ("body", "orelse", "finalbody"):
+                _top_level_binds(getattr(node, part, []) or [], out)
+            for h in getattr(node, "handlers", []) or []:
+                _top_level_binds(h.body, out)
+            if isinstance(node, ast.For):
+                out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+
+
+def parse(source: bytes) -> ModuleInfo | None:
+    """The module's imports, top-level names and free names; None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    info = ModuleInfo()
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                info.imports.append((a.name, 0, None))
+                bound.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            info.imports.append((node.module or "", node.level or 0, [(a.name, a.asname or a.name) for a in node.names]))
+            bound.update(a.asname or a.name for a in node.names if a.name != "*")
+        elif isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            info.attrs.add((node.value.id, node.attr))
+        elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+    _top_level_binds(tree.body, info.defs)
+    info.free = loaded - bound - _BUILTINS
+    return info
+
+
+def _info(store: Store, blob: str | None) -> ModuleInfo | None:
+    if blob is None:
+        return None
+    if blob not in _INFO:
+        if len(_INFO) > 4096:
+            _INFO.clear()
+        try:
+            _INFO[blob] = parse(store.blob_bytes(pygit2.Oid(hex=blob)))
+        except (KeyError, ValueError):
+            _INFO[blob] = None
+    return _INFO[blob]
+
+
+def is_python(path: str) -> bool:
+    return path.endswith(PY_SUFFIXES)
+
+
+# -- resolving modules to paths ----------------------------------------------------------------
+def _roots(importer: str) -> list[str]:
+    """Directories an absolute import may be relative to: the top, then the importer's
+    directory and each one above it (a src/ layout, a script's own directory)."""
+    d = posixpath.dirname(importer)
+    out = [""]
+    while d:
+        out.append(d)
+        d = posixpath.dirname(d)
+    return out
+
+
+def _candidates(parts: list[str], base: str) -> list[str]:
+    """Files that importing ``parts`` from ``base`` runs: each package's __init__ and the module."""
+    out = []
+    for i in range(1, len(parts) + 1):
+        stem = posixpath.join(base, *parts[:i]) if base else posixpath.join(*parts[:i])
+        out.append(stem + "/__init__.py")
+        if i == len(parts):
+            out += [stem + ".py", stem + ".pyi", stem + "/__init__.pyi"]
+    return out
+
+
+def resolve(importer: str, module: str, level: int, known: Callable[[str], bool],
+            names: Iterable[str] = ()) -> list[str]:
+    """Known paths (in the head's tree, the read set or the write) that an import in
+    ``importer`` may load, including submodules named by a from-import's ``names``."""
+    parts = [p for p in module.split(".") if p]
+    if level:
+        base = posixpath.dirname(importer)
+        for _ in range(level - 1):
+            base = posixpath.dirname(base)
+        bases = [base]
+    else:
+        bases = _roots(importer)
+    found: list[str] = []
+    for base in bases:
+        if not parts and not level:
+            continue
+        cands = _candidates(parts, base) if parts else [posixpath.join(base, "__init__.py") if base else "__init__.py"]
+        pkg = posixpath.join(base, *parts) if parts else base
+        for n in names:
+            if n != "*":
+                sub = posixpath.join(pkg, n) if pkg else n
+                cands += [sub + ".py", sub + "/__init__.py", sub + ".pyi"]
+        found += [c for c in cands if known(c)]
+    return list(dict.fromkeys(found))
+
+
+# -- the scope ---------------------------------------------------------------------------------
+class _Resolver:
+    """Lookups against the shared head's tree, the read set and the write, cached."""
+
+    def __init__(self, store: Store, tree: pygit2.Tree, reads: dict[str, ReadEntry], changes: dict[str, Any]):
+        self.store, self.tree, self.reads, self.changes = store, tree, reads, changes
+        self._blobs: dict[str, str | None] = {}
+        self._dirs: dict[str, frozenset[str]] = {}
+
+    def head_blob(self, path: str) -> str | None:
+        if path not in self._blobs:
+            try:
+                e = self.store.entry(self.tree, path)
+            except (BadPath, KeyError, ValueError):
+                e = None
+            self._blobs[path] = str(e.oid) if e is not None else None
+        return self._blobs[path]
+
+    def known(self, path: str) -> bool:
+        if path in self.changes or path in self.reads:
+            return True
+        d, _, name = path.rpartition("/")
+        return name in self._names(d) and self.head_blob(path) is not None
+
+    def _names(self, d: str) -> frozenset[str]:
+        """Entry names of directory ``d`` at the head (one tree lookup per directory)."""
+        if d not in self._dirs:
+            try:
+                obj = self.tree[d] if d else self.tree
+                self._dirs[d] = frozenset(e.name for e in obj) if isinstance(obj, pygit2.Tree) else frozenset()
+            except (KeyError, ValueError):
+                self._dirs[d] = frozenset()
+        return self._dirs[d]
+
+    def infos(self, path: str) -> list[ModuleInfo]:
+        """The module as it is at the head and as the agent read it (both can matter)."""
+        blobs = {self.head_blob(path), self.reads[path].blob if path in self.reads else None}
+        return [i for i in (_info(self.store, b) for b in blobs if b) if i is not None]
+
+    def defining(self, path: str, name: str, depth: int = 0, seen: set[tuple[str, str]] | None = None) -> set[str]:
+        """``path`` plus the modules it takes ``name`` from (re-exports, star imports)."""
+        seen = set() if seen is None else seen
+        if (path, name) in seen or depth > MAX_CHAIN:
+            return set()
+        seen.add((path, name))
+        out = {path}
+        for info in self.infos(path):
+            for module, level, names in info.imports:
+                if names is None:
+                    continue
+                for orig, asname in names:
+                    if orig == "*" or asname == name:
+                        for p in resolve(path, module, level, self.known, [orig]):
+                            out |= self.defining(p, name if orig == "*" else orig, depth + 1, seen)
+        return out
+
+
+def _own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[str]:
+    """Read-set paths whose recorded version is one this agent wrote (in this task: a
+    read set belongs to one task): the entry's head is the agent's own write of it."""
+    out: set[str] = set()
+    heads: dict[str, tuple[str | None, set[str]]] = {}
+    for p, e in reads.items():
+        if not e.head:
+            continue
+        if e.head not in heads:
+            try:
+                t = trailers.parse(store.commit(pygit2.Oid(hex=e.head)).message)
+                heads[e.head] = ((t.get("Storm-Agent") or [None])[0], set(t.get("Storm-Path", [])))
+            except (KeyError, ValueError):
+                heads[e.head] = (None, set())
+        who, paths = heads[e.head]
+        if who == agent and p in paths:
+            out.add(p)
+    return out
+
+
+def _target_deps(r: _Resolver, target: str, info: ModuleInfo) -> set[str]:
+    """Imports, name-defining files and conftest.py files of one Python target."""
+    out: set[str] = set()
+    aliases: dict[str, list[str]] = {}
+    for module, level, names in info.imports:
+        listed = [n for n, _ in names] if names else []
+        paths = resolve(target, module, level, r.known, listed)
+        out.update(paths)
+        if names is None:
+            aliases.setdefault(module.split(".")[0], []).extend(paths)
+            continue
+        for orig, asname in names:
+            for p in paths:
+                if orig == "*" or not p.endswith(f"/{orig}.py"):
+                    out |= r.defining(p, orig if orig != "*" else "*")
+            for p in resolve(target, module, level, r.known, [orig]):
+                aliases.setdefault(asname, []).append(p)
+    for name, attr in info.attrs:  # pkg.helper: the module pkg takes helper from
+        for p in aliases.get(name, []):
+            out |= r.defining(p, attr)
+            out.update(resolve(p, attr, 1, r.known) if p.endswith("__init__.py") else [])
+    if info.free:
+        for p in r.reads:
+            if is_python(p) and p != target:
+                if any(info.free & i.defs for i in r.infos(p)):
+                    out.add(p)
+    d = posixpath.dirname(target)
+    while True:
+        out.add(posixpath.join(d, "conftest.py") if d else "conftest.py")
+        if not d:
+            break
+        d = posixpath.dirname(d)
+    return out
+
+
+def _exposed(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+    """Names through which a file can reach a target: its module name, its package's,
+    and every name it defines (in the version read, the current one and the new one)."""
+    names = {"*"}
+    for t in targets:
+        stem = posixpath.basename(t).rsplit(".", 1)[0]
+        names.add(posixpath.basename(posixpath.dirname(t)) if stem == "__init__" else stem)
+        for info in r.infos(t) + new:
+            names |= info.defs
+    return names
+
+
+def _may_reach(info: ModuleInfo, exposed: set[str]) -> bool:
+    """Cheap and sound filter: an import or use of one of the exposed names."""
+    for module, _level, names in info.imports:
+        if exposed.intersection(module.split(".")) or (names and any(n in exposed or a in exposed for n, a in names)):
+            return True
+    return bool(exposed.intersection(a for _, a in info.attrs) or exposed & info.free)
+
+
+def _dependents(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+    """Read Python files that import a target (or a name it defines), in the version
+    read or the current one; conftest.py targets count for every file below them."""
+    out = set()
+    exposed = _exposed(r, targets, new)
+    fixtures = [posixpath.dirname(t) for t in targets if posixpath.basename(t) == "conftest.py"]
+    for p in r.reads:
+        if p in targets or not is_python(p):
+            continue
+        if any(d == "" or p.startswith(d + "/") for d in fixtures):
+            out.add(p)
+            continue
+        for info in r.infos(p):
+            if _may_reach(info, exposed) and targets.intersection(_target_deps(r, p, info)):
+                out.add(p)
+                break
+    return out
+
+
+def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
+            head: pygit2.Oid) -> Scope:
+    """The read files the write of ``changes`` depends on, at ``head`` (module docstring)."""
+    for p, c in changes.items():
+        if isinstance(c, tuple):
+            c = c[0]
+        if not is_python(p):
+            return Scope(FALLBACK, None, f"{p} is not Python: the whole read set", head)
+        if c is None:
+            return Scope(FALLBACK, None, f"{p} is deleted: the whole read set", head)
+        if not isinstance(c, bytes) or parse(c) is None:
+            return Scope(FALLBACK, None, f"{p} does not parse as Python: the whole read set", head)
+    r = _Resolver(store, store.commit(head).tree, reads, changes)
+    deps: set[str] = set()
+    new = []
+    for p, c in changes.items():
+        info = parse(c[0] if isinstance(c, tuple) else c)
+        new.append(info)
+        deps |= _target_deps(r, p, info)
+    deps |= _dependents(r, set(changes), new)
+    deps |= _own_writes(store, agent, reads)
+    paths = {p for p in deps if p in reads and p not in changes}
+    return Scope(AUTO, paths, f"{len(paths)} of {len(reads)} read file(s): imports, name definitions, "
+                              "importers and the agent's own writes", head)
+
+
+def widen(scope: Scope, store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
+          head: pygit2.Oid) -> bool:
+    """Under the lock, at a head other than the one ``scope`` was computed at: add what
+    the files that moved since now bring in. Returns whether paths were added."""
+    if scope.paths is None or head == scope.head:
+        return False
+    again = compute(store, agent, changes, reads, head)
+    scope.head = head
+    if again.paths is None:
+        scope.paths, scope.name, scope.why = None, FALLBACK, again.why
+        return True
+    added = again.paths - scope.paths
+    scope.paths |= added
+    return bool(added)

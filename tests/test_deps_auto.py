@@ -1,0 +1,218 @@
+"""``--deps auto`` / ``storm.deps=auto``: a write is validated against the read files
+its new content depends on (storm_git.core.depscope), never fewer than a real conflict
+needs: an unrelated stale read is let through, a changed import, name-defining
+file or importer is still a rejection, and other languages use the whole read set."""
+from __future__ import annotations
+
+import pytest
+
+from helpers import git, make_repo, storm, storm_json
+
+FILES = {
+    "pkg/__init__.py": "from .core import helper\n",
+    "pkg/core.py": "def helper():\n    return 1\n",
+    "pkg/models.py": "class User:\n    name = ''\n",
+    "app.py": "from pkg import helper\nfrom pkg.models import User\n\n\ndef run():\n    return helper(), User()\n",
+    "notes.py": "X = 1\n",
+    "README.md": "# demo\n",
+    "data.txt": "one\n",
+}
+NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "r", FILES)
+
+
+def _read(repo, agent, *paths):
+    r = storm(repo, "read", *paths, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def _change(repo, path, old, new, agent="b"):
+    _read(repo, agent, path)
+    r = storm(repo, "edit", path, "--old", old, "--new", new, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def _write(repo, path, content, *args, agent="a"):
+    return storm_json(repo, "write", path, *args, input=content, agent=agent)
+
+
+def test_unrelated_stale_read_is_accepted_only_with_auto(repo):
+    _read(repo, "a", "app.py", "notes.py", "pkg/models.py")
+    _change(repo, "notes.py", "X = 1", "X = 2")
+    code, out = _write(repo, "app.py", NEW_APP)  # the whole read set: notes.py is stale
+    assert code == 1 and out["rejection"]["reason"] == "stale_dependency"
+    assert out["rejection"]["scope"]["name"] == "all"
+    assert [s["path"] for s in out["rejection"]["stale"]] == ["notes.py"]
+    storm(repo, "release", "app.py", agent="a")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0 and out["accepted"], out
+    assert git(repo, "show", "refs/storm/workspace:app.py").stdout.decode() == NEW_APP
+
+
+def test_changed_import_is_rejected_with_the_scope_named(repo):
+    _read(repo, "a", "app.py", "pkg/models.py", "notes.py")
+    _change(repo, "pkg/models.py", "name = ''", "full_name = ''")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1, out
+    rej = out["rejection"]
+    assert rej["reason"] == "stale_dependency" and [s["path"] for s in rej["stale"]] == ["pkg/models.py"]
+    assert rej["scope"]["name"] == "auto" and "pkg/models.py" in rej["scope"]["paths"]
+    assert "notes.py" not in rej["scope"]["paths"]
+    assert "validated against scope auto" in rej["message"]
+
+
+def test_name_defining_file_behind_a_reexport_is_rejected(repo):
+    # app.py imports helper from pkg, which takes it from pkg/core.py
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and [s["path"] for s in out["rejection"]["stale"]] == ["pkg/core.py"], out
+
+
+def test_changed_importer_of_the_target_is_rejected(repo):
+    # a changes helper; b meanwhile changed app.py, which calls it
+    _read(repo, "a", "pkg/core.py", "app.py", "notes.py")
+    _change(repo, "app.py", "return helper(), User()", "return helper() + 1, User()")
+    new_core = "def helper(strict=False):\n    return 1\n"
+    code, out = _write(repo, "pkg/core.py", new_core, "--deps", "auto")
+    assert code == 1 and [s["path"] for s in out["rejection"]["stale"]] == ["app.py"], out
+
+
+def test_non_python_target_falls_back_to_the_whole_read_set(repo):
+    _read(repo, "a", "README.md", "data.txt")
+    _change(repo, "data.txt", "one", "two")
+    code, out = _write(repo, "README.md", "# demo\n\nmore\n", "--deps", "auto")
+    assert code == 1 and out["rejection"]["reason"] == "stale_dependency"
+    assert out["rejection"]["scope"]["name"] == "auto:all" and "not Python" in out["rejection"]["scope"]["why"]
+
+
+def test_python_that_does_not_parse_falls_back(repo):
+    _read(repo, "a", "app.py", "notes.py")
+    _change(repo, "notes.py", "X = 1", "X = 3")
+    code, out = _write(repo, "app.py", "def broken(:\n", "--deps", "auto")
+    assert code == 1 and out["rejection"]["scope"]["name"] == "auto:all", out
+
+
+def test_own_earlier_write_stays_in_scope(repo):
+    """A file the agent wrote in this task is validated too (its work must fit together)."""
+    _read(repo, "a", "notes.py", "app.py")
+    r = storm(repo, "edit", "notes.py", "--old", "X = 1", "--new", "X = 10", agent="a")
+    assert r.returncode == 0, r.stderr
+    _change(repo, "notes.py", "X = 10", "X = 11")  # b overwrote a's own write
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and [s["path"] for s in out["rejection"]["stale"]] == ["notes.py"], out
+
+
+def test_config_makes_auto_the_default_and_all_overrides_it(repo):
+    git(repo, "config", "storm.deps", "auto")
+    _read(repo, "a", "app.py", "notes.py")
+    _change(repo, "notes.py", "X = 1", "X = 2")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "all")
+    assert code == 1 and out["rejection"]["scope"]["name"] == "all"
+    storm(repo, "release", "app.py", agent="a")
+    code, out = _write(repo, "app.py", NEW_APP)
+    assert code == 0, out
+    # provenance records the scope the write was validated against
+    assert storm(repo, "status").returncode == 0  # folds journals into the notes
+    note = git(repo, "notes", "--ref", "storm/agents/a", "show", out["commit"]).stdout.decode()
+    assert "scope: auto\n" in note and "app.py" in note and "notes.py" not in note
+    git(repo, "config", "storm.deps", "sometimes")
+    r = storm(repo, "write", "app.py", input=NEW_APP, agent="a")
+    assert r.returncode == 2 and "storm.deps" in r.stderr
+
+
+def test_auto_cannot_be_combined_with_paths(repo):
+    _read(repo, "a", "app.py")
+    r = storm(repo, "write", "app.py", "--deps", "auto", "--deps", "notes.py", input=NEW_APP, agent="a")
+    assert r.returncode == 2 and "--deps auto" in r.stderr
+
+
+def test_library_accepts_the_constant(repo):
+    from storm_git.api import open_workspace
+    from storm_git.storm.shared import AUTO_DEPS
+
+    ws = open_workspace(str(repo))
+    ws.read(["app.py", "notes.py"], agent="a")
+    _change(repo, "notes.py", "X = 1", "X = 5")
+    res = ws.write("app.py", NEW_APP.encode(), agent="a", deps=AUTO_DEPS)
+    assert res.accepted, res.rejection and res.rejection.message
+
+
+def test_conftest_target_covers_the_tests_below_it(repo):
+    files = {"tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef user():\n    return 1\n",
+             "tests/test_user.py": "def test_user(user):\n    assert user == 1\n"}
+    for path, text in files.items():
+        _read(repo, "b", path)
+        assert storm(repo, "write", path, input=text, agent="b").returncode == 0
+    _read(repo, "a", "tests/conftest.py", "tests/test_user.py")
+    _change(repo, "tests/test_user.py", "assert user == 1", "assert user == 2")
+    code, out = _write(repo, "tests/conftest.py", files["tests/conftest.py"].replace("return 1", "return 3"),
+                       "--deps", "auto")
+    assert code == 1 and [s["path"] for s in out["rejection"]["stale"]] == ["tests/test_user.py"], out
+
+
+def _waiters(lock: str) -> int:
+    """Processes blocked in flock() on ``lock`` (from /proc/locks)."""
+    import os
+
+    ino = os.stat(lock).st_ino
+    with open("/proc/locks") as fh:
+        return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
+
+
+def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(repo):
+    """The scope is computed before the workspace lock; an importer of the target that
+    appears meanwhile (another writer moved the head) must still reject the write."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pygit2
+
+    from storm_git.core.store import WORKSPACE_REF, Store
+
+    _read(repo, "a", "pkg/core.py", "notes.py")
+    lock = str(repo / ".git" / "storm" / "locks" / "workspace")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        env = dict(os.environ, STORM_AGENT="a")
+        p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", "pkg/core.py", "--deps", "auto", "--json"],
+                             cwd=repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(b"def helper(strict=False):\n    return 1\n")
+        p.stdin.close()
+        deadline = time.monotonic() + 60
+        while _waiters(lock) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiters(lock) == 1, "the writer never reached the lock"
+        # another agent's write lands meanwhile: notes.py now calls helper from pkg.core
+        store = Store.discover(str(repo))
+        ref = store.ref(WORKSPACE_REF)
+        tree = store.commit(ref.target).tree
+        blob = store.write_blob(b"from pkg.core import helper\n\nX = helper()\n")
+        new = store.make_commit(store.tree_with(tree, {"notes.py": (blob, pygit2.GIT_FILEMODE_BLOB)}), [ref.target],
+                                "b", "b: notes uses helper\n\nStorm-Agent: b\nStorm-Op: write\nStorm-Path: notes.py\n")
+        assert store.cas(ref, WORKSPACE_REF, new, "test")
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    p.wait(timeout=60)
+    out, err = p.stdout.read(), p.stderr.read()
+    assert p.returncode == 1, (out, err)
+    import json
+
+    rej = json.loads(out)["rejection"]
+    assert [s["path"] for s in rej["stale"]] == ["notes.py"] and "notes.py" in rej["scope"]["paths"]
+
+
+def test_a_deletion_falls_back_to_the_whole_read_set(repo):
+    _read(repo, "a", "pkg/models.py", "notes.py")
+    _change(repo, "notes.py", "X = 1", "X = 4")
+    code, out = storm_json(repo, "rm", "pkg/models.py", "--deps", "auto", agent="a")
+    assert code == 1 and out["rejection"]["scope"]["name"] == "auto:all" and "deleted" in out["rejection"]["scope"]["why"]
