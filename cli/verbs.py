@@ -155,17 +155,9 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def _deps(deps: tuple[str, ...]) -> list[str] | str | None:
-    """--deps PATH… (explicit), --deps auto (computed scope) or --deps all (whole read set,
-    over storm.deps=auto); a file really named auto or all is given as ./auto."""
-    from storm_git.core.errors import UsageError
+    from storm_git.storm.shared import deps_argument
 
-    if not deps:
-        return None
-    words = [d for d in deps if d in ("auto", "all")]
-    if words and len(deps) > 1:
-        raise UsageError(f"--deps {words[0]} cannot be combined with other --deps",
-                         hint="give either --deps auto, --deps all, or the paths (a file named auto: ./auto)")
-    return words[0] if words else list(deps)
+    return deps_argument(deps)
 
 
 def _agent(agent: str | None) -> str | None:

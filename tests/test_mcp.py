@@ -313,6 +313,30 @@ def test_small_tools_in_memory(repo):
     assert storm(repo, "doctor").returncode == 0
 
 
+def test_write_deps_auto_skips_an_unrelated_stale_read_and_deps_all_does_not(repo):
+    """The tools' ``deps`` take the CLI's words: ["auto"] validates only what the new
+    content depends on (not a file named "auto"), ["all"] the whole read set."""
+    async def main() -> None:
+        async with mcp.Client(_server(repo)) as c:
+            r = await c.call_tool("read", {"paths": ["src/util.py", "README.md"]})
+            assert not r.is_error
+            other = storm(repo, "write", "README.md", "-m", "e2: title", input="# renamed\n", agent="engineer_2")
+            assert other.returncode == 1  # engineer_2 never read it: unread_target, counts as its read
+            assert storm(repo, "write", "README.md", "-m", "e2: title", input="# renamed\n",
+                         agent="engineer_2").returncode == 0
+            new = "def clamp(x, lo, hi):\n    return min(hi, max(lo, x))\n"
+            r = await c.call_tool("write", {"path": "src/util.py", "content": new, "deps": ["all"]})
+            assert r.is_error and r.structured_content["rejection"]["reason"] == "stale_dependency"
+            r = await c.call_tool("read", {"paths": ["src/util.py"]})
+            r = await c.call_tool("write", {"path": "src/util.py", "content": new, "deps": ["auto"]})
+            assert not r.is_error and r.structured_content["accepted"], text(r)
+            r = await c.call_tool("write", {"path": "src/util.py", "content": new, "deps": ["auto", "README.md"]})
+            assert r.is_error and "cannot be combined" in text(r)
+
+    anyio.run(main)
+    assert show(repo, "refs/storm/workspace", "src/util.py").decode().startswith("def clamp(x, lo, hi):\n    return min")
+
+
 def test_undo_is_refused_when_another_agent_changed_the_file_since(repo):
     async def main() -> None:
         async with mcp.Client(_server(repo, "engineer_1")) as a, mcp.Client(_server(repo, "engineer_2")) as b:

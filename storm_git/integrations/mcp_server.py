@@ -127,7 +127,8 @@ def server_for(tools: StormTools) -> MCPServer:
               intent: IntentArg = None,
               deps: Annotated[list[str] | None, Field(
                   description="Validate only these read files (plus the target) instead of everything you "
-                              "read.")] = None,
+                              "read; [\"auto\"]: the read files the new content depends on (imports, "
+                              "definitions).")] = None,
               no_wait: Annotated[bool, Field(description="Be rejected at once instead of waiting for "
                                                          "another agent's reservation.")] = False
               ) -> CallToolResult:

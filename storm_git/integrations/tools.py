@@ -25,7 +25,7 @@ from ..api import open_workspace
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
-from ..storm.shared import SharedWorkspace
+from ..storm.shared import SharedWorkspace, deps_argument
 from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit
@@ -378,7 +378,8 @@ class StormTools:
         ws = self.workspace()
         p = self._norm(path, self._top(ws))
         base = None if isinstance(ws, SharedWorkspace) else self._base(ws, p)[0]
-        res = ws.write(p, content.encode("utf-8"), agent=self.agent, intent=intent, deps=deps, wait=not no_wait)
+        res = ws.write(p, content.encode("utf-8"), agent=self.agent, intent=intent, deps=deps_argument(deps),
+                       wait=not no_wait)
         if res.accepted and not isinstance(ws, SharedWorkspace):
             self.history.push(p, base)
         return self._written(res, f"Wrote {p} ({len(content.encode('utf-8'))} bytes).")

@@ -66,6 +66,20 @@ AUTO_DEPS = depscope.AUTO
 DEPS_KEY = "storm.deps"
 
 
+def deps_argument(words: Iterable[str] | None) -> list[str] | str | None:
+    """The ``deps`` of a write from what a user or an agent typed (CLI ``--deps``, the MCP
+    tools' ``deps`` list): paths, or the one word ``auto`` (computed scope) or ``all``
+    (the whole read set, over ``storm.deps=auto``); a file really named so is ``./auto``."""
+    if not words:
+        return None
+    words = list(words)
+    special = [d for d in words if d in (AUTO_DEPS, depscope.ALL)]
+    if special and len(words) > 1:
+        raise UsageError(f"--deps {special[0]} cannot be combined with other --deps",
+                         hint="give either --deps auto, --deps all, or the paths (a file named auto: ./auto)")
+    return special[0] if special else words
+
+
 class _MustReject:
     """Content of an edit that cannot be computed: validation must refuse it."""
 
