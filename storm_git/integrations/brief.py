@@ -42,6 +42,8 @@ the current content; re-plan from it, then retry:
   change on top of the other agent's work (never paste your old version back).
 * stale_dependency: a file you read (not the target) changed. Check whether
   your change still fits it, then retry; the rejection counts as the re-read.
+  To be stopped only by files your change depends on (what a Python file
+  imports or uses), write with --deps auto (the MCP tools: deps ["auto"]).
 * unread_target: you never read an existing file. Its content is attached and
   now counts as read: write again based on it.
 * reserved: another agent holds the file for a few seconds after its own
