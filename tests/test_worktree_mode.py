@@ -314,6 +314,8 @@ def test_status_lists_worktrees_and_cleanup_removes_merged(wrepo):
     ws.write("b.txt", b"b\n", agent="b")
     ws.commit("b", agent="b")
     ws.write("c.txt", b"c\n", agent="c")  # uncommitted
+    for a in ("a", "b", "c"):
+        ws.read([f"{a}.txt"], agent=a)
     assert storm(wrepo, "merge", "a").returncode == 0
     rows = {w["agent"]: w for w in ws.status().extra["worktrees"]}
     assert (rows["a"]["ahead"], rows["a"]["merge"]) == (0, "merged")
@@ -327,10 +329,12 @@ def test_status_lists_worktrees_and_cleanup_removes_merged(wrepo):
         "b": "1 commit(s) not merged into main", "c": f"1 uncommitted change(s) in {worktree_path(s, 'c')}"}
     assert not os.path.exists(worktree_path(s, "a")) and git(wrepo, "rev-parse", "--verify", "-q", "storm/a",
                                                              check=False).returncode != 0
+    assert ws.read_set("a") == {} and ws.read_set("b")  # a removed agent leaves no orphan read set
     code, out = storm_json(wrepo, "cleanup", "--all")
     assert code == 0 and sorted(x["agent"] for x in out["removed"]) == ["b", "c"]
     assert {x["agent"]: (x["merged"], x["dirty"]) for x in out["removed"]} == {"b": (False, []), "c": (True, ["c.txt"])}
     assert git(wrepo, "worktree", "list", "--porcelain").stdout.count(b"worktree ") == 1
+    assert storm(wrepo, "doctor").returncode == 0, storm(wrepo, "doctor").stdout
 
 
 def test_cli_help_has_examples():

@@ -24,7 +24,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events
+from ..core import events, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, RepoStateError, UsageError
 from ..core.locks import flocked
@@ -443,6 +443,9 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                 if wt is not None:
                     run_git(["worktree", "remove", "--force", "--force", wt.path], store.main_workdir)
                 run_git(["update-ref", "-d", "refs/heads/" + branch, str(tip)], store.main_workdir)
+                # its read set named versions in the worktree just removed: left, it would be
+                # an orphan doctor reports (its provenance notes stay, they are history)
+                readsets.forget(store, agent, None)
                 res.removed.append({"agent": agent, "branch": branch, "path": wt.path if wt else None,
                                     "head": str(tip), "merged": ahead == 0, "dirty": dirty})
     if res.removed or res.pruned or res.leftovers:
