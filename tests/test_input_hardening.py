@@ -402,3 +402,26 @@ def test_a_lock_just_ahead_of_the_clock_is_left_alone(repo):
     code, rep = storm_json(repo, "doctor", "--fix")
     assert not [f for f in rep["findings"] if f["kind"] == "stale_ref_lock"] and os.path.exists(lock)
     os.unlink(lock)
+
+
+# -- a read of many paths checks each of them on disk (directories are looked at once) -----------
+def test_a_batch_read_refuses_any_path_that_one_read_would_refuse(repo, tmp_path):
+    from storm_git import open_workspace
+    from storm_git.core.errors import BadPath
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "x.py").write_text("secret\n")
+    os.symlink(tmp_path / "outside", repo / "link")
+    ws = open_workspace(str(repo))
+    before = _state(repo)
+    cases = {  # each after paths that share its directory and passed
+        "link/x.py": "symbolic link", "src/api.py/x": "is a file", "src": "is a directory",
+    }
+    for bad, why in cases.items():
+        with pytest.raises(BadPath, match=why):
+            ws.read(["src/util.py", "src/client.py", bad, "src/api.py"], agent="e1")
+    assert _state(repo) == before and ws.read_set("e1") == {}
+    # a directory missing on disk: every path below it is read from the shared tree
+    res = ws.read(["gone/a.py", "gone/b.py", "src/api.py"], agent="e1")
+    assert [(r.path, r.version is None) for r in res] == [("gone/a.py", True), ("gone/b.py", True),
+                                                          ("src/api.py", False)]

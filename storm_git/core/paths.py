@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 
 from .errors import BadPath
 
@@ -46,6 +47,8 @@ def _refused_name(part: str) -> str | None:
     """Why git (with core.protectNTFS and core.protectHFS, as on Windows and macOS) refuses
     the component ``part``, or None. Storm refuses them on every platform: a tree holding one
     cannot be checked out there and could write into ``.git``."""
+    if part.isascii() and "git" not in part.lower() and "::$" not in part:
+        return None  # every refused spelling holds "git" in ASCII letters, or "::$"
     if part.lower() == ".git" or _is_ntfs_dotgit(part) or _is_hfs_dotgit(part):
         return "names .git on Windows or macOS"
     if "::$" in part:
@@ -132,7 +135,7 @@ def normalize(raw: str, prefix: str = "", top: str | None = None) -> str:
     return path
 
 
-def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
+def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] | None = None) -> None:
     """Refuse a path whose on-disk form is unsafe under working tree ``top``.
 
     A parent directory that is a symlink is refused (git calls this "beyond a
@@ -140,8 +143,13 @@ def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
     leads out of the repository is refused, and so is a directory where a file is
     expected. A symlink inside the repository may be read (as git stores it: the
     link text) but not written through.
+
+    ``seen``: one dict shared by the checks of one batch (a read of many paths), so each
+    directory on the way is looked at once, not once per path below it.
     """
-    real_top = os.path.realpath(top)
+    if seen is None:
+        seen = {}
+    real_top = seen.get("") or seen.setdefault("", os.path.realpath(top))
     if for_write and len(os.fsencode(os.path.join(top, path))) >= MAX_PATH_BYTES:
         raise BadPath(f"{path[:80]!r}... is too long to be written under {top} (PATH_MAX {MAX_PATH_BYTES})",
                       hint="use a shorter path")
@@ -150,7 +158,19 @@ def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
     for i, part in enumerate(parts):
         cur = os.path.join(cur, part)
         last = i == len(parts) - 1
-        if os.path.islink(cur):
+        if not last:
+            known = seen.get(cur)
+            if known == "dir":
+                continue
+            if known == "missing":
+                return
+        try:
+            st = os.lstat(cur)  # one system call tells missing, link, directory and file apart
+        except OSError:
+            if not last:
+                seen[cur] = "missing"
+            return
+        if stat.S_ISLNK(st.st_mode):
             target = os.path.realpath(cur)
             inside = target == real_top or target.startswith(real_top + os.sep)
             if not inside:
@@ -162,15 +182,15 @@ def check_on_disk(path: str, top: str, *, for_write: bool) -> None:
             if for_write:
                 raise BadPath(f"{path!r} is a symbolic link", hint="storm writes regular files only")
             return
-        if not os.path.lexists(cur):
-            return
         if not last and os.path.lexists(os.path.join(cur, ".git")):
             inner = "/".join(parts[:i + 1])
             sub = os.path.isfile(os.path.join(cur, ".git"))
             what, whats = ("submodule", "submodules") if sub else ("nested repository", "nested repositories")
             raise BadPath(f"{path!r} is inside the {what} {inner!r}; storm does not write inside {whats}",
                           hint=f"work in {inner} with git itself")
-        if not last and not os.path.isdir(cur):
+        if not last and not stat.S_ISDIR(st.st_mode):
             raise BadPath(f"{'/'.join(parts[:i + 1])!r} is a file, so {path!r} cannot exist")
-        if last and os.path.isdir(cur):
+        if not last:
+            seen[cur] = "dir"
+        if last and stat.S_ISDIR(st.st_mode):
             raise BadPath(f"{path!r} is a directory, not a file")

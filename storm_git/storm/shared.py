@@ -112,10 +112,11 @@ class SharedWorkspace(BaseWorkspace):
         return self.store.config_float("storm.reservationSeconds", DEFAULT_RESERVATION_SECONDS)
 
     # -- helpers ---------------------------------------------------------------
-    def path(self, raw: str, *, for_write: bool = False) -> str:
-        """Validate a user path (relative to the caller's directory)."""
+    def path(self, raw: str, *, for_write: bool = False, seen: dict[str, str] | None = None) -> str:
+        """Validate a user path (relative to the caller's directory); ``seen`` is shared by
+        the paths of one call (see check_on_disk)."""
         p = normalize(raw, self.store.prefix, self.store.top)
-        check_on_disk(p, self.store.main_workdir, for_write=for_write)
+        check_on_disk(p, self.store.main_workdir, for_write=for_write, seen=seen)
         return p
 
     def _head_ref(self) -> pygit2.Reference:
@@ -132,7 +133,8 @@ class SharedWorkspace(BaseWorkspace):
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         """Content and version of each path at the shared head, recorded in the read set."""
         agent = validate_agent(agent)
-        norm = list(dict.fromkeys(self.path(p) for p in paths))
+        seen: dict[str, str] = {}
+        norm = list(dict.fromkeys(self.path(p, seen=seen) for p in paths))
         if not norm:
             raise UsageError("no path given")
         head = self.head()
