@@ -98,7 +98,7 @@ class RemoteWorkspace(SharedWorkspace):
         if out.ok:
             self._accepted(ref, commit, notes, agent)
             return True
-        if out.stale(WORKSPACE_REF) and not out.non_fast_forward(agent_ref(agent)):
+        if (out.stale(WORKSPACE_REF) or out.lost_race) and not out.non_fast_forward(agent_ref(agent)):
             self.stale_leases += 1
             self._put_back(agent)
             if self.stale_leases > MAX_STALE:
@@ -192,6 +192,10 @@ class RemoteWorkspace(SharedWorkspace):
         finally:
             self._snap.pop(agent, None)
         self._push_reservations()
+        if res.commit is None:  # no commit of ours was materialized: the fetch may have moved the head
+            from ..disk import sync
+
+            sync(self.store)
         return res
 
     def release(self, path: str, *, agent: str | None) -> Any:

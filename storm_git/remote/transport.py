@@ -20,6 +20,9 @@ TRACKING_PREFIX = "refs/storm-remote/"
 _UNREACHABLE = ("could not read from remote", "unable to connect", "connection refused", "could not resolve",
                 "does not appear to be a git repository", "no such file or directory", "unable to look up",
                 "connection timed out", "network is unreachable", "not a git repository")
+# What receive-pack answers when a ref moved between its advertisement and its update.
+_RACE = ("atomic transaction failed", "failed to update ref", "failed to lock", "cannot lock ref",
+         "incorrect old value")
 FETCH_TIMEOUT = 60.0
 PUSH_TIMEOUT = 120.0
 
@@ -98,6 +101,12 @@ class PushOutcome:
         """The lease on ``ref`` failed: the server's value was not the expected one."""
         s = self.status(ref)
         return "stale info" in s or "fetch first" in s
+
+    @property
+    def lost_race(self) -> bool:
+        """The server found the old value changed under its ref lock (a push that
+        landed between our fetch and ours): the same as a stale lease."""
+        return any(any(m in s for m in _RACE) for _f, s in self.refs.values())
 
     def non_fast_forward(self, ref: str) -> bool:
         return "non-fast-forward" in self.status(ref)
