@@ -541,12 +541,12 @@ def _fleet(tmp_path: Path, daemon: Daemon, n: int) -> tuple[Path, list[Path]]:
 
 
 def test_clones_and_processes_write_at_once(tmp_path, daemon):
-    """3 clones x 2 processes x 15 writes on own and shared files, against git daemon
-    with the guard installed: the issue's invariants."""
+    """3 clones x 2 processes x 10 writes on own and shared files, against git daemon
+    with the guard installed: the issue's invariants (larger: the slow variant)."""
     srv, clones = _fleet(tmp_path, daemon, 3)
     h0 = rev(srv, WS)
-    recs = _run_writers(tmp_path, clones, procs=2, writes=15, share=0.4)
-    assert len([r for r in recs if r["kind"] == "ack"]) == 3 * 2 * 15
+    recs = _run_writers(tmp_path, clones, procs=2, writes=10, share=0.4)
+    assert len([r for r in recs if r["kind"] == "ack"]) == 3 * 2 * 10
     _check_invariants(srv, h0, clones, recs)
 
 
