@@ -84,8 +84,16 @@ def sync_remote(as_json: bool) -> None:
     from storm_git.disk import FAILED, KEPT, WRITTEN
     from storm_git.remote.client import sync_remote as do_sync
 
+    from storm_git.errors import UsageError
+    from storm_git.remote.client import remote_of
+
     store = _store()
-    res = do_sync(store, _require_remote(store))
+    remote = remote_of(store)
+    if remote is None:
+        raise UsageError("git storm sync needs AGENT here (this clone has no storm.remote)",
+                         hint="worktree mode: git storm sync AGENT; a shared workspace on a remote: "
+                              "git storm join NAME first")
+    res = do_sync(store, remote)
     if as_json:
         _emit_json(res.to_dict())
     else:

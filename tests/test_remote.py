@@ -556,3 +556,24 @@ def test_clones_and_processes_write_at_once_large(tmp_path, daemon):
     h0 = rev(srv, WS)
     recs = _run_writers(tmp_path, clones, procs=3, writes=40, share=0.5)
     _check_invariants(srv, h0, clones, recs)
+
+
+def test_rm_edit_and_exec_start_from_the_remote_head(tmp_path):
+    """A file another clone created is there for rm/edit without a sync first; exec
+    records a command's change and pushes it like any write (the guard accepts them all)."""
+    srv = bare(tmp_path / "proj.git")
+    _install_guard(srv)
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "write", "new.txt", input="one\n", agent="eng_a").returncode == 0
+    code, res = storm_json(b, "rm", "new.txt", agent="eng_b")  # b never fetched it: not "not found"
+    assert code == 1 and res["rejection"]["reason"] == "unread_target", res
+    code, res = storm_json(b, "edit", "new.txt", "--old", "one", "--new", "two", agent="eng_b")
+    assert code == 0 and res["accepted"] and git(srv, "show", f"{WS}:new.txt").stdout == b"two\n"
+    r = storm(b, "exec", "--agent", "eng_b", "--", "sh", "-c", "echo three >> new.txt")
+    assert r.returncode == 0, r.stderr
+    assert git(srv, "show", f"{WS}:new.txt").stdout == b"two\nthree\n"
+    code, res = storm_json(b, "rm", "new.txt", agent="eng_b")
+    assert code == 0 and res["accepted"]
+    assert git(srv, "cat-file", "-e", f"{WS}:new.txt", check=False).returncode != 0
+    assert storm(a, "sync").returncode == 0 and not (a / "new.txt").exists()

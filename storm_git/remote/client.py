@@ -69,6 +69,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._snap: dict[str, _Snapshot] = {}
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
         self.pushes = 0
+        self._stale_now = 0  # stale leases of the write in progress (bounded by MAX_STALE)
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True) -> pygit2.Oid:
@@ -100,11 +101,12 @@ class RemoteWorkspace(SharedWorkspace):
             return True
         if (out.stale(WORKSPACE_REF) or out.lost_race) and not out.non_fast_forward(agent_ref(agent)):
             self.stale_leases += 1
+            self._stale_now += 1
             self._put_back(agent)
-            if self.stale_leases > MAX_STALE:
+            if self._stale_now > MAX_STALE:
                 raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {MAX_STALE} times during one write",
                            hint="other machines write this fast; retry the write")
-            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self.stale_leases, 8))))
+            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._stale_now, 8))))
             return False
         if out.non_fast_forward(agent_ref(agent)) or out.stale(agent_ref(agent)):
             self._put_back(agent)
@@ -183,6 +185,7 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+        self._stale_now = 0
         self._take_snapshot(agent)
         try:
             res = super().apply(agent, changes, **kw)
@@ -197,6 +200,24 @@ class RemoteWorkspace(SharedWorkspace):
 
             sync(self.store)
         return res
+
+    # edit and rm look at the head before the write (is the file there?), exec runs a
+    # command on the disk: each starts from the remote's head, not the local copy's
+    def edit(self, *args: Any, **kw: Any) -> Any:
+        self.refresh(disk=False)
+        return super().edit(*args, **kw)
+
+    def rm(self, *args: Any, **kw: Any) -> Any:
+        self.refresh(disk=False)
+        return super().rm(*args, **kw)
+
+    def exec(self, *args: Any, **kw: Any) -> Any:
+        self.refresh()
+        return super().exec(*args, **kw)
+
+    def adopt(self, *args: Any, **kw: Any) -> Any:
+        self.refresh()
+        return super().adopt(*args, **kw)
 
     def release(self, path: str, *, agent: str | None) -> Any:
         self.refresh(disk=False)
@@ -333,7 +354,13 @@ def join(store: Store, remote: str) -> JoinResult:
     if _tracked_head(store, remote) is None:
         raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
                              hint=f"run git storm init --remote {remote} in a clone that has the code")
+    warnings = []
     with flocked(store.commondir, "workspace"):
+        mine = store.ref_target(WORKSPACE_REF)
+        theirs = _tracked_head(store, remote)
+        if mine is not None and mine != theirs and not store.repo.descendant_of(theirs, mine):
+            warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
+                            f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
         adopt_tracking(store, remote)
         head = store.ref_target(WORKSPACE_REF)
     if not os.path.exists(record_path(store)):
@@ -346,7 +373,7 @@ def join(store: Store, remote: str) -> JoinResult:
     store.config_set("storm.remote", remote)
     hooks = install(store)
     outcomes = sync(store, full=True).outcomes
-    res = JoinResult(remote, str(head), False, hooks=list(hooks.installed))
+    res = JoinResult(remote, str(head), False, hooks=list(hooks.installed), warnings=warnings)
     for o in outcomes.values():
         res.disk[o] = res.disk.get(o, 0) + 1
     res.kept = sorted(p for p, o in outcomes.items() if o == KEPT)
