@@ -13,7 +13,7 @@ replaced, both under the workspace lock:
 A stale lease is another machine's write: the agent's read-set journal and notes
 are put back as they were before the attempt, the loop fetches and re-validates
 (a real conflict becomes the usual rejection), after a jittered back-off; bounded
-by MAX_STALE. The server unreachable or refusing: the same put-back, exit 3.
+by storm.remoteRetrySeconds. The server unreachable or refusing: the same put-back, exit 3.
 A push whose answer was lost is found on the next fetch: the write's commit is
 then on the server's ref, and re-running the same write changes nothing.
 
@@ -40,9 +40,9 @@ from ..store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
-MAX_STALE = 40  # stale leases in a row before a write gives up (exit 3)
+RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
 BACKOFF_BASE = 0.004
-BACKOFF_CAP = 0.25
+BACKOFF_CAP = 0.5
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
 
 
@@ -69,7 +69,8 @@ class RemoteWorkspace(SharedWorkspace):
         self._snap: dict[str, _Snapshot] = {}
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
         self.pushes = 0
-        self._stale_now = 0  # stale leases of the write in progress (bounded by MAX_STALE)
+        self._stale_now = 0  # stale leases of the write in progress
+        self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True) -> pygit2.Oid:
@@ -103,9 +104,10 @@ class RemoteWorkspace(SharedWorkspace):
             self.stale_leases += 1
             self._stale_now += 1
             self._put_back(agent)
-            if self._stale_now > MAX_STALE:
-                raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {MAX_STALE} times during one write",
-                           hint="other machines write this fast; retry the write")
+            if time.monotonic() - self._started > self.store.config_float("storm.remoteRetrySeconds", RETRY_SECONDS):
+                raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+                           hint="other machines kept writing first; retry the write (or raise "
+                                "storm.remoteRetrySeconds)")
             time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._stale_now, 8))))
             return False
         if out.non_fast_forward(agent_ref(agent)) or out.stale(agent_ref(agent)):
@@ -185,7 +187,7 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
-        self._stale_now = 0
+        self._stale_now, self._started = 0, time.monotonic()
         self._take_snapshot(agent)
         try:
             res = super().apply(agent, changes, **kw)
