@@ -232,16 +232,17 @@ class RemoteWorkspace(SharedWorkspace):
         If another machine moved them meanwhile, the next fetch wins (a reservation is
         advice against livelock, not a guarantee: the validation is)."""
         store = self.store
-        local = store.ref_target(RESERVATIONS_REF)
-        remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
-        if local is None or local == remote:
-            return
-        try:
-            out = transport.push(store, self.remote, [(str(local), RESERVATIONS_REF, str(remote or ""))])
-        except Unreachable:
-            return
-        if out.ok:
-            _force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
+        with flocked(store.commondir, "workspace"):  # the tracking refs only move under this lock
+            local = store.ref_target(RESERVATIONS_REF)
+            remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
+            if local is None or local == remote:
+                return
+            try:
+                out = transport.push(store, self.remote, [(str(local), RESERVATIONS_REF, str(remote or ""))])
+            except Unreachable:
+                return
+            if out.ok:
+                _force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
 
     # -- reads and reports see the remote's head -------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
@@ -317,7 +318,8 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     from ..setup import init
 
     transport.check_remote(store, remote)
-    transport.fetch(store, remote)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
     if _tracked_head(store, remote) is not None:
         res = join(store, remote)
         if base is not None:
@@ -338,7 +340,8 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     if not out.ok:  # another clone created it first: join that one
         return join(store, remote)
     store.config_set("storm.remote", remote)
-    transport.fetch(store, remote)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
     return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
 
 
@@ -352,12 +355,12 @@ def join(store: Store, remote: str) -> JoinResult:
     mode = store.config_get("storm.mode")
     if mode not in (None, "storm"):
         raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
-    transport.fetch(store, remote)
-    if _tracked_head(store, remote) is None:
-        raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
-                             hint=f"run git storm init --remote {remote} in a clone that has the code")
     warnings = []
     with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+        if _tracked_head(store, remote) is None:
+            raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
+                                 hint=f"run git storm init --remote {remote} in a clone that has the code")
         mine = store.ref_target(WORKSPACE_REF)
         theirs = _tracked_head(store, remote)
         if mine is not None and mine != theirs and not store.repo.descendant_of(theirs, mine):

@@ -9,6 +9,7 @@ the local refs under storm's workspace lock, so a fetch never races a local writ
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 from ..errors import RepoStateError, UsageError
@@ -24,6 +25,7 @@ _UNREACHABLE = ("could not read from remote", "unable to connect", "connection r
 _RACE = ("atomic transaction failed", "failed to update ref", "failed to lock", "cannot lock ref",
          "incorrect old value")
 FETCH_TIMEOUT = 60.0
+LOCAL_LOCK_TRIES = 5
 PUSH_TIMEOUT = 120.0
 
 
@@ -75,8 +77,16 @@ def fetch(store: Store, remote: str) -> None:
     url = check_remote(store, remote)
     specs = [f"+refs/storm/*:{TRACKING_PREFIX}{remote}/storm/*",
              f"+refs/notes/storm/*:{TRACKING_PREFIX}{remote}/notes/storm/*"]
-    r = _git(store, ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head",
-                     "--no-recurse-submodules", "--no-auto-gc", remote, *specs], FETCH_TIMEOUT)
+    args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
+            "--no-auto-gc", remote, *specs]
+    for attempt in range(LOCAL_LOCK_TRIES):
+        r = _git(store, args, FETCH_TIMEOUT)
+        if r.returncode == 0 or b"cannot lock ref" not in r.stderr:
+            break
+        time.sleep(0.05 * (attempt + 1))  # a git process outside storm's lock holds a tracking ref
+    else:
+        raise RepoStateError(f"cannot update the local copies of {remote}'s storm refs: {_first_line(r.stderr)}",
+                             hint="another git fetch may be running here; retry (git storm doctor if it stays)")
     if r.returncode != 0:
         raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
                           hint="check that the server is up and reachable, then retry; nothing was changed")
