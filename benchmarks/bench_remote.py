@@ -159,15 +159,21 @@ def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
         t0 = time.perf_counter()
         git(c, "fetch", "-q", "--no-tags", "origin", "+refs/storm/*:refs/bench/storm/*")
         out["git_fetch"].append(time.perf_counter() - t0)
-    # a push with a lease that moves a scratch ref back and forth (no guard on refs/bench/*)
-    a, b = git(c, "rev-parse", WS), git(c, "rev-parse", f"{WS}~1")
-    git(c, "push", "-q", "origin", f"{a}:refs/bench/x")
-    cur = a
-    for _ in range(n):
-        new = b if cur == a else a
+    # a push with a lease of one new commit (a new blob in it) to a scratch ref: the
+    # objects a write sends, without storm (the guard only looks at storm's refs)
+    cur = git(c, "rev-parse", WS)
+    git(c, "push", "-q", "origin", f"{cur}:refs/bench/x")
+    env = dict(os.environ, GIT_INDEX_FILE=os.path.join(tmp, "bench-index"))
+    for i in range(n):
+        subprocess.run(["git", "read-tree", cur], cwd=c, env=env, check=True)
+        blob = git(c, "hash-object", "-w", "--stdin", input=f"bench {i} {time.time()}\n".encode())
+        subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},bench.txt"], cwd=c, env=env,
+                       check=True)
+        tree = subprocess.run(["git", "write-tree"], cwd=c, env=env, check=True, capture_output=True).stdout.decode().strip()
+        new = git(c, "-c", "user.name=b", "-c", "user.email=b@x", "commit-tree", "-p", cur, "-m", f"bench {i}", tree)
         t0 = time.perf_counter()
         git(c, "push", "-q", "--atomic", "--porcelain", f"--force-with-lease=refs/bench/x:{cur}", "origin",
-            f"+{new}:refs/bench/x")
+            f"{new}:refs/bench/x")
         out["git_push"].append(time.perf_counter() - t0)
         cur = new
     return {k: statistics.median(v) for k, v in out.items()}

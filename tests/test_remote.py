@@ -600,3 +600,27 @@ def test_a_write_that_keeps_losing_gives_up_with_exit_3(tmp_path, daemon):
     git(b, "config", "--unset", "storm.remoteRetrySeconds")
     code, rb = storm_json(b, "write", "src/api.py", input="B\n", agent="eng_b")
     assert code == 0 and rb["accepted"] and rev(srv, WS) == rb["commit"]
+
+
+def test_a_refused_push_is_exit_3_and_changes_nothing(tmp_path):
+    """The server refuses (here a site's own pre-receive policy, chained after storm's
+    guard): exit 3 naming the refusal; nothing changes here or there."""
+    srv = bare(tmp_path / "proj.git")
+    policy = srv / "hooks" / "pre-receive"
+    policy.write_text("#!/bin/sh\ncat >/dev/null\necho 'site policy: frozen' >&2\nexit 1\n")
+    policy.chmod(0o755)
+    a = make_repo(tmp_path / "seed", init_storm=False)
+    git(a, "remote", "add", "origin", str(srv))
+    policy.rename(srv / "hooks" / "policy")
+    git(a, "push", "-q", "origin", "main")
+    assert storm(a, "init", "--remote", "origin").returncode == 0
+    (srv / "hooks" / "policy").rename(policy)
+    _install_guard(srv)  # keeps the policy as pre-receive.storm-chained
+    h = rev(srv, WS)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    before = (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes())
+    code, err = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 3 and err["error"]["kind"] == "remote_refused", err
+    assert "pre-receive hook declined" in err["error"]["message"]
+    assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
+    assert rev(srv, WS) == h

@@ -119,8 +119,9 @@ class RemoteWorkspace(SharedWorkspace):
         refused = out.remote_rejected()
         if refused:
             self._put_back(agent)
-            raise RemoteRefused(f"{self.remote} refused the write: {refused}",
-                                hint="the server's guard explains why above; nothing was changed")
+            why = [ln.split("remote:", 1)[1].strip() for ln in out.stderr.splitlines() if "git storm guard" in ln]
+            raise RemoteRefused(f"{self.remote} refused the write: {why[0] if why else refused}",
+                                hint="nothing was changed; see docs/remote.md (the server's guard)")
         if not out.unreachable and self._landed(commit):
             self._accepted(ref, commit, notes, agent)  # the server took it; only its answer was lost
             return True

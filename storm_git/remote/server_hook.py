@@ -236,7 +236,9 @@ def render(python: str) -> str:
             f"STORM_PYTHON={_sh_quote(python)}\n"
             'input=$(cat)\n'
             'printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1\n'
-            f'if [ -x "$0.storm-chained" ]; then printf "%s\\n" "$input" | exec "$0.storm-chained" "$@"; fi\n'
+            'if [ -x "$0.storm-chained" ]; then\n'
+            '    printf "%s\\n" "$input" | "$0.storm-chained" "$@" || exit 1\n'
+            "fi\n"
             "exit 0\n")
 
 
