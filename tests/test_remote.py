@@ -624,3 +624,18 @@ def test_a_refused_push_is_exit_3_and_changes_nothing(tmp_path):
     assert "pre-receive hook declined" in err["error"]["message"]
     assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
     assert rev(srv, WS) == h
+
+
+def test_guard_runs_only_for_storm_refs_and_fails_closed(guarded):
+    """A branch push does not start the interpreter; a storm push whose guard cannot
+    run (its interpreter is gone) is refused, not let through."""
+    srv, a = guarded
+    hook = srv / "hooks" / "pre-receive"
+    hook.write_text(hook.read_text().replace("STORM_PYTHON=", "STORM_PYTHON='/nonexistent/python' #"))
+    git(a, "commit", "-q", "--allow-empty", "--no-verify", "-m", "more")
+    assert _push(a, "main").returncode == 0
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    h = rev(srv, WS)
+    code, err = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 3 and err["error"]["kind"] == "remote_refused", err
+    assert rev(srv, WS) == h

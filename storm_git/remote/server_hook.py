@@ -235,7 +235,11 @@ def render(python: str) -> str:
             "# trailers or provenance, and provenance that contradicts the parent. See docs/remote.md.\n"
             f"STORM_PYTHON={_sh_quote(python)}\n"
             'input=$(cat)\n'
-            'printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1\n'
+            "# only pushes that move storm's guarded refs pay for the interpreter\n"
+            'case "$input" in\n'
+            f'*" {WORKSPACE_REF}"*|*" {AGENTS_PREFIX}"*)\n'
+            '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1 ;;\n'
+            'esac\n'
             'if [ -x "$0.storm-chained" ]; then\n'
             '    printf "%s\\n" "$input" | "$0.storm-chained" "$@" || exit 1\n'
             "fi\n"
