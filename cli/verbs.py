@@ -22,8 +22,10 @@ from storm_git.cli.main import (
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--base", metavar="REF", default=None, help="Start the shared workspace from REF (default: HEAD).")
+@click.option("--remote", metavar="NAME", default=None,
+              help="Keep the shared workspace on the git remote NAME (docs/remote.md); joins it if it is there.")
 @json_option
-def init(base: str | None, as_json: bool) -> None:
+def init(base: str | None, remote: str | None, as_json: bool) -> None:
     """Set up storm in this repository (idempotent).
 
     Creates refs/storm/workspace from HEAD (or --base) and sets storm.mode=storm.
@@ -38,7 +40,12 @@ def init(base: str | None, as_json: bool) -> None:
     Example:
       git storm init
       git storm init --base main
+      git storm init --remote origin
     """
+    if remote is not None:
+        from storm_git.cli.remote_cmds import init_remote
+
+        return init_remote(base, remote, as_json)
     from storm_git.admin.setup import init as do_init
     from storm_git.core.store import Store
 

@@ -270,13 +270,17 @@ def render_sync(res: Any) -> str:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("agent_id", metavar="AGENT")
+@click.argument("agent_id", metavar="[AGENT]", required=False)
 @click.option("--onto", metavar="BRANCH", default=None,
               help="The branch to bring AGENT up to (default: storm.target, else the main working tree's branch).")
 @_manager_option
 @json_option
-def sync(agent_id: str, onto: str | None, agent: str | None, as_json: bool) -> None:
+def sync(agent_id: str | None, onto: str | None, agent: str | None, as_json: bool) -> None:
     """Bring AGENT's branch up to the target: merge it in AGENT's worktree (worktree mode).
+
+    Without AGENT, in a clone whose shared workspace lives on a remote
+    (storm.remote, docs/remote.md): fetch the storm refs and bring the working
+    tree to the shared head, keeping files edited here without storm.
 
     What to do when 'git storm merge' reports AGENT as conflicted. The target
     branch is merged into storm/AGENT inside AGENT's worktree with git merge:
@@ -291,7 +295,12 @@ def sync(agent_id: str, onto: str | None, agent: str | None, as_json: bool) -> N
     Example:
       git storm sync engineer_2
       git storm sync engineer_2 --onto main --json
+      git storm sync    # storm mode on a remote: fetch and bring the working tree to the shared head
     """
+    if agent_id is None:  # storm mode on a git remote (docs/remote.md)
+        from storm_git.cli.remote_cmds import sync_remote
+
+        return sync_remote(as_json)
     from storm_git.worktree.sync import sync as do_sync
 
     store = _store()

@@ -23,6 +23,11 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
     if mode is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     if mode == "storm":
+        remote = store.config_get("storm.remote")
+        if remote:  # the shared workspace lives on a git remote (storm_git.remote)
+            from .remote.client import RemoteWorkspace
+
+            return RemoteWorkspace(store, str(remote))
         return SharedWorkspace(store)
     if mode == "worktree":
         from .worktree.isolated import WorktreeWorkspace

@@ -20,9 +20,10 @@ ALLOWED = {
     "core": set(),
     "storm": {"core"},
     "worktree": {"core"},
-    "integrations": {"core", "storm", "worktree", "api"},
+    "remote": {"core", "storm", "admin"},  # storm mode on a git server; init/join set up
+    "integrations": {"core", "storm", "worktree", "remote", "api"},
     "admin": {"core", "storm", "worktree", "api"},
-    "api": {"core", "storm", "worktree"},
+    "api": {"core", "storm", "worktree", "remote"},
 }
 
 

@@ -129,6 +129,16 @@ class SharedWorkspace(BaseWorkspace):
     def head(self) -> pygit2.Oid:
         return self._head_ref().target
 
+    # -- where the compare-and-swap happens (storm_git.remote overrides both) -------
+    def _refresh_locked(self) -> None:
+        """Bring the local copy of the shared refs up to date (workspace lock held).
+        Locally the refs are the truth: nothing to do."""
+
+    def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+        """Move the shared ref from ``head`` to ``commit`` (workspace lock held); False
+        when it moved meanwhile (the write is re-validated and retried)."""
+        return self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}")
+
     # -- read ------------------------------------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         """Content and version of each path at the shared head, recorded in the read set."""
@@ -284,6 +294,7 @@ class SharedWorkspace(BaseWorkspace):
             granted: Reservation | None = None
             commit: pygit2.Oid | None = None
             with flocked(store.commondir, "workspace"):
+                self._refresh_locked()
                 ref = self._head_ref()
                 head = ref.target
                 tree = store.commit(head).tree
@@ -323,7 +334,7 @@ class SharedWorkspace(BaseWorkspace):
                         journal_size = readsets.record_write(
                             store, agent, [ReadEntry(p, hex_(b), str(commit or head)) for p, b in blobs.items()],
                             commit, head, scope_name, view, dep_list)
-                        if commit is not None and not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}"):
+                        if commit is not None and not self._publish(ref, commit, head, agent, op):
                             retries += 1
                             continue
                         if held:

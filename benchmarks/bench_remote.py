@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Benchmark of the shared workspace on a git remote (issue 11). Not a test.
+
+Against a ``git daemon`` on 127.0.0.1 started here (and a bare repository with or
+without storm's pre-receive guard), it prints medians of:
+
+* latency: a remote validated write vs a local one on the same machine (library
+  calls, no CLI start-up), beside one bare ``git fetch`` of the storm refs and one
+  bare ``git push --atomic --force-with-lease``: the target is remote - local <= fetch + push;
+* throughput: aggregate accepted writes/s with 2, 4 and 8 clones (one writer process
+  each) on disjoint files, for --seconds each;
+* contention: 4 clones writing one shared file (read, write, re-plan on rejection):
+  lease retries and rejections per accepted write.
+
+    python3 benchmarks/bench_remote.py                 # guard installed, 6 s per point
+    python3 benchmarks/bench_remote.py --no-guard --seconds 3 --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WS = "refs/storm/workspace"
+
+
+def git(cwd: str, *args: str, input: bytes | None = None) -> str:
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, input=input, check=True)
+    return r.stdout.decode().strip()
+
+
+def storm(cwd: str, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daemon(base: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen(["git", "daemon", "--enable=receive-pack", "--export-all", f"--base-path={base}",
+                             "--listen=127.0.0.1", f"--port={port}", "--reuseaddr", base],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(500):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.02)
+    raise SystemExit("git daemon did not start")
+
+
+def make_project(path: str, n_files: int = 16) -> None:
+    os.makedirs(path)
+    git(path, "init", "-q", "-b", "main")
+    for i in range(n_files):
+        with open(os.path.join(path, f"f{i:02d}.txt"), "w") as fh:
+            fh.write(f"file {i}\n")
+    with open(os.path.join(path, "shared.txt"), "w") as fh:
+        fh.write("shared\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "init")
+
+
+WORKER = r'''
+import json, sys, time
+from storm_git import open_workspace
+clone, agent, path, seconds, shared = sys.argv[1:6]
+ws = open_workspace(clone)
+[r] = ws.read([path], agent=agent)
+content = r.content or b""
+acc = rej = retries = 0
+lat = []
+end = time.monotonic() + float(seconds)
+while time.monotonic() < end:
+    t0 = time.monotonic()
+    if shared == "1":
+        ws.forget(None, agent=agent)
+        [r] = ws.read([path], agent=agent)
+        content = r.content
+    res = ws.write(path, content + f"{agent} {acc}\n".encode(), agent=agent)
+    retries += res.cas_retries
+    if res.accepted:
+        acc += 1
+        content = content + f"{agent} {acc - 1}\n".encode()
+        lat.append(time.monotonic() - t0)
+    else:
+        rej += 1
+        content = res.rejection.current_content or b""
+print(json.dumps({"accepted": acc, "rejected": rej, "retries": retries, "latency": lat}))
+'''
+
+
+def setup(tmp: str, guard: bool, clones: int) -> tuple[subprocess.Popen, str, list[str]]:
+    base = os.path.join(tmp, "served")
+    os.makedirs(base)
+    srv = os.path.join(base, "proj.git")
+    git(base, "init", "-q", "--bare", "-b", "main", srv)
+    if guard:
+        storm(srv, "server-hook", "install", srv)
+    proc, port = start_daemon(base)
+    url = f"git://127.0.0.1:{port}/proj.git"
+    seed = os.path.join(tmp, "c0")
+    make_project(seed)
+    git(seed, "remote", "add", "origin", url)
+    git(seed, "push", "-q", "origin", "main")
+    storm(seed, "init", "--remote", "origin")
+    out = [seed]
+    for i in range(1, clones):
+        c = os.path.join(tmp, f"c{i}")
+        git(tmp, "clone", "-q", url, c)
+        storm(c, "join", "origin")
+        out.append(c)
+    for c in out:
+        git(c, "config", "storm.reservationSeconds", "0.2")
+    return proc, srv, out
+
+
+def run_workers(clones: list[str], seconds: float, shared: bool) -> list[dict]:
+    procs = []
+    for i, c in enumerate(clones):
+        path = "shared.txt" if shared else f"f{i:02d}.txt"
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, f"w{i}", path, str(seconds),
+                                       "1" if shared else "0"], stdout=subprocess.PIPE))
+    return [json.loads(p.communicate()[0]) for p in procs]
+
+
+def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
+    """Median seconds: local write, remote write, bare fetch, bare push (same machine)."""
+    from storm_git import open_workspace
+
+    local = os.path.join(tmp, "local")
+    make_project(local)
+    storm(local, "init")
+    lws = open_workspace(local)
+    rws = open_workspace(clones[0])
+    out: dict[str, list[float]] = {"local_write": [], "remote_write": [], "git_fetch": [], "git_push": []}
+    for ws, key in ((lws, "local_write"), (rws, "remote_write")):
+        [r] = ws.read(["f15.txt"], agent="lat")
+        content = r.content
+        for i in range(n):
+            content += b"x\n"
+            t0 = time.perf_counter()
+            res = ws.write("f15.txt", content, agent="lat")
+            out[key].append(time.perf_counter() - t0)
+            assert res.accepted
+    c = clones[0]
+    for _ in range(n):
+        t0 = time.perf_counter()
+        git(c, "fetch", "-q", "--no-tags", "origin", "+refs/storm/*:refs/bench/storm/*")
+        out["git_fetch"].append(time.perf_counter() - t0)
+    # a push with a lease of one new commit (a new blob in it) to a scratch ref: the
+    # objects a write sends, without storm (the guard only looks at storm's refs)
+    cur = git(c, "rev-parse", WS)
+    git(c, "push", "-q", "origin", f"{cur}:refs/bench/x")
+    env = dict(os.environ, GIT_INDEX_FILE=os.path.join(tmp, "bench-index"))
+    for i in range(n):
+        subprocess.run(["git", "read-tree", cur], cwd=c, env=env, check=True)
+        blob = git(c, "hash-object", "-w", "--stdin", input=f"bench {i} {time.time()}\n".encode())
+        subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},bench.txt"], cwd=c, env=env,
+                       check=True)
+        tree = subprocess.run(["git", "write-tree"], cwd=c, env=env, check=True, capture_output=True).stdout.decode().strip()
+        new = git(c, "-c", "user.name=b", "-c", "user.email=b@x", "commit-tree", "-p", cur, "-m", f"bench {i}", tree)
+        t0 = time.perf_counter()
+        git(c, "push", "-q", "--atomic", "--porcelain", f"--force-with-lease=refs/bench/x:{cur}", "origin",
+            f"{new}:refs/bench/x")
+        out["git_push"].append(time.perf_counter() - t0)
+        cur = new
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--no-guard", action="store_true", help="no pre-receive guard on the server")
+    ap.add_argument("--seconds", type=float, default=6.0, help="duration of each throughput point")
+    ap.add_argument("--latency-n", type=int, default=15)
+    ap.add_argument("--clones", default="2,4,8")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    counts = [int(x) for x in args.clones.split(",")]
+    result: dict = {"guard": not args.no_guard, "seconds": args.seconds}
+    log = sys.stderr if args.json else sys.stdout
+    with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
+        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]))
+        try:
+            lat = latency(tmp, clones, args.latency_n)
+            result["latency_ms"] = {k: round(v * 1000, 1) for k, v in lat.items()}
+            extra = lat["remote_write"] - lat["local_write"]
+            print(f"latency (median): local write {lat['local_write'] * 1000:.1f} ms, remote write "
+                  f"{lat['remote_write'] * 1000:.1f} ms; git fetch {lat['git_fetch'] * 1000:.1f} ms + git push "
+                  f"{lat['git_push'] * 1000:.1f} ms; remote - local = {extra * 1000:.1f} ms "
+                  f"({'within' if extra <= lat['git_fetch'] + lat['git_push'] else 'over'} one fetch + one push)",
+                  file=log)
+            result["throughput"] = {}
+            for n in counts:
+                h0 = git(srv, "rev-parse", WS)
+                t0 = time.monotonic()
+                res = run_workers(clones[:n], args.seconds, shared=False)
+                wall = time.monotonic() - t0
+                acc = sum(r["accepted"] for r in res)
+                landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
+                per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
+                result["throughput"][n] = {"accepted": acc, "on_server": landed, "writes_per_s": acc / args.seconds,
+                                           "median_write_ms": round(per_write * 1000, 1),
+                                           "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
+                print(f"{n} clones, disjoint files: {acc} accepted in {args.seconds:.0f} s = "
+                      f"{acc / args.seconds:.1f} writes/s (server commits {landed}; median write "
+                      f"{per_write * 1000:.0f} ms; {result['throughput'][n]['retries_per_write']:.2f} lease retries"
+                      f"/write; wall {wall:.1f} s)", file=log)
+            res = run_workers(clones[:4], args.seconds, shared=True)
+            acc = sum(r["accepted"] for r in res)
+            result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
+                                "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1),
+                                "rejections_per_write": sum(r["rejected"] for r in res) / max(acc, 1)}
+            print(f"4 clones, one shared file: {acc} accepted, {result['shared']['retries_per_write']:.2f} lease "
+                  f"retries and {result['shared']['rejections_per_write']:.2f} rejections per accepted write",
+                  file=log)
+            fsck = subprocess.run(["git", "fsck", "--no-progress"], cwd=srv, capture_output=True)
+            result["server_fsck_ok"] = fsck.returncode == 0
+        finally:
+            proc.terminate()
+            proc.wait()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

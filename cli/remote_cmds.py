@@ -1,0 +1,173 @@
+"""Commands of the shared workspace on a git remote: join, push-reads, server-hook,
+and what init --remote and sync (without AGENT) call (storm_git.remote)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from storm_git.cli.main import CONTEXT, _emit_json, agent_option, cli, json_option
+
+
+def _store():
+    from storm_git.core.store import Store
+
+    return Store.discover()
+
+
+def _require_remote(store) -> str:
+    from storm_git.core.errors import NotInitialised
+    from storm_git.remote.client import remote_of
+
+    remote = remote_of(store)
+    if remote is None:
+        raise NotInitialised("this clone has no shared workspace on a remote (storm.remote is not set)",
+                             hint="join one with git storm join NAME, or create it with git storm init --remote NAME")
+    return remote
+
+
+def join_lines(res) -> list[str]:
+    what = "created the shared workspace on" if res.created else "joined the shared workspace on"
+    out = [f"storm {what} {res.remote}: shared head {res.head[:10]} (refs/storm/workspace)"]
+    if res.disk:
+        out.append("working tree: " + ", ".join(f"{n} {o}" for o, n in sorted(res.disk.items())))
+    if res.kept:
+        out.append(f"kept {len(res.kept)} local edit(s) storm did not make: {', '.join(res.kept[:5])}"
+                   " (git storm status shows them)")
+    if res.hooks:
+        out.append(f"installed hooks: {', '.join(res.hooks)}")
+    return out
+
+
+def report_join(res, as_json: bool) -> None:
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        for line in join_lines(res):
+            click.echo(line)
+    for w in res.warnings:
+        click.echo(f"git storm: warning: {w}", err=True)
+
+
+def init_remote(base: str | None, remote: str, as_json: bool) -> None:
+    """``git storm init --remote NAME`` (called from verbs.init)."""
+    from storm_git.remote.client import init_remote as do_init
+
+    report_join(do_init(_store(), remote, base), as_json)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("remote", metavar="NAME")
+@json_option
+def join(remote: str, as_json: bool) -> None:
+    """Join the shared workspace that lives on the git remote NAME.
+
+    Fetches refs/storm/* and refs/notes/storm/* from NAME (never branches),
+    sets storm.mode=storm and storm.remote=NAME, installs the pre-commit guard
+    and brings the working tree to the shared head; files edited here without
+    storm are kept and listed. Every write then fetches the storm refs and
+    pushes with a lease: the server does the compare-and-swap. Exit 3 when NAME
+    is unreachable or has no shared workspace.
+
+    \b
+    Example:
+      git clone ssh://host/project.git && cd project && git storm join origin
+    """
+    from storm_git.remote.client import join as do_join
+
+    report_join(do_join(_store(), remote), as_json)
+
+
+def sync_remote(as_json: bool) -> None:
+    """``git storm sync`` without AGENT in a clone with storm.remote (from worktree_cmds.sync)."""
+    from storm_git.core.disk import FAILED, KEPT, WRITTEN
+    from storm_git.remote.client import sync_remote as do_sync
+
+    from storm_git.core.errors import UsageError
+    from storm_git.remote.client import remote_of
+
+    store = _store()
+    remote = remote_of(store)
+    if remote is None:
+        raise UsageError("git storm sync needs AGENT here (this clone has no storm.remote)",
+                         hint="worktree mode: git storm sync AGENT; a shared workspace on a remote: "
+                              "git storm join NAME first")
+    res = do_sync(store, remote)
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        written = [p for p, o in res.outcomes.items() if o == WRITTEN]
+        kept = [p for p, o in res.outcomes.items() if o == KEPT]
+        moved = "" if res.before == res.head else f" (was {res.before[:10]})"
+        click.echo(f"synced with {res.remote}: shared head {res.head[:10]}{moved}; "
+                   f"{len(written)} file(s) written on disk")
+        if kept:
+            click.echo(f"kept {len(kept)} local edit(s) storm did not make: {', '.join(sorted(kept)[:5])}")
+        for p, why in res.errors.items():
+            click.echo(f"git storm: could not write {p}: {why}", err=True)
+    if any(o == FAILED for o in res.outcomes.values()):
+        sys.exit(3)
+
+
+@cli.command("push-reads", context_settings=CONTEXT)
+@agent_option
+@json_option
+def push_reads(agent: str | None, as_json: bool) -> None:
+    """Push the agent's read set (its notes ref) to the remote now.
+
+    Reads are recorded locally and travel with the agent's next write anyway;
+    this makes them visible to other machines' status before that.
+
+    \b
+    Example:
+      git storm push-reads --agent engineer_1
+    """
+    from storm_git.core.agents import validate_agent
+    from storm_git.remote.client import push_reads as do_push
+
+    store = _store()
+    remote = _require_remote(store)
+    res = do_push(store, remote, validate_agent(agent or os.environ.get("STORM_AGENT")))
+    if as_json:
+        _emit_json(res)
+    else:
+        click.echo(f"pushed the reads of {res['agent']} to {remote}" if res["pushed"]
+                   else f"{remote} already has the reads of {res['agent']}: nothing to push")
+
+
+@cli.group("server-hook", context_settings=CONTEXT)
+def server_hook() -> None:
+    """The guard on the server's bare repository (a pre-receive hook).
+
+    \b
+    Example:
+      git storm server-hook install /srv/git/project.git
+    """
+
+
+@server_hook.command("install", context_settings=CONTEXT)
+@click.argument("path", required=False, default=".", metavar="[BARE_REPO]")
+@json_option
+def server_hook_install(path: str, as_json: bool) -> None:
+    """Install storm's pre-receive guard in the bare repository BARE_REPO (default: .).
+
+    The guard refuses a push that moves refs/storm/workspace other than forward
+    by validated writes: a non-fast-forward, a commit without storm's trailers,
+    a commit without a provenance note on its agent's notes ref, or one whose
+    provenance contradicts the parent. The hook runs with this interpreter; a
+    pre-receive hook already there is kept and chained.
+
+    \b
+    Example:
+      git storm server-hook install /srv/git/project.git
+    """
+    from storm_git.remote.server_hook import install
+
+    res = install(path)
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        click.echo(f"installed storm's guard: {res.hook} (runs {res.python})")
+        if res.chained:
+            click.echo(f"the hook that was there runs after it: {res.chained}")

@@ -1,0 +1,434 @@
+"""The remote validated write, and joining, syncing and pushing reads.
+
+:class:`RemoteWorkspace` is storm mode (:class:`SharedWorkspace`) with two steps
+replaced, both under the workspace lock:
+
+* before each attempt, ``_refresh_locked`` fetches the storm refs and copies the
+  remote's values onto the local ones, so validation runs against the remote's
+  head ``H`` — the local validation code, unchanged;
+* the compare-and-swap, ``_publish``, folds the agent's journal (so the write's
+  provenance note exists) and pushes commit and notes in one atomic push with a
+  lease on ``H``. Only when the server took it does the local ref move.
+
+A stale lease is another machine's write: the agent's read-set journal and notes
+are put back as they were before the attempt, the loop fetches and re-validates
+(a real conflict becomes the usual rejection), after a jittered back-off; bounded
+by storm.remoteRetrySeconds. The server unreachable or refusing: the same put-back, exit 3.
+A push whose answer was lost is found on the next fetch: the write's commit is
+then on the server's ref, and re-running the same write changes nothing.
+
+Reads are recorded locally (the journal) and travel with the agent's next write,
+or with ``push_reads``; validation never needs another machine's read set.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from ..core import readsets
+from ..core.errors import Busy, NotInitialised, RepoStateError
+from ..core.locks import flocked
+from ..core.readsets import agent_lock, agent_ref, journal_path
+from ..storm.shared import SharedWorkspace
+from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
+from . import transport
+from .transport import RemoteRefused, Unreachable, tracking_ref
+
+RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
+BACKOFF_BASE = 0.004
+BACKOFF_CAP = 0.5
+SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
+
+
+def remote_of(store: Store) -> str | None:
+    """The remote named by ``storm.remote`` (None: local mode)."""
+    name = store.config_get("storm.remote")
+    return str(name) if name else None
+
+
+@dataclass
+class _Snapshot:
+    """An agent's read-set state before a write attempt, to put back if it fails."""
+
+    journal: bytes | None
+    notes: pygit2.Oid | None
+
+
+class RemoteWorkspace(SharedWorkspace):
+    """Storm mode whose shared ref lives on ``remote`` (module docstring)."""
+
+    def __init__(self, store: Store, remote: str) -> None:
+        super().__init__(store)
+        self.remote = remote
+        self._snap: dict[str, _Snapshot] = {}
+        self.stale_leases = 0  # over the life of this object: retries caused by other machines
+        self.pushes = 0
+        self._stale_now = 0  # stale leases of the write in progress
+        self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
+
+    # -- keeping the local copies current ------------------------------------------
+    def refresh(self, *, disk: bool = True) -> pygit2.Oid:
+        """Fetch the storm refs and bring the local copies (and the disk) to them."""
+        with flocked(self.store.commondir, "workspace"):
+            self._refresh_locked()
+        if disk:
+            from ..core.disk import sync
+
+            sync(self.store)
+        return self.head()
+
+    def _refresh_locked(self) -> None:
+        transport.fetch(self.store, self.remote)
+        adopt_tracking(self.store, self.remote)
+
+    # -- the compare-and-swap, done by the server ------------------------------------
+    def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+        store = self.store
+        readsets.fold(store, agent)  # the provenance note must exist to travel with the commit
+        notes = store.ref_target(agent_ref(agent))
+        updates = [(str(commit), WORKSPACE_REF, str(head))]
+        if notes is not None and notes != store.ref_target(tracking_ref(self.remote, agent_ref(agent))):
+            updates.append((str(notes), agent_ref(agent), None))  # fast-forward only
+        out = transport.push(store, self.remote, updates)
+        self.pushes += 1
+        if out.ok:
+            self._accepted(ref, commit, notes, agent)
+            return True
+        if (out.stale(WORKSPACE_REF) or out.lost_race) and not out.non_fast_forward(agent_ref(agent)):
+            self.stale_leases += 1
+            self._stale_now += 1
+            self._put_back(agent)
+            if time.monotonic() - self._started > self.store.config_float("storm.remoteRetrySeconds", RETRY_SECONDS):
+                raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+                           hint="other machines kept writing first; retry the write (or raise "
+                                "storm.remoteRetrySeconds)")
+            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._stale_now, 8))))
+            return False
+        if out.non_fast_forward(agent_ref(agent)) or out.stale(agent_ref(agent)):
+            self._put_back(agent)
+            raise RepoStateError(
+                f"{agent_ref(agent)} on {self.remote} was written from another clone: agent {agent} "
+                "has notes there that this clone does not have",
+                hint="an agent id works from one clone at a time; use another --agent here")
+        refused = out.remote_rejected()
+        if refused:
+            self._put_back(agent)
+            why = [ln.split("remote:", 1)[1].strip() for ln in out.stderr.splitlines() if "git storm guard" in ln]
+            raise RemoteRefused(f"{self.remote} refused the write: {why[0] if why else refused}",
+                                hint="nothing was changed; see docs/remote.md (the server's guard)")
+        if not out.unreachable and self._landed(commit):
+            self._accepted(ref, commit, notes, agent)  # the server took it; only its answer was lost
+            return True
+        self._put_back(agent)
+        raise Unreachable(f"cannot push the write to {self.remote}: {transport.describe_failure(out)}",
+                          hint="check that the server is up and reachable, then retry the write; "
+                               "nothing was changed here")
+
+    def _accepted(self, ref: pygit2.Reference, commit: pygit2.Oid, notes: pygit2.Oid | None, agent: str) -> None:
+        """The server has the write: move the local copies to it."""
+        store = self.store
+        if not store.cas(ref, WORKSPACE_REF, commit, f"storm: pushed to {self.remote}"):
+            _force(store, WORKSPACE_REF, commit)  # refresh runs under the same lock: cannot happen
+        _force(store, tracking_ref(self.remote, WORKSPACE_REF), commit)
+        if notes is not None:
+            _force(store, tracking_ref(self.remote, agent_ref(agent)), notes)
+        self._snap.pop(agent, None)
+
+    def _landed(self, commit: pygit2.Oid) -> bool:
+        """Whether ``commit`` is on the server's shared ref (a push whose answer was lost)."""
+        try:
+            transport.fetch(self.store, self.remote)
+        except Unreachable:
+            return False
+        tip = self.store.ref_target(tracking_ref(self.remote, WORKSPACE_REF))
+        return tip is not None and (tip == commit or self.store.repo.descendant_of(tip, commit))
+
+    # -- the agent's read set around an attempt -------------------------------------
+    def _take_snapshot(self, agent: str) -> None:
+        with flocked(self.store.commondir, agent_lock(agent)):
+            try:
+                with open(journal_path(self.store, agent), "rb") as fh:
+                    journal = fh.read()
+            except FileNotFoundError:
+                journal = None
+            self._snap[agent] = _Snapshot(journal, self.store.ref_target(agent_ref(agent)))
+
+    def _put_back(self, agent: str) -> None:
+        """Undo what a failed attempt did to the agent's journal and notes: the write's
+        new versions and provenance must not count as read when it did not land."""
+        snap = self._snap.get(agent)
+        self._valid.pop(agent, None)
+        if snap is None:
+            return
+        store = self.store
+        with flocked(store.commondir, agent_lock(agent)):
+            path = journal_path(store, agent)
+            if snap.journal is None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            else:
+                tmp = f"{path}.put-back-{os.getpid()}"
+                with open(tmp, "wb") as fh:
+                    fh.write(snap.journal)
+                os.replace(tmp, path)
+            if snap.notes is None:
+                if store.ref(agent_ref(agent)) is not None:
+                    store.repo.references.delete(agent_ref(agent))
+            else:
+                _force(store, agent_ref(agent), snap.notes)
+            readsets._cache(store).pop(agent, None)
+
+    # -- verbs that change shared state ---------------------------------------------
+    def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+        self._stale_now, self._started = 0, time.monotonic()
+        self._take_snapshot(agent)
+        try:
+            res = super().apply(agent, changes, **kw)
+        except BaseException:
+            self._put_back(agent)
+            raise
+        finally:
+            self._snap.pop(agent, None)
+        self._push_reservations()
+        if res.commit is None:  # no commit of ours was materialized: the fetch may have moved the head
+            from ..core.disk import sync
+
+            sync(self.store)
+        return res
+
+    # edit and rm look at the head before the write (is the file there?), exec runs a
+    # command on the disk: each starts from the remote's head, not the local copy's
+    def edit(self, *args: Any, **kw: Any) -> Any:
+        self.refresh(disk=False)
+        return super().edit(*args, **kw)
+
+    def rm(self, *args: Any, **kw: Any) -> Any:
+        self.refresh(disk=False)
+        return super().rm(*args, **kw)
+
+    def exec(self, *args: Any, **kw: Any) -> Any:
+        self.refresh()
+        return super().exec(*args, **kw)
+
+    def adopt(self, *args: Any, **kw: Any) -> Any:
+        self.refresh()
+        return super().adopt(*args, **kw)
+
+    def release(self, path: str, *, agent: str | None) -> Any:
+        self.refresh(disk=False)
+        r = super().release(path, agent=agent)
+        self._push_reservations()
+        return r
+
+    def _push_reservations(self) -> None:
+        """Best effort: a reservation granted or ended here reaches the server by lease.
+        If another machine moved them meanwhile, the next fetch wins (a reservation is
+        advice against livelock, not a guarantee: the validation is)."""
+        store = self.store
+        with flocked(store.commondir, "workspace"):  # the tracking refs only move under this lock
+            local = store.ref_target(RESERVATIONS_REF)
+            remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
+            if local is None or local == remote:
+                return
+            try:
+                out = transport.push(store, self.remote, [(str(local), RESERVATIONS_REF, str(remote or ""))])
+            except Unreachable:
+                return
+            if out.ok:
+                _force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
+
+    # -- reads and reports see the remote's head -------------------------------------
+    def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
+        self.refresh()
+        return super().read(paths, agent=agent)
+
+    def status(self, **kw: Any) -> Any:
+        self.refresh()
+        st = super().status(**kw)
+        st.extra["remote"] = self.remote
+        return st
+
+    def log(self, limit: int = 50) -> list[dict[str, Any]]:
+        self.refresh(disk=False)
+        return super().log(limit)
+
+
+def _force(store: Store, name: str, oid: pygit2.Oid) -> None:
+    """Set ``name`` (caller holds the lock that guards it)."""
+    store.repo.references.create(name, oid, force=True)
+
+
+def adopt_tracking(store: Store, remote: str) -> None:
+    """Copy the fetched values onto the local refs (workspace lock held). The shared
+    refs take the server's value; an agent's notes ref only moves forward (local
+    folds not yet pushed stay: they travel with that agent's next push)."""
+    for name in SHARED_REFS:
+        theirs = store.ref_target(tracking_ref(remote, name))
+        mine = store.ref_target(name)
+        if theirs is None:
+            if name == WORKSPACE_REF:
+                raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
+                                     hint=f"run git storm init --remote {remote} in a clone that has the code")
+            if mine is not None:
+                store.repo.references.delete(name)
+        elif mine != theirs:
+            _force(store, name, theirs)
+    prefix = tracking_ref(remote, AGENTS_PREFIX)
+    for tracked in store.refs_under(prefix):
+        name = AGENTS_PREFIX + tracked[len(prefix):]
+        theirs = store.ref_target(tracked)
+        mine = store.ref_target(name)
+        if mine == theirs:
+            continue
+        if mine is None or store.repo.descendant_of(theirs, mine):
+            with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):
+                _force(store, name, theirs)
+                readsets._cache(store).pop(name[len(AGENTS_PREFIX):], None)
+
+
+# -- init, join, sync, push-reads ------------------------------------------------------
+@dataclass
+class JoinResult:
+    remote: str
+    head: str
+    created: bool  # this clone created the shared workspace on the remote
+    hooks: list[str] = field(default_factory=list)
+    disk: dict[str, int] = field(default_factory=dict)  # outcome -> number of paths
+    kept: list[str] = field(default_factory=list)  # local edits sync left in place
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _tracked_head(store: Store, remote: str) -> pygit2.Oid | None:
+    return store.ref_target(tracking_ref(remote, WORKSPACE_REF))
+
+
+def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResult:
+    """``git storm init --remote NAME``: put this clone's shared workspace on ``remote``
+    (created from HEAD or ``base``), or join the one already there."""
+    from ..admin.setup import init
+
+    transport.check_remote(store, remote)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+    if _tracked_head(store, remote) is not None:
+        res = join(store, remote)
+        if base is not None:
+            res.warnings.append(f"{remote} already has a shared workspace: joined it, --base was not used")
+        return res
+    local = init(store, base)
+    with flocked(store.commondir, "workspace"):
+        head = store.ref_target(WORKSPACE_REF)
+        updates = [(str(head), WORKSPACE_REF, "")]
+        updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
+        out = transport.push(store, remote, updates)
+        if not out.ok and not out.stale(WORKSPACE_REF):
+            if out.unreachable:
+                raise Unreachable(f"cannot push the shared workspace to {remote}: {transport.describe_failure(out)}",
+                                  hint="check that the server is up, then run git storm init --remote again")
+            raise RemoteRefused(f"{remote} refused the shared workspace: {transport.describe_failure(out)}",
+                                hint="the server must accept refs/storm/* (see docs/remote.md)")
+    if not out.ok:  # another clone created it first: join that one
+        return join(store, remote)
+    store.config_set("storm.remote", remote)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+    return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
+
+
+def join(store: Store, remote: str) -> JoinResult:
+    """``git storm join NAME``: fetch the storm refs, set the mode, and bring the
+    working tree to the shared head through the disk record (local edits stay)."""
+    from ..core.disk import KEPT, record_path, reset, sync
+    from ..admin.hooks_install import install
+
+    transport.check_remote(store, remote)
+    mode = store.config_get("storm.mode")
+    if mode not in (None, "storm"):
+        raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
+    warnings = []
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+        if _tracked_head(store, remote) is None:
+            raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
+                                 hint=f"run git storm init --remote {remote} in a clone that has the code")
+        mine = store.ref_target(WORKSPACE_REF)
+        theirs = _tracked_head(store, remote)
+        if mine is not None and mine != theirs and not store.repo.descendant_of(theirs, mine):
+            warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
+                            f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
+        adopt_tracking(store, remote)
+        head = store.ref_target(WORKSPACE_REF)
+    if not os.path.exists(record_path(store)):
+        # what is on disk is git's checkout of HEAD (or nothing in an empty clone)
+        with flocked(store.commondir, "worktree"):
+            tree = (store.repo.head.peel(pygit2.Commit).tree.id if not store.repo.head_is_unborn
+                    else store.empty_tree())
+            reset(store, tree, None)
+    store.config_set("storm.mode", "storm")
+    store.config_set("storm.remote", remote)
+    hooks = install(store)
+    outcomes = sync(store, full=True).outcomes
+    res = JoinResult(remote, str(head), False, hooks=list(hooks.installed), warnings=warnings)
+    for o in outcomes.values():
+        res.disk[o] = res.disk.get(o, 0) + 1
+    res.kept = sorted(p for p, o in outcomes.items() if o == KEPT)
+    if hooks.skipped:
+        res.warnings.append(f"pre-commit guard not installed: {hooks.skipped}")
+    return res
+
+
+@dataclass
+class RemoteSyncResult:
+    remote: str
+    before: str
+    head: str
+    outcomes: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
+    """``git storm sync``: fetch the storm refs and converge the working tree to the
+    shared head (a local unmediated edit is kept, as everywhere in storm)."""
+    from ..core.disk import sync
+
+    before = store.ref_target(WORKSPACE_REF)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+        adopt_tracking(store, remote)
+    res = sync(store, full=True)
+    return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors)
+
+
+def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
+    """Fold the agent's journal and push its notes ref alone (fast-forward only)."""
+    readsets.fold(store, agent)
+    with flocked(store.commondir, "workspace"):
+        transport.fetch(store, remote)
+        adopt_tracking(store, remote)
+        mine = store.ref_target(agent_ref(agent))
+        theirs = store.ref_target(tracking_ref(remote, agent_ref(agent)))
+        if mine is None or mine == theirs:
+            return {"agent": agent, "pushed": False, "notes": str(mine) if mine else None}
+        out = transport.push(store, remote, [(str(mine), agent_ref(agent), None)])
+        if not out.ok:
+            if out.unreachable:
+                raise Unreachable(f"cannot push the reads of {agent} to {remote}: {transport.describe_failure(out)}",
+                                  hint="check that the server is up, then retry; the reads stay recorded here")
+            raise RepoStateError(f"{remote} did not take the notes of {agent}: {transport.describe_failure(out)}",
+                                 hint="an agent id works from one clone at a time; use another --agent here")
+        _force(store, tracking_ref(remote, agent_ref(agent)), mine)
+    return {"agent": agent, "pushed": True, "notes": str(mine)}

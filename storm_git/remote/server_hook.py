@@ -1,0 +1,294 @@
+"""The server-side guard: a ``pre-receive`` hook in the bare repository.
+
+The server's authentication decides who may push; this hook decides what a push
+may contain. ``refs/storm/workspace`` only moves forward, one validated write per
+commit: each new commit has one parent, storm's trailers (``Storm-Agent``,
+``Storm-Op``, ``Storm-Path``), changes only the paths its trailers name, and has
+a provenance note on its agent's notes ref (as pushed in the same push, or
+already there) whose read set was validated at the parent and agrees with the
+parent's tree: every path it names has, in the parent, the blob it recorded. An
+agent's notes ref only moves forward (provenance is never rewritten). A client
+that skips validation, rewrites history or pushes a hand-made commit is refused.
+
+Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
+interpreter that installed it (:func:`install`); the objects of the push are in
+git's quarantine directory, which is added to the object database here.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import pygit2
+
+from ..core.agents import validate_agent
+from ..core.errors import BadAgent, RepoStateError, UsageError
+from ..core.readsets import NO_BASE, CorruptReadSet, ReadEntry, _lines, _parse_journal, parse_provenance
+from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
+from ..core.trailers import parse as parse_trailers
+
+ZERO = "0" * 40
+MARKER = "git-storm-server-hook"
+HOOK = "pre-receive"
+# Ops whose targets are validated against the base an edit was made on (exec, adopt),
+# not against the read set: their targets' read-set entries may differ from the parent.
+EXPECTED_OPS = ("exec", "adopt")
+
+
+class Refused(Exception):
+    """A push the guard refuses; the message goes to the pusher."""
+
+
+class _Repo:
+    """What storm_git.core.notes needs of a Store: ``.repo``."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+
+
+def open_repo(path: str) -> pygit2.Repository:
+    """The repository, with the push's quarantined objects visible."""
+    repo = pygit2.Repository(path)
+    extra = [os.environ.get("GIT_OBJECT_DIRECTORY", "")]
+    extra += os.environ.get("GIT_ALTERNATE_OBJECT_DIRECTORIES", "").split(os.pathsep)
+    for d in extra:
+        if d and os.path.isdir(d):
+            repo.odb.add_disk_alternate(os.path.abspath(d))
+    return repo
+
+
+@dataclass
+class Update:
+    old: str
+    new: str
+    ref: str
+
+
+@dataclass
+class Verdict:
+    refused: list[str] = field(default_factory=list)
+    checked: int = 0  # commits checked
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+def parse_updates(text: str) -> list[Update]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out.append(Update(*parts))
+    return out
+
+
+def check(repo: pygit2.Repository, updates: list[Update]) -> Verdict:
+    """The guard's verdict on one push (every refused ref, with why)."""
+    post = {u.ref: u.new for u in updates}
+    v = Verdict()
+    for u in updates:
+        try:
+            if u.ref == WORKSPACE_REF:
+                v.checked += _check_workspace(repo, u, post)
+            elif u.ref.startswith(AGENTS_PREFIX):
+                _check_forward(repo, u, "provenance is never rewritten")
+        except Refused as exc:
+            v.refused.append(f"{u.ref}: {exc}")
+    return v
+
+
+def _check_forward(repo: pygit2.Repository, u: Update, why: str) -> None:
+    if u.new == ZERO:
+        raise Refused(f"deleting it is not allowed ({why})")
+    if u.old != ZERO and u.old != u.new and not repo.descendant_of(pygit2.Oid(hex=u.new), pygit2.Oid(hex=u.old)):
+        raise Refused(f"non-fast-forward update {u.old[:10]} -> {u.new[:10]} ({why})")
+
+
+def _check_workspace(repo: pygit2.Repository, u: Update, post: dict[str, str]) -> int:
+    _check_forward(repo, u, "the shared workspace only moves forward by validated writes")
+    if u.old == ZERO:
+        return 0  # creation: the shared workspace starts from a project's commit
+    walker = repo.walk(pygit2.Oid(hex=u.new), pygit2.enums.SortMode.TOPOLOGICAL)
+    walker.hide(pygit2.Oid(hex=u.old))
+    n = 0
+    for c in walker:
+        check_commit(repo, c, post)
+        n += 1
+    return n
+
+
+def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]) -> None:
+    """One write: trailers, paths, and a provenance note consistent with the parent."""
+    short = str(c.id)[:10]
+    if len(c.parent_ids) != 1:
+        raise Refused(f"{short} has {len(c.parent_ids)} parents: a write has exactly one (its head)")
+    t = parse_trailers(c.message)
+    agent = (t.get("Storm-Agent") or [""])[0]
+    op = (t.get("Storm-Op") or [""])[0]
+    paths = t.get("Storm-Path", [])
+    if not agent or not op or not paths:
+        raise Refused(f"{short} lacks storm's trailers (Storm-Agent, Storm-Op, Storm-Path): not a storm write")
+    try:
+        validate_agent(agent)
+    except (BadAgent, UsageError):
+        raise Refused(f"{short} names an invalid agent {agent!r}") from None
+    parent = repo[c.parent_ids[0]]
+    changed = _changed(repo, parent.tree, c.tree)
+    extra = sorted(set(changed) - set(paths))
+    if extra:
+        raise Refused(f"{short} changes {', '.join(extra[:3])}, which its Storm-Path trailers do not name")
+    entries, header = _provenance(repo, agent, str(c.id), post)
+    if header.get("validated-at") != str(parent.id):
+        raise Refused(f"{short}: its provenance was validated at {header.get('validated-at', '?')[:10]}, "
+                      f"not at its parent {str(parent.id)[:10]}")
+    for e in entries:
+        if e.path in paths and op in EXPECTED_OPS:
+            continue
+        have = _blob_at(repo, parent.tree, e.path)
+        if have != e.blob:
+            raise Refused(f"{short}: its provenance says {agent} read {e.path} as {(e.blob or 'absent')[:10]}, "
+                          f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
+
+
+def _changed(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
+    diff = repo.diff(a, b)
+    out = []
+    for d in diff.deltas:
+        out += [d.old_file.path, d.new_file.path]
+    return list(dict.fromkeys(out))
+
+
+def _blob_at(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:
+    """The blob at ``path`` (None: absent, a directory, or under a file)."""
+    try:
+        obj = tree[path]
+    except (KeyError, ValueError):
+        return None
+    return None if obj.filemode == pygit2.GIT_FILEMODE_TREE else str(obj.id)
+
+
+def _provenance(repo: pygit2.Repository, agent: str, commit: str,
+                post: dict[str, str]) -> tuple[list[ReadEntry], dict[str, str]]:
+    from ..core.notes import read_note
+
+    ref = AGENTS_PREFIX + agent
+    tip = post.get(ref)
+    if tip is None:
+        try:
+            tip = str(repo.lookup_reference(ref).target)
+        except KeyError:
+            tip = None
+    if tip is None or tip == ZERO:
+        raise Refused(f"{commit[:10]} has no provenance: {ref} is not in the push nor on the server")
+    raw = read_note(_Repo(repo), repo[pygit2.Oid(hex=tip)].tree, commit)  # type: ignore[arg-type]
+    if raw is None:
+        raise Refused(f"{commit[:10]} has no provenance note on {ref}: push the agent's notes with the write")
+    try:
+        header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
+        if "journal" in header:
+            base = header["read-set"]
+            text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
+            lines = _lines(text, agent)
+            j = _parse_journal(repo[pygit2.Oid(hex=header["journal"])].data, agent)
+            for ln in j.reads[:int(header["journal-reads"])]:
+                lines[ln.split(" ", 2)[2]] = ln
+            entries = [ReadEntry.parse(lines[p]) for p in sorted(lines)]
+    except (CorruptReadSet, RepoStateError, KeyError, ValueError) as exc:
+        raise Refused(f"{commit[:10]}: its provenance note cannot be read ({exc})") from None
+    return entries, header
+
+
+def run(stdin_text: str, path: str = ".") -> tuple[int, list[str]]:
+    """The hook's verdict: (0 accepts the push, 1 refuses it; the reasons, for the pusher)."""
+    try:
+        repo = open_repo(path)
+        verdict = check(repo, parse_updates(stdin_text))
+    except Exception as exc:  # noqa: BLE001 - a guard that cannot check refuses
+        return 1, [f"git storm guard: cannot check this push ({type(exc).__name__}: {exc}); refused"]
+    return (0 if verdict.ok else 1), [f"git storm guard: refused {r}" for r in verdict.refused]
+
+
+# -- installing it ----------------------------------------------------------------------
+@dataclass
+class InstallResult:
+    repository: str
+    hook: str
+    chained: str | None
+    python: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def render(python: str) -> str:
+    return (f"#!/bin/sh\n# {MARKER}: storm's guard on refs/storm/* (git storm server-hook install).\n"
+            "# It refuses non-fast-forward moves of refs/storm/workspace, commits without storm's\n"
+            "# trailers or provenance, and provenance that contradicts the parent. See docs/remote.md.\n"
+            f"STORM_PYTHON={_sh_quote(python)}\n"
+            'input=$(cat)\n'
+            "# only pushes that move storm's guarded refs pay for the interpreter\n"
+            'case "$input" in\n'
+            f'*" {WORKSPACE_REF}"*|*" {AGENTS_PREFIX}"*)\n'
+            '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1 ;;\n'
+            'esac\n'
+            'if [ -x "$0.storm-chained" ]; then\n'
+            '    printf "%s\\n" "$input" | "$0.storm-chained" "$@" || exit 1\n'
+            "fi\n"
+            "exit 0\n")
+
+
+def install(path: str) -> InstallResult:
+    """Write the pre-receive hook into the bare repository at ``path`` (idempotent;
+    a hook that was there is kept as ``pre-receive.storm-chained`` and still runs)."""
+    try:
+        repo = pygit2.Repository(path)
+    except (pygit2.GitError, KeyError):
+        raise UsageError(f"{path} is not a git repository",
+                         hint="run git storm server-hook install inside the server's bare repository") from None
+    if not repo.is_bare:
+        raise UsageError(f"{path} is not a bare repository",
+                         hint="install the guard in the server's bare repository (git init --bare), not a clone")
+    hooks = os.path.join(repo.path, "hooks")
+    os.makedirs(hooks, exist_ok=True)
+    target = os.path.join(hooks, HOOK)
+    chained = None
+    if os.path.lexists(target) and not _is_ours(target):
+        chained = target + ".storm-chained"
+        if os.path.lexists(chained):
+            raise RepoStateError(f"{target} is not storm's and {chained} already exists",
+                                 hint="move one of them away, then install again")
+        os.rename(target, chained)
+    tmp = f"{target}.storm-tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(render(sys.executable))
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, target)
+    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable)
+
+
+def _is_ours(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return MARKER.encode() in fh.read(512)
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+
+
+def main(argv: list[str]) -> int:
+    """What git runs: the reasons go to stderr, which git shows the pusher."""
+    if argv[:1] != [HOOK]:
+        sys.stderr.write("usage: python -m storm_git.remote.server_hook pre-receive < updates\n")
+        return 2
+    code, lines = run(sys.stdin.read())
+    sys.stderr.write("".join(line + "\n" for line in lines))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

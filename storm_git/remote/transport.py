@@ -1,0 +1,160 @@
+"""The wire: ``git`` subprocesses that fetch only the storm refs and push atomically.
+
+GIT-FACTS: libgit2's push has no lease and over ``file://`` checks no old value,
+so pushes go through the git CLI, whose ``--force-with-lease=REF:<oid>`` is a
+real compare-and-swap done by the server under its ref lock. Fetched values land
+in a tracking namespace (:func:`tracking_ref`); :mod:`.client` copies them onto
+the local refs under storm's workspace lock, so a fetch never races a local write.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from ..core.errors import RepoStateError, UsageError
+from ..core.store import Store, git_env
+
+ZERO = "0" * 40
+TRACKING_PREFIX = "refs/storm-remote/"
+# Connection failures: nothing reached the server (the write did not happen).
+_UNREACHABLE = ("could not read from remote", "unable to connect", "connection refused", "could not resolve",
+                "does not appear to be a git repository", "no such file or directory", "unable to look up",
+                "connection timed out", "network is unreachable", "not a git repository")
+# What receive-pack answers when a ref moved between its advertisement and its update.
+_RACE = ("atomic transaction failed", "failed to update ref", "failed to lock", "cannot lock ref",
+         "incorrect old value")
+FETCH_TIMEOUT = 60.0
+LOCAL_LOCK_TRIES = 5
+PUSH_TIMEOUT = 120.0
+
+
+class Unreachable(RepoStateError):
+    """The remote could not be reached: nothing was changed (exit 3)."""
+
+    kind = "remote_unreachable"
+
+
+class RemoteRefused(RepoStateError):
+    """The server's guard (or its configuration) refused a push (exit 3)."""
+
+    kind = "remote_refused"
+
+
+def tracking_ref(remote: str, ref: str) -> str:
+    """Where the remote's ``ref`` (``refs/storm/…`` or ``refs/notes/storm/…``) is kept locally."""
+    return f"{TRACKING_PREFIX}{remote}/{ref[len('refs/'):]}"
+
+
+def check_remote(store: Store, remote: str) -> str:
+    """The URL of the configured remote ``remote`` (exit 2 when there is none)."""
+    url = store.config_get(f"remote.{remote}.url")
+    if not remote or url is None:
+        raise UsageError(f"no git remote named {remote!r} in this repository",
+                         hint=f"add it with git remote add {remote or 'NAME'} URL, or name one of git remote -v")
+    return str(url)
+
+
+def _git(store: Store, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = git_env(GIT_TERMINAL_PROMPT="0", GIT_SSH_COMMAND=git_env().get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"))
+    try:
+        return subprocess.run(["git", *args], cwd=store.main_workdir, capture_output=True, env=env,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise Unreachable(f"git {args[0]} {args[-1] if args[0] == 'ls-remote' else ''}".strip()
+                          + f" took more than {timeout:.0f}s", hint="check the network and the server, then retry") from None
+
+
+def _first_line(raw: bytes) -> str:
+    lines = [ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    return (fatal or lines or ["no output"])[0]
+
+
+def fetch(store: Store, remote: str) -> None:
+    """Copy the remote's ``refs/storm/*`` and ``refs/notes/storm/*`` into the tracking
+    namespace (forced: the server is the truth; pruned: gone there, gone here)."""
+    url = check_remote(store, remote)
+    specs = [f"+refs/storm/*:{TRACKING_PREFIX}{remote}/storm/*",
+             f"+refs/notes/storm/*:{TRACKING_PREFIX}{remote}/notes/storm/*"]
+    args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
+            "--no-auto-gc", remote, *specs]
+    for attempt in range(LOCAL_LOCK_TRIES):
+        r = _git(store, args, FETCH_TIMEOUT)
+        if r.returncode == 0 or b"cannot lock ref" not in r.stderr:
+            break
+        time.sleep(0.05 * (attempt + 1))  # a git process outside storm's lock holds a tracking ref
+    else:
+        raise RepoStateError(f"cannot update the local copies of {remote}'s storm refs: {_first_line(r.stderr)}",
+                             hint="another git fetch may be running here; retry (git storm doctor if it stays)")
+    if r.returncode != 0:
+        raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
+                          hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+@dataclass
+class PushOutcome:
+    """What ``git push --porcelain`` said, per destination ref: (flag, summary)."""
+
+    returncode: int
+    refs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and all(f != "!" for f, _ in self.refs.values())
+
+    def status(self, ref: str) -> str:
+        return self.refs.get(ref, ("", ""))[1]
+
+    def stale(self, ref: str) -> bool:
+        """The lease on ``ref`` failed: the server's value was not the expected one."""
+        s = self.status(ref)
+        return "stale info" in s or "fetch first" in s
+
+    @property
+    def lost_race(self) -> bool:
+        """The server found the old value changed under its ref lock (a push that
+        landed between our fetch and ours): the same as a stale lease."""
+        return any(any(m in s for m in _RACE) for _f, s in self.refs.values())
+
+    def non_fast_forward(self, ref: str) -> bool:
+        return "non-fast-forward" in self.status(ref)
+
+    def remote_rejected(self) -> str | None:
+        """The server's own refusal (a hook, a protected ref), if any."""
+        for ref, (_f, s) in self.refs.items():
+            if "remote rejected" in s:
+                return f"{ref}: {s}"
+        return None
+
+    @property
+    def unreachable(self) -> bool:
+        """No ref was even considered: the connection failed."""
+        low = self.stderr.lower()
+        return not self.refs and any(u in low for u in _UNREACHABLE)
+
+
+def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]]) -> PushOutcome:
+    """One ``git push --atomic --porcelain``: ``updates`` are (source oid, destination
+    ref, lease). A lease is the oid the server must still have ("" = must be absent);
+    None pushes without force (the server refuses a non-fast-forward)."""
+    check_remote(store, remote)
+    args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
+    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
+    args.append(remote)
+    args += [f"{src}:{dst}" for src, dst, _lease in updates]
+    r = _git(store, args, PUSH_TIMEOUT)
+    out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
+    for line in r.stdout.decode("utf-8", "replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and ":" in parts[1]:
+            out.refs[parts[1].split(":", 1)[1]] = (parts[0], parts[2])
+    return out
+
+
+def describe_failure(out: PushOutcome) -> str:
+    """One line naming why a push failed."""
+    if out.refs:
+        return "; ".join(f"{ref}: {s}" for ref, (f, s) in out.refs.items() if f == "!") or _first_line(out.stderr.encode())
+    return _first_line(out.stderr.encode())

@@ -1,0 +1,641 @@
+"""The shared workspace on a git remote (issue 11): real servers only — a ``git
+daemon`` on loopback started and stopped by the fixture, ``file://`` URLs and
+plain paths — real clones, real ``git storm`` processes."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+
+HERE = Path(__file__).resolve().parent
+WS = "refs/storm/workspace"
+
+
+# -- servers ---------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """``git daemon`` serving ``base`` on 127.0.0.1 with pushes enabled."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = _free_port()
+        self.log = open(base.parent / f"daemon-{self.port}.log", "wb")
+        self.proc = subprocess.Popen(
+            ["git", "daemon", "--enable=receive-pack", "--export-all", f"--base-path={base}",
+             "--listen=127.0.0.1", f"--port={self.port}", "--reuseaddr", "--informative-errors", str(base)],
+            stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.monotonic() + 15
+        while True:  # ready when it accepts a connection
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"git daemon did not start (see {self.log.name})")
+                time.sleep(0.02)
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    base = tmp_path / "served"
+    base.mkdir()
+    d = Daemon(base)
+    yield d
+    d.stop()
+
+
+def bare(path: Path) -> Path:
+    git(path.parent, "init", "-q", "--bare", "-b", "main", str(path))
+    return path
+
+
+def seed(tmp_path: Path, url: str, *, reservation: str = "0.5") -> Path:
+    """The first clone: the project's code, pushed, and the shared workspace created on the remote."""
+    a = make_repo(tmp_path / "seed", init_storm=False)
+    git(a, "remote", "add", "origin", url)
+    git(a, "push", "-q", "origin", "main")
+    r = storm(a, "init", "--remote", "origin")
+    assert r.returncode == 0, r.stderr
+    git(a, "config", "storm.reservationSeconds", reservation)
+    return a
+
+
+def clone(tmp_path: Path, url: str, name: str, *, reservation: str = "0.5") -> Path:
+    git(tmp_path, "clone", "-q", url, name)
+    c = tmp_path / name
+    r = storm(c, "join", "origin")
+    assert r.returncode == 0, r.stderr
+    git(c, "config", "storm.reservationSeconds", reservation)
+    return c
+
+
+def server_log(server: Path, since: str | None = None) -> list[str]:
+    spec = f"{since}..{WS}" if since else WS
+    return git(server, "rev-list", spec).stdout.decode().split()
+
+
+@pytest.fixture(params=["daemon", "file", "path"])
+def remote(request, tmp_path: Path):
+    """(server bare repository, URL clones use) for each kind of remote."""
+    if request.param == "daemon":
+        base = tmp_path / "served"
+        base.mkdir()
+        d = Daemon(base)
+        request.addfinalizer(d.stop)
+        srv = bare(base / "proj.git")
+        return srv, d.url("proj.git")
+    srv = bare(tmp_path / "proj.git")
+    return srv, (f"file://{srv}" if request.param == "file" else str(srv))
+
+
+def _install_guard(srv: Path) -> None:
+    r = storm(srv, "server-hook", "install", str(srv))
+    assert r.returncode == 0, r.stderr
+
+
+# -- the basic story, on every kind of remote -------------------------------------------------
+def test_init_join_write_sync(remote, tmp_path):
+    srv, url = remote
+    _install_guard(srv)
+    a = seed(tmp_path, url)
+    h0 = rev(srv, WS)
+    assert rev(a, WS) == h0 and git(a, "config", "storm.remote").stdout.decode().strip() == "origin"
+    b = clone(tmp_path, url, "b")
+    assert rev(b, WS) == h0
+    assert storm(b, "read", "src/api.py", agent="eng_b").returncode == 0
+    new = "def fetch(url):\n    return http_get(url, retries=3)\n"
+    code, res = storm_json(b, "write", "src/api.py", "-m", "eng_b: retries", input=new, agent="eng_b")
+    assert code == 0 and res["accepted"], res
+    assert server_log(srv, h0) == [res["commit"]]  # the server's shared ref took it
+    assert (b / "src/api.py").read_text() == new
+    msg = git(srv, "log", "-1", "--format=%B", WS).stdout.decode()
+    assert "Storm-Agent: eng_b" in msg and "Storm-Path: src/api.py" in msg
+    # its provenance travelled in the same push
+    note = git(srv, "notes", "--ref=storm/agents/eng_b", "show", res["commit"], check=False)
+    assert note.returncode == 0 and b"validated-at: " + h0.encode() in note.stdout
+    # the other clone converges with sync
+    assert (a / "src/api.py").read_text() != new
+    r = storm(a, "sync")
+    assert r.returncode == 0, r.stderr
+    assert (a / "src/api.py").read_text() == new and rev(a, WS) == res["commit"]
+    assert git(srv, "fsck", "--no-progress").returncode == 0
+
+
+def test_conflict_across_clones_is_a_normal_rejection(tmp_path, daemon):
+    srv = bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    b = clone(tmp_path, url, "b")
+    for c, agent in ((a, "eng_a"), (b, "eng_b")):
+        assert storm(c, "read", "src/util.py", agent=agent).returncode == 0
+    code, ra = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 0 and ra["accepted"]
+    code, rb = storm_json(b, "write", "src/util.py", input="B\n", agent="eng_b")
+    assert code == 1 and not rb["accepted"]
+    rej = rb["rejection"]
+    assert rej["reason"] == "direct_conflict" and rej["current_content"] == "A\n" and rej["head"] == ra["commit"]
+    assert rej["changed_by"] == ["eng_a"]
+    assert rev(srv, WS) == ra["commit"]
+    # the rejection counts as the read: the retry on the new content is accepted
+    code, rb = storm_json(b, "write", "src/util.py", input="A\nB\n", agent="eng_b")
+    assert code == 0 and rb["accepted"] and rev(srv, WS) == rb["commit"]
+
+
+def _git_env_without_quarantine() -> str:
+    return "env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES"
+
+
+def _window_hook(srv: Path, target: str, expect_old: str) -> Path:
+    """A pre-receive hook that, on its first run only, moves the shared ref to ``target``
+    itself: another machine's push landing between this client's fetch and its push."""
+    marker = srv / "window-used"
+    hook = srv / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\ncat >/dev/null\n"
+                    f"if [ ! -e '{marker}' ]; then touch '{marker}'; "
+                    f"{_git_env_without_quarantine()} git update-ref {WS} {target} {expect_old} || exit 1; fi\n"
+                    "exit 0\n")
+    hook.chmod(0o755)
+    return marker
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["disjoint", "same-file"])
+def test_stale_lease_refetches_and_revalidates(tmp_path, daemon, shared):
+    """Deterministic race: b fetched H0, then (in b's push) the server moves to a's
+    write. b's lease fails; b fetches, re-validates: a disjoint write is retried and
+    accepted on top, a write of the same file becomes the usual rejection."""
+    srv = bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    b = clone(tmp_path, url, "b")
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    code, ra = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 0
+    git(srv, "update-ref", WS, h0, ra["commit"])  # a's write waits, done, in the server's object store
+    marker = _window_hook(srv, ra["commit"], h0)
+    target = "src/util.py" if shared else "src/api.py"
+    assert storm(b, "read", target, agent="eng_b").returncode == 0
+    assert rev(b, WS) == h0
+    code, rb = storm_json(b, "write", target, input="B\n", agent="eng_b")
+    assert marker.exists()
+    if not shared:
+        assert code == 0 and rb["accepted"] and rb["cas_retries"] >= 1, rb
+        assert server_log(srv, h0) == [rb["commit"], ra["commit"]]
+        assert git(srv, "rev-parse", f"{rb['commit']}^").stdout.decode().strip() == ra["commit"]
+    else:
+        assert code == 1 and rb["rejection"]["reason"] == "direct_conflict", rb
+        assert rb["rejection"]["current_content"] == "A\n" and rev(srv, WS) == ra["commit"]
+    assert rev(b, WS) == rev(srv, WS)
+
+
+# -- failures ----------------------------------------------------------------------------------
+def _journal(repo: Path, agent: str) -> bytes | None:
+    p = repo / ".git" / "storm" / "journal" / agent
+    return p.read_bytes() if p.exists() else None
+
+
+def test_unreachable_server_changes_nothing(tmp_path, daemon):
+    srv = bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    before = (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes())
+    daemon.stop()
+    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.count("\n") == 1 and "cannot fetch" in r.stderr and "origin" in r.stderr
+    assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
+    code, err = storm_json(a, "sync")
+    assert code == 3 and err["error"]["kind"] == "remote_unreachable"
+
+
+def test_push_failure_after_fetch_puts_everything_back(tmp_path):
+    """Fetch works, the push cannot connect: exit 3, and the agent's journal, notes
+    and every ref are as before — the retry is not refused over a write that never landed."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    before = (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes())
+    git(a, "config", "remote.origin.pushurl", f"git://127.0.0.1:{_free_port()}/nothing.git")
+    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert r.returncode == 3 and "cannot push" in r.stderr, r.stderr
+    assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
+    git(a, "config", "--unset", "remote.origin.pushurl")
+    code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 0 and res["accepted"] and rev(srv, WS) == res["commit"]
+
+
+KILLER = r'''#!{python}
+"""post-receive: the server has taken the push; kill the storm client that sent it
+before it hears the answer (a lost answer, deterministically)."""
+import os, signal, sys
+sys.stdin.read()
+marker = {marker!r}
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{{pid}}/cmdline", "rb") as fh:
+            if b"storm_git" in fh.read():
+                os.kill(pid, signal.SIGKILL)
+                break
+        with open(f"/proc/{{pid}}/stat") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+'''
+
+
+def test_lost_push_answer_is_not_applied_twice(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    h0 = rev(srv, WS)
+    marker = tmp_path / "killed"
+    hook = srv / "hooks" / "post-receive"
+    hook.write_text(KILLER.format(python=sys.executable, marker=str(marker)))
+    hook.chmod(0o755)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert r.returncode == -9 and marker.exists(), (r.returncode, r.stderr)
+    landed = server_log(srv, h0)
+    assert len(landed) == 1  # the server took it
+    assert rev(a, WS) == h0  # ... and the client never heard
+    assert git(srv, "notes", "--ref=storm/agents/eng_a", "show", landed[0], check=False).returncode == 0
+    # the agent runs the same write again: the next fetch shows it there; nothing new lands
+    code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 0 and res["accepted"] and res["commit"] is None, res
+    assert server_log(srv, h0) == landed and rev(a, WS) == landed[0]
+    assert (a / "src/util.py").read_text() == "A\n"
+    assert storm(b, "sync").returncode == 0 and (b / "src/util.py").read_text() == "A\n"
+
+
+def test_diverged_local_copy_is_repaired_by_fetch(tmp_path):
+    """A clone whose local refs/storm/workspace points elsewhere (a crash, a hand edit):
+    the next command takes the server's value; the write lands on the server's head."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    code, ra = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
+    assert code == 0
+    # b's local copy: a commit the server never saw
+    stray = git(b, "commit-tree", "-p", rev(b, WS), "-m", "stray", f"{WS}^{{tree}}").stdout.decode().strip()
+    git(b, "update-ref", WS, stray)
+    assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
+    assert rev(b, WS) == ra["commit"]
+    code, rb = storm_json(b, "write", "src/util.py", input="B\n", agent="eng_b")
+    assert code == 0 and rb["accepted"]
+    assert server_log(srv)[:2] == [rb["commit"], ra["commit"]] and stray not in server_log(srv)
+    assert (b / "src/api.py").read_text() == "A\n"
+
+
+def test_join_refuses_a_remote_without_workspace_and_unknown_names(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = make_repo(tmp_path / "a", init_storm=False)
+    git(a, "remote", "add", "origin", str(srv))
+    git(a, "push", "-q", "origin", "main")
+    code, err = storm_json(a, "join", "origin")
+    assert code == 3 and err["error"]["kind"] == "not_initialised"
+    code, err = storm_json(a, "join", "nowhere")
+    assert code == 2 and "no git remote named 'nowhere'" in err["error"]["message"]
+    assert git(a, "config", "storm.remote", check=False).returncode == 1
+
+
+def test_join_keeps_a_local_edit(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    assert storm(a, "write", "src/api.py", input="A\n", agent="eng_a").returncode == 0
+    git(tmp_path, "clone", "-q", str(srv), "b")
+    b = tmp_path / "b"
+    (b / "src/api.py").write_text("mine\n")
+    (b / "README.md").write_text("also mine, longer\n")
+    code, res = storm_json(b, "join", "origin")
+    assert code == 0 and res["kept"] == ["src/api.py"], res  # README.md: not changed by the shared head
+    assert (b / "src/api.py").read_text() == "mine\n" and (b / "README.md").read_text() == "also mine, longer\n"
+    code, st = storm_json(b, "status")
+    assert code == 0 and st["remote"] == "origin"
+    assert {u["path"] for u in st["unmediated"]} >= {"src/api.py", "README.md"}, st["unmediated"]
+
+
+def test_push_reads_sends_the_notes_alone(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    code, res = storm_json(a, "push-reads", agent="eng_a")
+    assert code == 0 and res["pushed"], res
+    assert rev(srv, "refs/notes/storm/agents/eng_a") == res["notes"] and rev(srv, WS) == h0
+    code, res = storm_json(a, "push-reads", agent="eng_a")
+    assert code == 0 and not res["pushed"]
+
+
+def test_two_processes_of_one_clone_and_reservations_travel(tmp_path):
+    """A rejection's reservation reaches the server; the other clone's writer of that
+    file waits for it (or, with --no-wait, is rejected as reserved)."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv), reservation="30")
+    b = clone(tmp_path, str(srv), "b", reservation="30")
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
+    assert storm(b, "write", "src/util.py", input="B\n", agent="eng_b").returncode == 0
+    code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 1 and res["rejection"]["reservation"]["holder"] == "eng_a"
+    assert git(srv, "rev-parse", "refs/storm/reservations", check=False).returncode == 0
+    assert storm(b, "read", "src/util.py", agent="eng_c").returncode == 0
+    code, res = storm_json(b, "write", "src/util.py", "--no-wait", input="C\n", agent="eng_c")
+    assert code == 1 and res["rejection"]["reason"] == "reserved" and "eng_a" in res["rejection"]["message"]
+
+
+# -- the server's guard --------------------------------------------------------------------------
+@pytest.fixture
+def guarded(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    _install_guard(srv)
+    a = seed(tmp_path, str(srv))
+    return srv, a
+
+
+def _push(repo: Path, *specs: str) -> subprocess.CompletedProcess:
+    return git(repo, "push", "--atomic", "origin", *specs, check=False)
+
+
+def _commit(repo: Path, parent: str, files: dict[str, str], message: str) -> str:
+    """A hand-made commit on ``parent`` with ``files`` changed (git plumbing, no storm)."""
+    idx = {"GIT_INDEX_FILE": str(repo / ".git" / "forge-index")}
+    env = dict(os.environ, **idx)
+    subprocess.run(["git", "read-tree", parent], cwd=repo, env=env, check=True)
+    for path, text in files.items():
+        blob = git(repo, "hash-object", "-w", "--stdin", input=text.encode()).stdout.decode().strip()
+        subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"], cwd=repo, env=env,
+                       check=True)
+    tree = subprocess.run(["git", "write-tree"], cwd=repo, env=env, check=True,
+                          capture_output=True).stdout.decode().strip()
+    return git(repo, "commit-tree", "-p", parent, "-m", message, tree).stdout.decode().strip()
+
+
+def _trailers(agent: str, path: str) -> str:
+    return f"hand-made\n\nStorm-Agent: {agent}\nStorm-Op: write\nStorm-Path: {path}\n"
+
+
+def _notes_commit(repo: Path, agent: str, target: str, text: str) -> str:
+    """The agent's notes ref with one more note (git notes, on a copy of the ref)."""
+    ref = f"refs/notes/storm/agents/{agent}"
+    git(repo, "notes", f"--ref={ref}", "add", "-f", "-m", text, target)
+    return rev(repo, ref)
+
+
+def test_guard_refuses_a_forged_commit(guarded):
+    srv, a = guarded
+    h = rev(srv, WS)
+    forged = _commit(a, h, {"src/util.py": "evil\n"}, "no trailers here")
+    r = _push(a, f"{forged}:{WS}")
+    assert r.returncode != 0 and b"lacks storm's trailers" in r.stderr, r.stderr
+    assert rev(srv, WS) == h
+
+
+def test_guard_refuses_a_non_fast_forward(guarded):
+    srv, a = guarded
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    assert storm(a, "write", "src/util.py", input="A\n", agent="eng_a").returncode == 0
+    h = rev(srv, WS)
+    r = _push(a, f"+{h}~1:{WS}")
+    assert r.returncode != 0 and b"non-fast-forward" in r.stderr, r.stderr
+    r = _push(a, f":{WS}")
+    assert r.returncode != 0 and b"deleting it is not allowed" in r.stderr
+    assert rev(srv, WS) == h
+
+
+def test_guard_refuses_a_commit_without_provenance(guarded):
+    srv, a = guarded
+    h = rev(srv, WS)
+    c = _commit(a, h, {"src/util.py": "x\n"}, _trailers("eng_z", "src/util.py"))
+    r = _push(a, f"{c}:{WS}")
+    assert r.returncode != 0 and b"has no provenance" in r.stderr, r.stderr
+    assert rev(srv, WS) == h
+
+
+def test_guard_refuses_provenance_contradicting_the_parent(guarded):
+    srv, a = guarded
+    h0 = rev(srv, WS)
+    old_util = git(a, "rev-parse", f"{h0}:src/util.py").stdout.decode().strip()
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    assert storm(a, "write", "src/util.py", input="A\n", agent="eng_a").returncode == 0
+    h1 = rev(srv, WS)
+    c = _commit(a, h1, {"src/api.py": "skipped validation\n"}, _trailers("eng_z", "src/api.py"))
+    prov = ("storm provenance: the read set this write was validated against\nagent: eng_z\n"
+            f"validated-at: {h1}\nscope: all\n{old_util} {h0} src/util.py\n")
+    notes = _notes_commit(a, "eng_z", c, prov)
+    r = _push(a, f"{c}:{WS}", f"{notes}:refs/notes/storm/agents/eng_z")
+    assert r.returncode != 0 and b"but the parent has" in r.stderr, r.stderr
+    assert rev(srv, WS) == h1
+    assert git(srv, "rev-parse", "refs/notes/storm/agents/eng_z", check=False).returncode != 0  # atomic
+    # the same hand-made write with a true provenance passes: the guard checks, it does not just refuse
+    now_util = git(a, "rev-parse", f"{h1}:src/util.py").stdout.decode().strip()
+    notes = _notes_commit(a, "eng_z", c, prov.replace(f"{old_util} {h0}", f"{now_util} {h1}"))
+    r = _push(a, f"{c}:{WS}", f"{notes}:refs/notes/storm/agents/eng_z")
+    assert r.returncode == 0, r.stderr
+    assert rev(srv, WS) == c
+
+
+def test_guard_refuses_a_write_that_changes_unnamed_paths(guarded):
+    srv, a = guarded
+    h = rev(srv, WS)
+    c = _commit(a, h, {"src/util.py": "x\n", "src/api.py": "sneaked\n"}, _trailers("eng_z", "src/util.py"))
+    r = _push(a, f"{c}:{WS}")
+    assert r.returncode != 0 and b"do not name" in r.stderr, r.stderr
+
+
+def test_guard_install_refuses_a_non_bare_repository(tmp_path):
+    a = make_repo(tmp_path / "a", init_storm=False)
+    code, err = storm_json(a, "server-hook", "install")
+    assert code == 2 and "not a bare repository" in err["error"]["message"]
+
+
+def test_guard_keeps_and_chains_an_existing_hook(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    hook = srv / "hooks" / "pre-receive"
+    log = tmp_path / "chained.log"
+    hook.write_text(f"#!/bin/sh\ncat >> '{log}'\n")
+    hook.chmod(0o755)
+    code, res = storm_json(srv, "server-hook", "install")
+    assert code == 0 and res["chained"].endswith("pre-receive.storm-chained")
+    assert os.stat(hook).st_mode & stat.S_IXUSR
+    seed(tmp_path, str(srv))
+    assert WS in log.read_text()
+
+
+# -- many clones, many processes ------------------------------------------------------------------
+def _run_writers(tmp_path: Path, clones: list[Path], procs: int, writes: int, share: float) -> list[dict]:
+    ack = tmp_path / "acks.jsonl"
+    running = []
+    for i, c in enumerate(clones):
+        for j in range(procs):
+            agent = f"w{i}_{j}"
+            running.append(subprocess.Popen(
+                [sys.executable, str(HERE / "remote_writer.py"), str(c), agent, str(writes), str(ack),
+                 str(i * 100 + j), f"own/{agent}.txt", "shared.txt", str(share)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for p in running:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err.decode()[-2000:]
+    return [json.loads(line) for line in ack.read_text().splitlines()]
+
+
+def _check_invariants(srv: Path, h0: str, clones: list[Path], recs: list[dict]) -> None:
+    acks = [r for r in recs if r["kind"] == "ack"]
+    assert not [r for r in recs if r["kind"] == "gave_up"]
+    history = server_log(srv, h0)
+    # every accepted write is one commit on the server's shared ref, and nothing else is
+    assert sorted(history) == sorted(r["commit"] for r in acks)
+    # no acknowledged write lost: each line is in the server's final version of its file
+    for r in acks:
+        final = git(srv, "show", f"{WS}:{r['path']}").stdout.decode()
+        assert r["line"] in final, r
+    # every rejection is justified by the server's history: at the head that rejected it
+    # the file was no longer the version the writer had seen
+    for r in (r for r in recs if r["kind"] == "rejection"):
+        if r["reason"] == "reserved":
+            continue
+        at = git(srv, "rev-parse", f"{r['head']}:{r['path']}", check=False).stdout.decode().strip() or None
+        assert at == r["current"] and at != r["seen"], r
+        assert r["head"] in history
+    # every clone converges after sync
+    for c in clones:
+        assert storm(c, "sync").returncode == 0
+        assert rev(c, WS) == rev(srv, WS)
+        for path in git(srv, "ls-tree", "-r", "--name-only", WS).stdout.decode().split():
+            assert (c / path).read_bytes() == git(srv, "show", f"{WS}:{path}").stdout, (c, path)
+    r = git(srv, "fsck", "--no-progress", check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def _fleet(tmp_path: Path, daemon: Daemon, n: int) -> tuple[Path, list[Path]]:
+    srv = bare(daemon.base / "proj.git")
+    _install_guard(srv)
+    url = daemon.url("proj.git")
+    clones = [seed(tmp_path, url)] + [clone(tmp_path, url, f"c{i}") for i in range(1, n)]
+    return srv, clones
+
+
+def test_clones_and_processes_write_at_once(tmp_path, daemon):
+    """3 clones x 2 processes x 10 writes on own and shared files, against git daemon
+    with the guard installed: the issue's invariants (larger: the slow variant)."""
+    srv, clones = _fleet(tmp_path, daemon, 3)
+    h0 = rev(srv, WS)
+    recs = _run_writers(tmp_path, clones, procs=2, writes=10, share=0.4)
+    assert len([r for r in recs if r["kind"] == "ack"]) == 3 * 2 * 10
+    _check_invariants(srv, h0, clones, recs)
+
+
+@pytest.mark.slow
+def test_clones_and_processes_write_at_once_large(tmp_path, daemon):
+    srv, clones = _fleet(tmp_path, daemon, 4)
+    h0 = rev(srv, WS)
+    recs = _run_writers(tmp_path, clones, procs=3, writes=25, share=0.5)
+    _check_invariants(srv, h0, clones, recs)
+
+
+def test_rm_edit_and_exec_start_from_the_remote_head(tmp_path):
+    """A file another clone created is there for rm/edit without a sync first; exec
+    records a command's change and pushes it like any write (the guard accepts them all)."""
+    srv = bare(tmp_path / "proj.git")
+    _install_guard(srv)
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "write", "new.txt", input="one\n", agent="eng_a").returncode == 0
+    code, res = storm_json(b, "rm", "new.txt", agent="eng_b")  # b never fetched it: not "not found"
+    assert code == 1 and res["rejection"]["reason"] == "unread_target", res
+    code, res = storm_json(b, "edit", "new.txt", "--old", "one", "--new", "two", agent="eng_b")
+    assert code == 0 and res["accepted"] and git(srv, "show", f"{WS}:new.txt").stdout == b"two\n"
+    r = storm(b, "exec", "--agent", "eng_b", "--", "sh", "-c", "echo three >> new.txt")
+    assert r.returncode == 0, r.stderr
+    assert git(srv, "show", f"{WS}:new.txt").stdout == b"two\nthree\n"
+    code, res = storm_json(b, "rm", "new.txt", agent="eng_b")
+    assert code == 0 and res["accepted"]
+    assert git(srv, "cat-file", "-e", f"{WS}:new.txt", check=False).returncode != 0
+    assert storm(a, "sync").returncode == 0 and not (a / "new.txt").exists()
+
+
+def test_a_write_that_keeps_losing_gives_up_with_exit_3(tmp_path, daemon):
+    """storm.remoteRetrySeconds bounds the retries: past it the write stops, exit 3,
+    with the agent's journal as it was (the lost attempt does not count as read)."""
+    srv = bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    b = clone(tmp_path, url, "b")
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    code, ra = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    git(srv, "update-ref", WS, h0, ra["commit"])
+    marker = _window_hook(srv, ra["commit"], h0)
+    git(b, "config", "storm.remoteRetrySeconds", "0")
+    assert storm(b, "read", "src/api.py", agent="eng_b").returncode == 0
+    journal = _journal(b, "eng_b")
+    code, err = storm_json(b, "write", "src/api.py", input="B\n", agent="eng_b")
+    assert marker.exists() and code == 3 and err["error"]["kind"] == "busy", err
+    assert _journal(b, "eng_b") == journal and rev(srv, WS) == ra["commit"]
+    git(b, "config", "--unset", "storm.remoteRetrySeconds")
+    code, rb = storm_json(b, "write", "src/api.py", input="B\n", agent="eng_b")
+    assert code == 0 and rb["accepted"] and rev(srv, WS) == rb["commit"]
+
+
+def test_a_refused_push_is_exit_3_and_changes_nothing(tmp_path):
+    """The server refuses (here a site's own pre-receive policy, chained after storm's
+    guard): exit 3 naming the refusal; nothing changes here or there."""
+    srv = bare(tmp_path / "proj.git")
+    policy = srv / "hooks" / "pre-receive"
+    policy.write_text("#!/bin/sh\ncat >/dev/null\necho 'site policy: frozen' >&2\nexit 1\n")
+    policy.chmod(0o755)
+    a = make_repo(tmp_path / "seed", init_storm=False)
+    git(a, "remote", "add", "origin", str(srv))
+    policy.rename(srv / "hooks" / "policy")
+    git(a, "push", "-q", "origin", "main")
+    assert storm(a, "init", "--remote", "origin").returncode == 0
+    (srv / "hooks" / "policy").rename(policy)
+    _install_guard(srv)  # keeps the policy as pre-receive.storm-chained
+    h = rev(srv, WS)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    before = (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes())
+    code, err = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 3 and err["error"]["kind"] == "remote_refused", err
+    assert "pre-receive hook declined" in err["error"]["message"]
+    assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
+    assert rev(srv, WS) == h
+
+
+def test_guard_runs_only_for_storm_refs_and_fails_closed(guarded):
+    """A branch push does not start the interpreter; a storm push whose guard cannot
+    run (its interpreter is gone) is refused, not let through."""
+    srv, a = guarded
+    hook = srv / "hooks" / "pre-receive"
+    hook.write_text(hook.read_text().replace("STORM_PYTHON=", "STORM_PYTHON='/nonexistent/python' #"))
+    git(a, "commit", "-q", "--allow-empty", "--no-verify", "-m", "more")
+    assert _push(a, "main").returncode == 0
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    h = rev(srv, WS)
+    code, err = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 3 and err["error"]["kind"] == "remote_refused", err
+    assert rev(srv, WS) == h
