@@ -183,3 +183,4 @@ from . import worktree_cmds  # noqa: E402,F401
 from . import tree_cmds  # noqa: E402,F401
 from . import agents_cmds  # noqa: E402,F401
 from . import mcp_cmd  # noqa: E402,F401
+from . import sim_cmds  # noqa: E402,F401

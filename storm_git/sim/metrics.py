@@ -39,6 +39,7 @@ class RunMetrics:
     caught_by_tests: int = 0
     caught_never: int = 0
     lost_updates: int = 0
+    writes_checked: int = 0  # accepted writes the lost-update check looked at
     rejections: int = 0
     rejections_needed: int = 0
     rejections_needless: int = 0

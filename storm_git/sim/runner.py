@@ -22,6 +22,7 @@ import tempfile
 import time
 from typing import Any
 
+from ..errors import UsageError
 from .agent import apply_change
 from .metrics import RunMetrics, Write, lost_updates
 from .workload import Change, Workload
@@ -272,6 +273,7 @@ class _Run:
         final = {p: _content(self.repo, rev, p) for p in paths}
         lost = lost_updates(writes, final) + (self._blind_overwrites() if self.mode == "storm" else [])
         m.lost_updates = len(lost)
+        m.writes_checked = len(writes)
         if self.w.reference is not None:
             m.diverged_paths = sorted(p for p, c in self.w.reference.items() if final.get(p) != c)
         failed = m.test_passed is False
@@ -296,7 +298,7 @@ class _Run:
 def run(w: Workload, mode: str, *, deps: str = "full", test_cmd: str | None = None) -> RunMetrics:
     """Run ``w`` in ``mode`` ("storm" or "worktree"); the metrics of that run."""
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}")
+        raise UsageError(f"unknown mode {mode!r}")
     if deps == "auto" and not auto_deps_available():
-        raise ValueError("--deps auto is not available in this version of storm (no storm_git.shared.AUTO_DEPS)")
+        raise UsageError("--deps auto is not available in this version of storm (no storm_git.shared.AUTO_DEPS)")
     return _Run(w, mode, deps, test_cmd).run()

@@ -20,6 +20,7 @@ import ast
 import re
 from collections.abc import Callable
 
+from ..errors import UsageError
 from .workload import Change, Workload, imports_of, merge3, module_index
 
 View = dict[str, "str | None"]
@@ -266,14 +267,14 @@ NAMED = list(SCENARIOS)
 def scenario(name: str, agents: int = 2) -> Workload:
     """Scenario ``name`` with ``agents`` agents (the extra ones do disjoint work)."""
     if name not in SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(NAMED)}, coupling")
+        raise UsageError(f"unknown scenario {name!r}; known: {', '.join(NAMED)}, coupling")
     spec = dict(SCENARIOS[name])
     if "like" in spec:
         spec = {**SCENARIOS[spec["like"]], **spec}
     core = [Change(c.message, list(c.targets), list(c.reads), program=c.program, args=dict(c.args))
             for c in spec["changes"]]
     if agents < len(core):
-        raise ValueError(f"scenario {name} needs at least {len(core)} agents")
+        raise UsageError(f"scenario {name} needs at least {len(core)} agents")
     extra = range(len(core), agents)
     changes = core + [Change(f"module mod_{i}", [f"src/mod_{i}.py"], program="own_module", args={"i": i})
                       for i in extra]
@@ -285,7 +286,7 @@ def scenario(name: str, agents: int = 2) -> Workload:
 def coupling(agents: int, fraction: float) -> Workload:
     """``round(fraction * agents)`` agents also register in one shared registry file."""
     if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"--coupling {fraction} is not between 0 and 1")
+        raise UsageError(f"--coupling {fraction} is not between 0 and 1")
     shared = round(fraction * agents)
     changes = [Change(f"module mod_{i}" + (" + registry entry" if i < shared else ""),
                       [f"src/mod_{i}.py"] + (["src/registry.py"] if i < shared else []),

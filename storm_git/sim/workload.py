@@ -19,6 +19,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import UsageError
+
+
 Files = dict[str, "bytes | None"]
 
 
@@ -188,7 +191,9 @@ def imports_of(path: str, content: bytes | None, index: dict[str, str]) -> list[
 def _git(repo: str, *args: str) -> bytes:
     r = subprocess.run(["git", *args], cwd=repo, capture_output=True)
     if r.returncode != 0:
-        raise ValueError(f"git {' '.join(args)} failed in {repo}: {r.stderr.decode(errors='replace').strip()}")
+        msg = r.stderr.decode(errors="replace").strip().splitlines()
+        raise UsageError(f"git {' '.join(args[:3])} failed in {repo}: {msg[-1] if msg else r.returncode}",
+                         hint="check --repo (a git repository) and --range (A..B, two revisions of it)")
     return r.stdout
 
 
@@ -216,7 +221,7 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
     """Deal the first-parent commits of ``A..B`` round-robin to ``agents`` agents
     that all start from A; each reads its targets and what they import."""
     if ".." not in rng:
-        raise ValueError(f"--range {rng!r} is not A..B; give two revisions, e.g. HEAD~10..HEAD")
+        raise UsageError(f"--range {rng!r} is not A..B; give two revisions, e.g. HEAD~10..HEAD")
     a, b = rng.split("..", 1)
     a = _git(repo, "rev-parse", "--verify", (a or "HEAD") + "^{commit}").decode().strip()
     b = _git(repo, "rev-parse", "--verify", (b or "HEAD") + "^{commit}").decode().strip()
@@ -224,7 +229,7 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
     if max_changes:
         commits = commits[:max_changes]
     if not commits:
-        raise ValueError(f"--range {rng} holds no commits")
+        raise UsageError(f"--range {rng} holds no commits", hint="B must be a descendant of A, e.g. HEAD~10..HEAD")
     base = tree_files(repo, a)
     dealt: list[list[Change]] = [[] for _ in range(agents)]
     touched: set[str] = set()
