@@ -75,8 +75,8 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
                 modes=("storm", "worktree") if modes == "both" else (modes,), quick=quick,
                 max_commits=max_commits, only=tuple(x.strip() for x in (only or "").split(",") if x.strip()))
 
-    def started(name: str, mode: str, scope: str) -> None:
-        click.echo(f"simulate: {name} in {mode} mode" + (f" (deps {scope})" if mode == "storm" else "") + " …",
+    def started(name: str, agents: int, mode: str, scope: str) -> None:
+        click.echo(f"simulate: {name}, {agents} agents, in {mode} mode" + (f" (deps {scope})" if mode == "storm" else "") + " …",
                    err=True, nl=False)
 
     def finished(m) -> None:

@@ -182,7 +182,7 @@ def test_cli_report_files_and_markdown_matches_json(tmp_path):
     assert len(rows) == len(data["runs"]) == 4
     for row, run in zip(rows, data["runs"]):
         assert row == {k: report.cell(k, run[k]) for _, k in report.COLUMNS}
-    assert "simulate: registry in storm mode" in r.stderr
+    assert "simulate: registry, 2 agents, in storm mode" in r.stderr
 
 
 def test_report_without_matplotlib_skips_plots_with_a_message(tmp_path):

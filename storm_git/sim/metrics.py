@@ -54,11 +54,14 @@ class RunMetrics:
     test_passed: bool | None = None
     test_output: str = ""
     wall_s: float = 0.0
+    agents_s: float = 0.0  # of wall_s: the agents' processes, start to last exit
+    integrate_s: float = 0.0  # of wall_s: the manager's commit (storm) or merges and resolutions (worktree)
     agent_errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["wall_s"] = round(self.wall_s, 3)
+        for k in ("wall_s", "agents_s", "integrate_s"):
+            d[k] = round(d[k], 3)
         d["reservation_wait_s"] = round(self.reservation_wait_s, 3)
         return d
 

@@ -13,11 +13,11 @@ COLUMNS = [  # (header, key in a run's dict)
     ("at write", "caught_at_write"), ("at merge", "caught_at_merge"), ("by tests", "caught_by_tests"),
     ("never", "caught_never"), ("lost updates", "lost_updates"), ("rejections", "rejections"),
     ("needed", "rejections_needed"), ("needless", "rejections_needless"), ("re-reads", "rereads"),
-    ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"),
+    ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"), ("of it merge/commit s", "integrate_s"),
     ("tests", "test_passed"),
 ]
 TOTALS = ["caught_at_write", "caught_at_merge", "caught_by_tests", "caught_never", "lost_updates",
-          "rejections", "rejections_needed", "rejections_needless", "rereads", "judgement", "wall_s"]
+          "rejections", "rejections_needed", "rejections_needless", "rereads", "judgement", "wall_s", "integrate_s"]
 PLOTS = ("conflicts.png", "rejections.png", "wall_time.png")
 
 
@@ -52,13 +52,13 @@ def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
              f"{len(runs)} runs, {data['seconds']:.0f} s, started {data['started']}.", "",
              "## Totals per mode", "",
              "| mode | runs | at write | at merge | by tests | never | lost updates | rejections | needless "
-             "| judgement | tests failed | wall s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| judgement | tests failed | wall s | of it merge/commit s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for m, t in totals(runs).items():
         lines.append(f"| {m} | {t['runs']:.0f} | {t['caught_at_write']:.0f} | {t['caught_at_merge']:.0f} | "
                      f"{t['caught_by_tests']:.0f} | {t['caught_never']:.0f} | {t['lost_updates']:.0f} | "
                      f"{t['rejections']:.0f} | {t['rejections_needless']:.0f} | {t['judgement']:.0f} | "
-                     f"{t['tests_failed']:.0f} | {t['wall_s']:.1f} |")
+                     f"{t['tests_failed']:.0f} | {t['wall_s']:.1f} | {t['integrate_s']:.1f} |")
     lines += ["", "## Every run", "",
               "| " + " | ".join(h for h, _ in COLUMNS) + " |",
               "| " + " | ".join("---" if i < 4 else "---:" for i in range(len(COLUMNS))) + " |"]
@@ -111,8 +111,16 @@ def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
 
 
 def _group(r: dict[str, Any]) -> str:
-    name = r["workload"].replace("replay ", "")
-    return f"{name[:28]} ({r['agents']})"
+    """Scenarios are summed over their agent counts; a replay is one bar per agent count."""
+    if r["kind"] == "scenario":
+        return r["workload"]
+    name = r["workload"].replace("replay ", "").split(" ", 1)[0]
+    return f"{name[:24]} ({r['agents']} agents)"
+
+
+def _agents_note(runs: list[dict[str, Any]]) -> str:
+    ks = sorted({r["agents"] for r in runs if r["kind"] == "scenario"})
+    return f"; scenarios summed over {'/'.join(map(str, ks))} agents" if len(ks) > 1 else ""
 
 
 def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
@@ -134,9 +142,9 @@ def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("conflicts")
-    ax.set_title("When conflicts are caught: " + ", ".join(
-        f"{m} {'plain' if not hatches[j % 3] else hatches[j % 3]}" for j, m in enumerate(modes)), fontsize=10)
-    ax.legend(fontsize=8)
+    bars = ", ".join(f"{m} {['left', 'right (hatched)', 'third (dotted)'][j % 3]}" for j, m in enumerate(modes))
+    ax.set_title(f"When conflicts are caught ({bars}{_agents_note(runs)})", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -156,8 +164,9 @@ def _rejections(plt: Any, runs: list[dict[str, Any]]) -> Any:
         ax.bar(xs, less, width, bottom=need, color="#e76f51" if j == 0 else "#f4a261", label=f"needless (deps {s})")
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("rejections (storm mode)")
-    ax.set_title("Rejections: needed (re-application changed the write) vs needless", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title("Storm mode rejections: needed (re-applying changed the write) vs needless"
+                 + _agents_note(runs), fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -171,6 +180,7 @@ def _wall(plt: Any, runs: list[dict[str, Any]]) -> Any:
         ks = sorted(by)
         ax.plot(ks, [sum(by[k]) / len(by[k]) for k in ks], marker="o", label=m)
     ax.set_xlabel("agents")
+    ax.set_xticks(sorted({r["agents"] for r in runs}))
     ax.set_ylabel("mean wall time per run, s (agents + integration)")
     ax.set_title("Wall time by number of agents", fontsize=10)
     ax.legend(fontsize=8)

@@ -159,8 +159,10 @@ class _Run:
             t0 = time.monotonic()
             procs = _start_agents(self.w, self.mode, self.repo, self.root, self.names, self.deps)
             self.reports, self.m.agent_errors = _collect(procs, self.root)
+            t1 = time.monotonic()
             final_rev = self.integrate()
             self.m.wall_s = time.monotonic() - t0
+            self.m.agents_s, self.m.integrate_s = t1 - t0, self.m.wall_s - (t1 - t0)
             self.measure(final_rev)
         finally:
             for k, v in old.items():

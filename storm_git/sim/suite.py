@@ -102,7 +102,7 @@ DEFINITIONS = {
 
 
 def simulate(plan: Plan, on_run: Callable[[RunMetrics], None] | None = None,
-             on_start: Callable[[str, str, str], None] | None = None) -> Report:
+             on_start: Callable[[str, int, str, str], None] | None = None) -> Report:
     """Run every workload of ``plan`` in each mode (and validation scope)."""
     plan.check()
     report = Report(plan.to_dict(), started=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -112,7 +112,7 @@ def simulate(plan: Plan, on_run: Callable[[RunMetrics], None] | None = None,
         for mode in plan.modes:
             for deps in (scopes if mode == "storm" else ("full",)):
                 if on_start:
-                    on_start(w.name, mode, deps)
+                    on_start(w.name, len(w.agents), mode, deps)
                 m = runner.run(w, mode, deps=deps, test_cmd=w.test_cmd)
                 report.runs.append(m)
                 if on_run:
