@@ -160,6 +160,27 @@ def test_replay_both_modes_on_click(click_repo):
             assert m.diverged_paths == []  # re-applied in order: the history's end state
 
 
+def test_replay_of_a_repository_holding_a_storm_git_package_uses_the_installed_storm(tmp_path):
+    """Replaying storm's own history puts an older storm_git/ in the replayed tree: the
+    agents must not import it (they once did, and failed with its old errors)."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "storm_git").mkdir()
+    (repo / "storm_git/__init__.py").write_text("raise ImportError('the replayed storm_git was imported')\n")
+    (repo / "a.txt").write_text("1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for i in (2, 3):
+        (repo / "a.txt").write_text(f"{i}\n")
+        git(repo, "commit", "-q", "-am", f"a{i}")
+    w = workload.replay(str(repo), "HEAD~2..HEAD", 2)
+    for mode in runner.MODES:
+        m = runner.run(w, mode)
+        assert m.agent_errors == [], m.agent_errors
+        assert m.lost_updates == 0 and m.diverged_paths == []
+
+
 @pytest.mark.slow
 def test_replay_on_click_with_four_agents(click_repo):
     w = workload.replay(str(click_repo), "HEAD~16..HEAD", 4)

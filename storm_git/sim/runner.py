@@ -90,7 +90,9 @@ def _start_agents(w: Workload, mode: str, repo: str, root: str, names: list[str]
         path = os.path.join(root, f"{name}.spec.json")
         with open(path, "w") as fh:
             json.dump(spec, fh)
-        procs.append((name, subprocess.Popen([sys.executable, "-m", "storm_git.sim.agent", path], cwd=repo,
+        # cwd outside the repository: `python -m` puts cwd first on sys.path, and a replay of
+        # storm's own history has an older storm_git/ there
+        procs.append((name, subprocess.Popen([sys.executable, "-m", "storm_git.sim.agent", path], cwd=root,
                                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
     return procs
 
