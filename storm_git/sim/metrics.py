@@ -8,8 +8,8 @@ Definitions (the report prints them too):
   (worktree mode), counted at each merge attempt.
 * ``caught_by_tests``: 1 when the integrated result fails its test: broken work
   that got in and is only found afterwards.
-* ``caught_never``: 1 when the result is wrong by the reference (a replay: the
-  history's end state; a scenario: its test) and no test failed.
+* ``caught_never``: paths where the result differs from the reference (a
+  replay: the history's end state) and no test failed.
 * ``rejections_needed`` / ``rejections_needless``: a needless rejection
   re-applied the agent's change unchanged (the file it writes was not touched
   by anyone) and the final result passes.

@@ -154,7 +154,7 @@ def _rejections(plt: Any, runs: list[dict[str, Any]]) -> Any:
         return None
     groups = list(dict.fromkeys(_group(r) for r in storm))
     scopes = list(dict.fromkeys(r["deps"] for r in storm))
-    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(groups) * len(scopes)), 4.2))
+    fig, ax = plt.subplots(figsize=(max(9, 0.5 * len(groups) * len(scopes)), 4.2))
     width = 0.8 / len(scopes)
     for j, s in enumerate(scopes):
         xs = [i + (j - (len(scopes) - 1) / 2) * width for i in range(len(groups))]
@@ -164,8 +164,7 @@ def _rejections(plt: Any, runs: list[dict[str, Any]]) -> Any:
         ax.bar(xs, less, width, bottom=need, color="#e76f51" if j == 0 else "#f4a261", label=f"needless (deps {s})")
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("rejections (storm mode)")
-    ax.set_title("Storm mode rejections: needed (re-applying changed the write) vs needless"
-                 + _agents_note(runs), fontsize=9)
+    ax.set_title("Storm-mode rejections: needed vs needless" + _agents_note(runs), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 

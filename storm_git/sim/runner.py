@@ -282,7 +282,7 @@ class _Run:
             m.diverged_paths = sorted(p for p, c in self.w.reference.items() if final.get(p) != c)
         failed = m.test_passed is False
         m.caught_by_tests = int(failed)
-        m.caught_never = int(bool(m.diverged_paths) and not failed)
+        m.caught_never = 0 if failed else len(m.diverged_paths)
         for r in self.reports.values():
             for t in r.get("tasks", []):
                 rej = t["rejections"]
@@ -297,6 +297,14 @@ class _Run:
         m.retries = m.rejections
         m.caught_at_write = m.rejections_needed
         self.lost = lost
+
+
+def failed_run(w: Workload, mode: str, deps: str, error: str) -> RunMetrics:
+    """The metrics of a run that could not finish: the error is reported, nothing measured."""
+    m = RunMetrics(w.name, w.kind, mode, deps if mode == "storm" else "-", len(w.agents),
+                   w.params.get("coupling"), w.n_changes, w.overlaps())
+    m.agent_errors = [f"run failed: {error}"]
+    return m
 
 
 def run(w: Workload, mode: str, *, deps: str = "full", test_cmd: str | None = None) -> RunMetrics:

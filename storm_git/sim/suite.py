@@ -93,7 +93,7 @@ DEFINITIONS = {
     "caught_at_write": "storm mode: rejections whose re-application changed what the agent wrote",
     "caught_at_merge": "worktree mode: conflicting paths reported by the manager's merge",
     "caught_by_tests": "1 when the integrated result fails its test (found only afterwards)",
-    "caught_never": "1 when the result differs from the reference (replay: the history's end state) "
+    "caught_never": "paths where the result differs from the reference (replay: the history's end state) "
                     "and no test failed",
     "lost_updates": "accepted work missing from the final tree that no later writer saw and removed (must be 0)",
     "rejections_needless": "rejections after which the agent re-applied its change unchanged and the result passed",
@@ -113,7 +113,12 @@ def simulate(plan: Plan, on_run: Callable[[RunMetrics], None] | None = None,
             for deps in (scopes if mode == "storm" else ("full",)):
                 if on_start:
                     on_start(w.name, len(w.agents), mode, deps)
-                m = runner.run(w, mode, deps=deps, test_cmd=w.test_cmd)
+                try:
+                    m = runner.run(w, mode, deps=deps, test_cmd=w.test_cmd)
+                except Exception as exc:  # noqa: BLE001 - one broken run must not lose the others
+                    if isinstance(exc, UsageError):
+                        raise
+                    m = runner.failed_run(w, mode, deps, f"{type(exc).__name__}: {exc}")
                 report.runs.append(m)
                 if on_run:
                     on_run(m)
