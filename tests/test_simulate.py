@@ -71,6 +71,7 @@ def test_storm_mode_catches_the_conflict_at_write(name):
     m = runner.run(scenarios.scenario(name, 2), "storm")
     assert m.agent_errors == []
     assert m.caught_at_write == 1 and m.rejections_needless == 0
+    assert sum(a["rejections"] for a in m.per_agent.values()) == 1
     assert m.test_passed is True and m.caught_by_tests == 0
     assert m.lost_updates == 0 and m.writes_checked >= 2
 
@@ -230,7 +231,7 @@ def test_cli_refuses_bad_input_with_one_line(tmp_path):
 def test_deps_auto_is_refused_until_storm_has_it(tmp_path):
     from storm_git import shared
 
-    r = storm(tmp_path, "simulate", "--quick", "--deps", "auto")
     if hasattr(shared, "AUTO_DEPS"):
         pytest.skip("storm has --deps auto: the comparison runs")
+    r = storm(tmp_path, "simulate", "--quick", "--deps", "auto")
     assert r.returncode == 2 and "AUTO_DEPS" in r.stderr and "Traceback" not in r.stderr

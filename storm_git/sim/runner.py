@@ -283,8 +283,13 @@ class _Run:
         failed = m.test_passed is False
         m.caught_by_tests = int(failed)
         m.caught_never = 0 if failed else len(m.diverged_paths)
-        for r in self.reports.values():
-            for t in r.get("tasks", []):
+        for name, r in self.reports.items():
+            tasks = r.get("tasks", [])
+            m.per_agent[name] = {"tasks": len(tasks), "rejections": sum(len(t["rejections"]) for t in tasks),
+                                 "rereads": sum(t["rereads"] for t in tasks),
+                                 "reservation_waits": sum(t["reservation_waits"] for t in tasks),
+                                 "task_s": round(sum(t.get("task_s", 0.0) for t in tasks), 3)}
+            for t in tasks:
                 rej = t["rejections"]
                 m.rejections += len(rej)
                 m.rejections_needless += sum(1 for x in rej if x["unchanged"]) if not failed else 0
