@@ -110,7 +110,10 @@ class Agent:
         if not writes:
             return None
         if self.mode == "storm":
-            deps: Any = None if self.deps == "full" else "auto"
+            from storm_git import shared
+
+            # "auto": the computed dependency scope (issue 12 part 3), when this storm has it
+            deps: Any = None if self.deps == "full" else getattr(shared, "AUTO_DEPS", "auto")
             return self.ws.apply(self.name, writes, intent=change.message, deps=deps, wait=True, op="write")
         for p, c in writes.items():
             if c is None:
