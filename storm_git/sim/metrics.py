@@ -57,6 +57,7 @@ class RunMetrics:
     agents_s: float = 0.0  # of wall_s: the agents' processes, start to last exit
     integrate_s: float = 0.0  # of wall_s: the manager's commit (storm) or merges and resolutions (worktree)
     agent_errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the runner had to work around
     per_agent: dict[str, dict[str, float]] = field(default_factory=dict)  # retries, re-reads, waits per agent
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import StormError, UsageError
 from .agent import apply_change
 from .metrics import RunMetrics, Write, lost_updates
 from .workload import Change, Workload
@@ -230,7 +230,19 @@ class _Run:
                 with open(full, "wb") as fh:
                     fh.write(content)
             self.resolutions.append(Write(agent, p, start, content, seen=_content(self.repo, res.before, p)))
-        WorktreeWorkspace(self.store).commit(f"{agent}: resolve the merge with main", agent=agent)
+        message = f"{agent}: resolve the merge with main"
+        try:
+            WorktreeWorkspace(self.store).commit(message, agent=agent)
+        except StormError as exc:
+            # concluding the merge as a person would, so one storm bug does not end the run;
+            # the note carries the worktree's state for the bug report
+            lines = _git(wt, "status", "--porcelain").decode(errors="replace").splitlines()
+            named = [ln for ln in lines if any(part in exc.message for part in ln[3:].split(" -> "))]
+            state = "; ".join(named or lines)[:400]
+            self.m.notes.append(f"{agent}: git storm commit failed ({exc.message}); committed with plain git. "
+                                f"status: {state}")
+            _git(wt, "add", "-A")
+            _git(wt, "commit", "-q", "--no-verify", "-m", message)
 
     # -- measurement -------------------------------------------------------------------
     def _writes(self) -> list[Write]:
