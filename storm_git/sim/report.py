@@ -65,6 +65,10 @@ def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
     for r in runs:
         lines.append("| " + " | ".join(cell(k, r[k]) for _, k in COLUMNS) + " |")
     lines += ["", "## Definitions", ""] + [f"* `{k}`: {v}" for k, v in data.get("definitions", {}).items()]
+    notes = [f"* {r['workload']}, {r['agents']} agents, {label(r)}: {n}"
+             for r in runs for n in r.get("agent_errors", []) + r.get("notes", [])]
+    if notes:
+        lines += ["", "## Errors and notes", ""] + notes
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
