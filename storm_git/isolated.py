@@ -276,9 +276,9 @@ class WorktreeWorkspace(BaseWorkspace):
                    "GIT_AUTHOR_NAME": agent, "GIT_AUTHOR_EMAIL": f"{agent}@storm.invalid",
                    "GIT_COMMITTER_NAME": agent, "GIT_COMMITTER_EMAIL": f"{agent}@storm.invalid"}
             # exactly the paths status reported (copied untracked files are not among them);
-            # a staged rename's source is in neither the index nor the worktree, and git add
-            # refuses a pathspec that matches nothing: its deletion is staged already
-            added = [p for _, p in status_entries(w.path, excludes, rename_sources=False)]
+            # a staged deletion (git rm, a sync's merge, a rename's source) is in neither the
+            # index nor the worktree, and git add refuses a pathspec that matches nothing
+            added = [p for xy, p in status_entries(w.path, excludes, rename_sources=False) if xy != "D "]
             run_git(["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"], w.path, env=env,
                     input="\0".join(f":(literal){p}" for p in added).encode("utf-8", "surrogateescape"))
             r = run_git(["commit", "--quiet", "-F", "-"], w.path, env=env, input=body.encode(), check=False)

@@ -347,3 +347,14 @@ def test_commit_of_a_staged_rename_commits_it(wrepo):
     assert r.returncode == 0, r.stderr
     names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
     assert names.split() == ["R100", "src/util.py", "src/helpers.py"]
+
+
+def test_commit_of_a_staged_deletion_commits_it(wrepo):
+    """A deletion already staged (git rm, or a sync whose merge staged one): its path is in
+    neither the index nor the worktree; git add refused it (seen replaying click)."""
+    w = Path(storm_json(wrepo, "spawn", "e1")[1]["path"])
+    git(w, "rm", "-q", "src/util.py")
+    r = storm(wrepo, "commit", "--agent", "e1", "-m", "drop util")
+    assert r.returncode == 0, r.stderr
+    names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
+    assert names.split() == ["D", "src/util.py"]
