@@ -188,3 +188,4 @@ from storm_git.cli import agents_cmds  # noqa: E402,F401
 from storm_git.cli import mcp_cmd  # noqa: E402,F401
 from storm_git.cli import radar_cmds  # noqa: E402,F401
 from storm_git.cli import remote_cmds  # noqa: E402,F401
+from storm_git.cli import sim_cmds  # noqa: E402,F401

@@ -22,6 +22,7 @@ ALLOWED = {
     "worktree": {"core"},
     "remote": {"core", "storm", "admin"},  # storm mode on a git server; init/join set up
     "integrations": {"core", "storm", "worktree", "remote", "api"},
+    "sim": {"core", "storm", "worktree", "admin", "api"},  # drives both modes as a user would
     "admin": {"core", "storm", "worktree", "api"},
     "api": {"core", "storm", "worktree", "remote"},
 }

@@ -341,3 +341,26 @@ def test_cli_help_has_examples():
     for cmd in ("mode", "spawn", "merge", "assign", "cleanup"):
         r = storm(".", cmd, "-h")
         assert r.returncode == 0 and "Example" in r.stdout, cmd
+
+
+def test_commit_of_a_staged_rename_commits_it(wrepo):
+    """A staged rename (git mv, or a sync that brought one) lists its source path,
+    which is in neither the index nor the worktree: git add refused it and the
+    commit failed with exit 3 (found by git storm simulate on click's history)."""
+    w = Path(storm_json(wrepo, "spawn", "e1")[1]["path"])
+    git(w, "mv", "src/util.py", "src/helpers.py")
+    r = storm(wrepo, "commit", "--agent", "e1", "-m", "rename util")
+    assert r.returncode == 0, r.stderr
+    names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
+    assert names.split() == ["R100", "src/util.py", "src/helpers.py"]
+
+
+def test_commit_of_a_staged_deletion_commits_it(wrepo):
+    """A deletion already staged (git rm, or a sync whose merge staged one): its path is in
+    neither the index nor the worktree; git add refused it (seen replaying click)."""
+    w = Path(storm_json(wrepo, "spawn", "e1")[1]["path"])
+    git(w, "rm", "-q", "src/util.py")
+    r = storm(wrepo, "commit", "--agent", "e1", "-m", "drop util")
+    assert r.returncode == 0, r.stderr
+    names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
+    assert names.split() == ["D", "src/util.py"]

@@ -276,9 +276,12 @@ class WorktreeWorkspace(BaseWorkspace):
             env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent, radar.OFF_ENV: "off",
                    "GIT_AUTHOR_NAME": agent, "GIT_AUTHOR_EMAIL": f"{agent}@storm.invalid",
                    "GIT_COMMITTER_NAME": agent, "GIT_COMMITTER_EMAIL": f"{agent}@storm.invalid"}
-            # exactly the paths status reported (copied untracked files are not among them)
+            # exactly the paths status reported (copied untracked files are not among them);
+            # a staged deletion (git rm, a sync's merge, a rename's source) is in neither the
+            # index nor the worktree, and git add refuses a pathspec that matches nothing
+            added = [p for xy, p in status_entries(w.path, excludes, rename_sources=False) if xy != "D "]
             run_git(["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"], w.path, env=env,
-                    input="\0".join(f":(literal){p}" for p in paths).encode("utf-8", "surrogateescape"))
+                    input="\0".join(f":(literal){p}" for p in added).encode("utf-8", "surrogateescape"))
             r = run_git(["commit", "--quiet", "-F", "-"], w.path, env=env, input=body.encode(), check=False)
             if r.returncode != 0:
                 msg = (r.stderr or r.stdout).decode("utf-8", "replace").strip().replace("\n", " ")

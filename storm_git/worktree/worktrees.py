@@ -185,11 +185,13 @@ def storm_branches(store: Store) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def status_entries(path: str, excludes: list[str] | None = None) -> list[tuple[str, str]]:
-    """(XY, path) of ``git status --porcelain`` in a worktree, untracked files one by one."""
+def status_entries(path: str, excludes: list[str] | None = None, *,
+                   rename_sources: bool = True) -> list[tuple[str, str]]:
+    """(XY, path) of ``git status --porcelain`` in a worktree, untracked files one by one
+    (a staged rename's source too, unless ``rename_sources`` is False)."""
     args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."]
     args += [f":(exclude,glob){p}" for p in excludes or []]
-    return parse_status_z(run_git(args, path).stdout)
+    return parse_status_z(run_git(args, path).stdout, rename_sources=rename_sources)
 
 
 def dirty_paths(store: Store, path: str) -> list[str]:

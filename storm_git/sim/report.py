@@ -1,0 +1,190 @@
+"""The simulation report: JSON (everything), a Markdown table (the same numbers)
+and PNG plots (matplotlib, optional: without it the plots are skipped with a
+message, never a crash)."""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from typing import Any
+
+COLUMNS = [  # (header, key in a run's dict)
+    ("workload", "workload"), ("agents", "agents"), ("mode", "mode"), ("deps", "deps"),
+    ("at write", "caught_at_write"), ("at merge", "caught_at_merge"), ("by tests", "caught_by_tests"),
+    ("never", "caught_never"), ("lost updates", "lost_updates"), ("rejections", "rejections"),
+    ("needed", "rejections_needed"), ("needless", "rejections_needless"), ("re-reads", "rereads"),
+    ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"), ("of it merge/commit s", "integrate_s"),
+    ("tests", "test_passed"),
+]
+TOTALS = ["caught_at_write", "caught_at_merge", "caught_by_tests", "caught_never", "lost_updates",
+          "rejections", "rejections_needed", "rejections_needless", "rereads", "judgement", "wall_s", "integrate_s"]
+PLOTS = ("conflicts.png", "rejections.png", "wall_time.png")
+
+
+def cell(key: str, value: Any) -> str:
+    if key == "test_passed":
+        return "-" if value is None else ("pass" if value else "FAIL")
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def label(run: dict[str, Any]) -> str:
+    return "storm" if run["mode"] == "storm" and run["deps"] in ("full", "-") else (
+        f"storm/{run['deps']}" if run["mode"] == "storm" else "worktree")
+
+
+def totals(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Sums per mode (and validation scope) over all runs."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in runs:
+        t = out[label(r)]
+        t["runs"] += 1
+        t["tests_failed"] += int(r["test_passed"] is False)
+        for k in TOTALS:
+            t[k] += r[k]
+    return {m: dict(v) for m, v in out.items()}
+
+
+def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
+    runs = data["runs"]
+    lines = ["# git storm simulate", "",
+             f"{len(runs)} runs, {data['seconds']:.0f} s, started {data['started']}.", "",
+             "## Totals per mode", "",
+             "| mode | runs | at write | at merge | by tests | never | lost updates | rejections | needless "
+             "| judgement | tests failed | wall s | of it merge/commit s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for m, t in totals(runs).items():
+        lines.append(f"| {m} | {t['runs']:.0f} | {t['caught_at_write']:.0f} | {t['caught_at_merge']:.0f} | "
+                     f"{t['caught_by_tests']:.0f} | {t['caught_never']:.0f} | {t['lost_updates']:.0f} | "
+                     f"{t['rejections']:.0f} | {t['rejections_needless']:.0f} | {t['judgement']:.0f} | "
+                     f"{t['tests_failed']:.0f} | {t['wall_s']:.1f} | {t['integrate_s']:.1f} |")
+    lines += ["", "## Every run", "",
+              "| " + " | ".join(h for h, _ in COLUMNS) + " |",
+              "| " + " | ".join("---" if i < 4 else "---:" for i in range(len(COLUMNS))) + " |"]
+    for r in runs:
+        lines.append("| " + " | ".join(cell(k, r[k]) for _, k in COLUMNS) + " |")
+    lines += ["", "## Definitions", ""] + [f"* `{k}`: {v}" for k, v in data.get("definitions", {}).items()]
+    notes = [f"* {r['workload']}, {r['agents']} agents, {label(r)}: {n}"
+             for r in runs for n in r.get("agent_errors", []) + r.get("notes", [])]
+    if notes:
+        lines += ["", "## Errors and notes", ""] + notes
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def parse_markdown_runs(text: str) -> list[dict[str, str]]:
+    """The "Every run" table back as rows of strings (tests compare it with the JSON)."""
+    part = text.split("## Every run", 1)[1].split("## Definitions", 1)[0]
+    rows = [ln for ln in part.splitlines() if ln.startswith("|")][2:]
+    return [dict(zip([k for _, k in COLUMNS], [c.strip() for c in ln.strip("|").split("|")])) for ln in rows]
+
+
+def write(data: dict[str, Any], out: str) -> dict[str, Any]:
+    """Write report.json, report.md and the plots into ``out``; what was written."""
+    os.makedirs(out, exist_ok=True)
+    plots, note = plot(data, out)
+    with open(os.path.join(out, "report.json"), "w") as fh:
+        json.dump(data, fh, indent=1)
+    with open(os.path.join(out, "report.md"), "w") as fh:
+        fh.write(markdown(data, plots))
+    return {"dir": out, "files": ["report.json", "report.md"] + plots, "plots_skipped": note}
+
+
+def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
+    """The three plots; ([], reason) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [], "matplotlib is not installed: plots skipped (pip install 'git-storm[sim]')"
+    runs = data["runs"]
+    done = []
+    for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall)):
+        fig = fn(plt, runs)
+        if fig is None:
+            continue
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+        done.append(name)
+    return done, None
+
+
+def _group(r: dict[str, Any]) -> str:
+    """Scenarios are summed over their agent counts; a replay is one bar per agent count."""
+    if r["kind"] == "scenario":
+        return r["workload"]
+    name = r["workload"].replace("replay ", "").split(" ", 1)[0]
+    return f"{name[:24]} ({r['agents']} agents)"
+
+
+def _agents_note(runs: list[dict[str, Any]]) -> str:
+    ks = sorted({r["agents"] for r in runs if r["kind"] == "scenario"})
+    return f"; scenarios summed over {'/'.join(map(str, ks))} agents" if len(ks) > 1 else ""
+
+
+def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
+    """Stacked bars: conflicts by when they were caught, per workload, one bar per mode."""
+    groups = list(dict.fromkeys(_group(r) for r in runs))
+    modes = list(dict.fromkeys(label(r) for r in runs))
+    kinds = [("caught_at_write", "at write", "#2a9d8f"), ("caught_at_merge", "at merge", "#e9c46a"),
+             ("caught_by_tests", "by tests (after)", "#f4a261"), ("caught_never", "never", "#e76f51")]
+    fig, ax = plt.subplots(figsize=(max(7, 0.55 * len(groups) * len(modes)), 4.2))
+    width = 0.8 / max(1, len(modes))
+    hatches = ["", "//", ".."]
+    for j, m in enumerate(modes):
+        bottom = [0.0] * len(groups)
+        for key, name, color in kinds:
+            vals = [sum(r[key] for r in runs if _group(r) == g and label(r) == m) for g in groups]
+            xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(groups))]
+            ax.bar(xs, vals, width, bottom=bottom, color=color, hatch=hatches[j % 3], edgecolor="black",
+                   linewidth=0.4, label=f"{name}" if j == 0 else None)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("conflicts")
+    bars = ", ".join(f"{m} {['left', 'right (hatched)', 'third (dotted)'][j % 3]}" for j, m in enumerate(modes))
+    ax.set_title(f"When conflicts are caught ({bars}{_agents_note(runs)})", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _rejections(plt: Any, runs: list[dict[str, Any]]) -> Any:
+    storm = [r for r in runs if r["mode"] == "storm"]
+    if not storm:
+        return None
+    groups = list(dict.fromkeys(_group(r) for r in storm))
+    scopes = list(dict.fromkeys(r["deps"] for r in storm))
+    fig, ax = plt.subplots(figsize=(max(9, 0.5 * len(groups) * len(scopes)), 4.2))
+    width = 0.8 / len(scopes)
+    for j, s in enumerate(scopes):
+        xs = [i + (j - (len(scopes) - 1) / 2) * width for i in range(len(groups))]
+        need = [sum(r["rejections_needed"] for r in storm if _group(r) == g and r["deps"] == s) for g in groups]
+        less = [sum(r["rejections_needless"] for r in storm if _group(r) == g and r["deps"] == s) for g in groups]
+        ax.bar(xs, need, width, color="#264653", label=f"needed (deps {s})")
+        ax.bar(xs, less, width, bottom=need, color="#e76f51" if j == 0 else "#f4a261", label=f"needless (deps {s})")
+    ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("rejections (storm mode)")
+    ax.set_title("Storm-mode rejections: needed vs needless" + _agents_note(runs), fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _wall(plt: Any, runs: list[dict[str, Any]]) -> Any:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in dict.fromkeys(label(r) for r in runs):
+        by: dict[int, list[float]] = defaultdict(list)
+        for r in runs:
+            if label(r) == m:
+                by[r["agents"]].append(r["wall_s"])
+        ks = sorted(by)
+        ax.plot(ks, [sum(by[k]) / len(by[k]) for k in ks], marker="o", label=m)
+    ax.set_xlabel("agents")
+    ax.set_xticks(sorted({r["agents"] for r in runs}))
+    ax.set_ylabel("mean wall time per run, s (agents + integration)")
+    ax.set_title("Wall time by number of agents", fontsize=10)
+    ax.legend(fontsize=8)
+    return fig

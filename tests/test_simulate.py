@@ -1,0 +1,237 @@
+"""``git storm simulate``: the scenario suite's tests detect their breakage, storm
+mode catches the overlapping scenarios at write time, the disjoint control has
+no rejections, lost updates are checked against the real final tree, history
+replay works on a real history (click), and the report's Markdown says what its
+JSON says. Real processes and repositories throughout; long variants are slow."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import git, storm
+
+from storm_git.sim import report, runner, scenarios, workload
+from storm_git.sim.metrics import Write, lost_updates
+
+CLICK_BUNDLE = Path("/work/shared/data/click.bundle")
+OVERLAPPING = [n for n in scenarios.NAMED if n != "disjoint"]
+
+
+def _materialize(files: dict[str, bytes | None], root: Path) -> Path:
+    for p, c in files.items():
+        if c is not None:
+            (root / p).parent.mkdir(parents=True, exist_ok=True)
+            (root / p).write_bytes(c)
+    return root
+
+
+def _check(files: dict[str, bytes | None], root: Path) -> subprocess.CompletedProcess:
+    _materialize(files, root)
+    return subprocess.run([sys.executable, scenarios.CHECK], cwd=root, capture_output=True, text=True)
+
+
+# -- the scenario suite's tests ---------------------------------------------------------------
+@pytest.mark.parametrize("name", OVERLAPPING)
+def test_scenario_test_fails_on_the_isolated_result(name, tmp_path):
+    """Each agent's work done on the base alone and combined (isolation, merge favouring the
+    later agent): the scenario's test must catch the breakage."""
+    w = scenarios.scenario(name, 2)
+    r = _check(scenarios.isolated_result(w), tmp_path)
+    assert r.returncode != 0, f"{name}: the check passed on a broken result\n{r.stdout}"
+
+
+@pytest.mark.parametrize("name", [n for n in scenarios.NAMED if n != "rename-late"])
+def test_scenario_test_passes_when_each_agent_replans_on_fresh_reads(name, tmp_path):
+    w = scenarios.scenario(name, 4)
+    r = _check(scenarios.sequential_result(w), tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_rename_late_is_broken_even_when_replanned(tmp_path):
+    """The renamer finishes last and never read the new caller: no re-planning of the
+    caller can help; the scenario documents the limit (caught by tests in both modes)."""
+    w = scenarios.scenario("rename-late", 2)
+    assert _check(scenarios.sequential_result(w), tmp_path).returncode != 0
+
+
+def test_coupling_scales_the_shared_file():
+    w = scenarios.coupling(8, 0.5)
+    shared = [c for a in w.agents for c in a if "src/registry.py" in c.targets]
+    assert len(w.agents) == 8 and len(shared) == 4 and w.overlaps() == 6  # 4 choose 2
+    assert scenarios.coupling(4, 0.0).overlaps() == 0
+
+
+# -- both modes, real processes ---------------------------------------------------------------
+@pytest.mark.parametrize("name", ["signature", "cycle"])
+def test_storm_mode_catches_the_conflict_at_write(name):
+    m = runner.run(scenarios.scenario(name, 2), "storm")
+    assert m.agent_errors == []
+    assert m.caught_at_write == 1 and m.rejections_needless == 0
+    assert sum(a["rejections"] for a in m.per_agent.values()) == 1
+    assert m.test_passed is True and m.caught_by_tests == 0
+    assert m.lost_updates == 0 and m.writes_checked >= 2
+
+
+def test_worktree_mode_finds_them_at_merge_or_by_tests():
+    sig = runner.run(scenarios.scenario("signature", 2), "worktree")
+    assert sig.caught_at_merge == 1 and sig.test_passed is True and sig.lost_updates == 0
+    cyc = runner.run(scenarios.scenario("cycle", 2), "worktree")
+    assert cyc.caught_at_merge == 0 and cyc.test_passed is False and cyc.caught_by_tests == 1
+    assert "circular import" in cyc.test_output
+
+
+@pytest.mark.parametrize("mode", runner.MODES)
+def test_disjoint_control_has_no_rejections_or_conflicts(mode):
+    m = runner.run(scenarios.scenario("disjoint", 2), mode)
+    assert (m.rejections, m.caught_at_merge, m.reservation_waits) == (0, 0, 0)
+    assert m.test_passed is True and m.lost_updates == 0 and m.writes_checked == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", OVERLAPPING)
+def test_every_scenario_with_four_agents_both_modes(name):
+    st = runner.run(scenarios.scenario(name, 4), "storm")
+    wt = runner.run(scenarios.scenario(name, 4), "worktree")
+    assert st.lost_updates == wt.lost_updates == 0 and not st.agent_errors and not wt.agent_errors
+    if name == "rename-late":
+        assert st.test_passed is False and wt.test_passed is False
+    else:
+        assert st.caught_at_write >= 1 and st.test_passed is True
+        assert wt.caught_at_merge + wt.caught_by_tests >= 1
+
+
+@pytest.mark.slow
+def test_disjoint_control_with_eight_agents_both_modes():
+    for mode in runner.MODES:
+        m = runner.run(scenarios.scenario("disjoint", 8), mode)
+        assert (m.rejections, m.caught_at_merge) == (0, 0) and m.test_passed is True
+
+
+# -- lost updates, against the final tree -------------------------------------------------------
+def test_lost_update_check_finds_work_missing_from_a_real_final_tree(tmp_path):
+    """A blind overwrite (the second writer based its write on the version before the
+    first one's) drops a line from the final tree: the check must report it, and must
+    not report a removal made by a writer that had seen the line."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    base, first = b"a\nb\n", b"a\nb\nfirst\n"
+    blind = b"a\nb\nsecond\n"  # made on `base`: `first` is gone
+    (repo / "f.txt").write_bytes(blind)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "final")
+    final = {"f.txt": runner._content(str(repo), "HEAD", "f.txt")}
+    writes = [Write("a1", "f.txt", base, first), Write("a2", "f.txt", base, blind)]
+    lost = lost_updates(writes, final)
+    assert [x["agent"] for x in lost] == ["a1"] and lost[0]["lines"] == ["first"]
+    seen = [Write("a1", "f.txt", base, first), Write("a2", "f.txt", first, blind)]
+    assert lost_updates(seen, final) == []
+
+
+# -- history replay on a real history -------------------------------------------------------
+@pytest.fixture(scope="module")
+def click_repo(tmp_path_factory):
+    if not CLICK_BUNDLE.exists():
+        pytest.skip(f"{CLICK_BUNDLE} is not here")
+    dest = tmp_path_factory.mktemp("click") / "click"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(CLICK_BUNDLE), str(dest)], check=True)
+    return dest
+
+
+def test_replay_deals_commits_and_reads_imports(click_repo):
+    w = workload.replay(str(click_repo), "HEAD~10..HEAD", 3)
+    assert w.n_changes == 10 and [len(a) for a in w.agents] == [4, 3, 3]
+    py = [c for a in w.agents for c in a if any(t.endswith("core.py") for t in c.targets)]
+    assert py and any(r.startswith("src/click/") for c in py for r in c.reads)
+    assert set(w.reference) == {t for a in w.agents for c in a for t in c.targets}
+
+
+def test_replay_both_modes_on_click(click_repo):
+    w = workload.replay(str(click_repo), "HEAD~8..HEAD", 2, test_cmd="python -m compileall -q src")
+    for mode in runner.MODES:
+        m = runner.run(w, mode)
+        assert m.agent_errors == [] and m.changes == 8
+        assert m.lost_updates == 0 and m.writes_checked >= 8
+        assert m.test_passed is True
+        if mode == "storm" and m.judgement == 0:
+            assert m.diverged_paths == []  # re-applied in order: the history's end state
+
+
+def test_replay_of_a_repository_holding_a_storm_git_package_uses_the_installed_storm(tmp_path):
+    """Replaying storm's own history puts an older storm_git/ in the replayed tree: the
+    agents must not import it (they once did, and failed with its old errors)."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "storm_git").mkdir()
+    (repo / "storm_git/__init__.py").write_text("raise ImportError('the replayed storm_git was imported')\n")
+    (repo / "a.txt").write_text("1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for i in (2, 3):
+        (repo / "a.txt").write_text(f"{i}\n")
+        git(repo, "commit", "-q", "-am", f"a{i}")
+    w = workload.replay(str(repo), "HEAD~2..HEAD", 2)
+    for mode in runner.MODES:
+        m = runner.run(w, mode)
+        assert m.agent_errors == [], m.agent_errors
+        assert m.lost_updates == 0 and m.diverged_paths == []
+
+
+@pytest.mark.slow
+def test_replay_on_click_with_four_agents(click_repo):
+    w = workload.replay(str(click_repo), "HEAD~16..HEAD", 4)
+    for mode in runner.MODES:
+        m = runner.run(w, mode)
+        assert m.agent_errors == [] and m.lost_updates == 0
+
+
+# -- the report and the CLI -------------------------------------------------------------------
+def test_cli_report_files_and_markdown_matches_json(tmp_path):
+    out = tmp_path / "out"
+    r = storm(tmp_path, "simulate", "--scenarios", "--only", "registry,disjoint", "--agents", "2",
+              "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    for f in ("report.json", "report.md", *report.PLOTS):
+        assert (out / f).stat().st_size > 0, f
+    assert json.loads((out / "report.json").read_text())["runs"] == data["runs"]
+    rows = report.parse_markdown_runs((out / "report.md").read_text())
+    assert len(rows) == len(data["runs"]) == 4
+    for row, run in zip(rows, data["runs"]):
+        assert row == {k: report.cell(k, run[k]) for _, k in report.COLUMNS}
+    assert "simulate: registry, 2 agents, in storm mode" in r.stderr
+
+
+def test_report_without_matplotlib_skips_plots_with_a_message(tmp_path):
+    data = {"runs": [], "seconds": 0.0, "started": "now", "definitions": {}}
+    code = ("import sys, json; sys.modules['matplotlib'] = None\n"
+            "from storm_git.sim import report\n"
+            f"print(json.dumps(report.write({data!r}, {str(tmp_path)!r})))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["files"] == ["report.json", "report.md"] and "matplotlib is not installed" in res["plots_skipped"]
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_cli_refuses_bad_input_with_one_line(tmp_path):
+    for args, needle in ((["simulate"], "nothing to simulate"),
+                         (["simulate", "--repo", "."], "--repo and --range go together"),
+                         (["simulate", "--scenarios", "--only", "nope"], "no such scenario"),
+                         (["simulate", "--scenarios", "--agents", "x"], "comma-separated")):
+        r = storm(tmp_path, *args)
+        assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_deps_auto_is_refused_until_storm_has_it(tmp_path):
+    from storm_git.storm import shared
+
+    if hasattr(shared, "AUTO_DEPS"):
+        pytest.skip("storm has --deps auto: the comparison runs")
+    r = storm(tmp_path, "simulate", "--quick", "--deps", "auto")
+    assert r.returncode == 2 and "AUTO_DEPS" in r.stderr and "Traceback" not in r.stderr
