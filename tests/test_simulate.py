@@ -228,10 +228,18 @@ def test_cli_refuses_bad_input_with_one_line(tmp_path):
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_deps_auto_is_refused_until_storm_has_it(tmp_path):
-    from storm_git.storm import shared
-
-    if hasattr(shared, "AUTO_DEPS"):
-        pytest.skip("storm has --deps auto: the comparison runs")
-    r = storm(tmp_path, "simulate", "--quick", "--deps", "auto")
-    assert r.returncode == 2 and "AUTO_DEPS" in r.stderr and "Traceback" not in r.stderr
+def test_deps_both_runs_storm_mode_with_each_scope_and_auto_misses_no_conflict(tmp_path):
+    """--deps both: storm mode once per validation scope, side by side; on the scenario
+    suite's overlapping work the computed scope catches at write what the full one does."""
+    out = tmp_path / "out"
+    r = storm(tmp_path, "simulate", "--scenarios", "--only", "signature,disjoint", "--agents", "2",
+              "--deps", "both", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    runs = {(x["workload"], x["mode"], x["deps"]): x for x in json.loads(r.stdout)["runs"]}
+    assert set(runs) == {(w, "storm", d) for w in ("signature", "disjoint") for d in ("full", "auto")} | \
+        {("signature", "worktree", "-"), ("disjoint", "worktree", "-")}
+    for d in ("full", "auto"):
+        sig = runs[("signature", "storm", d)]
+        assert sig["caught_at_write"] >= 1 and sig["caught_never"] == 0 and sig["lost_updates"] == 0, sig
+        assert runs[("disjoint", "storm", d)]["rejections"] == 0
+    assert "auto" in (out / "report.md").read_text()

@@ -110,10 +110,9 @@ class Agent:
         if not writes:
             return None
         if self.mode == "storm":
-            from storm_git.storm import shared
+            from storm_git.storm.shared import AUTO_DEPS
 
-            # "auto": the computed dependency scope (issue 12 part 3), when this storm has it
-            deps: Any = None if self.deps == "full" else getattr(shared, "AUTO_DEPS", "auto")
+            deps: Any = None if self.deps == "full" else AUTO_DEPS  # the computed dependency scope
             return self.ws.apply(self.name, writes, intent=change.message, deps=deps, wait=True, op="write")
         for p, c in writes.items():
             if c is None:

@@ -33,13 +33,6 @@ IDENT = {"GIT_AUTHOR_NAME": "storm-sim", "GIT_AUTHOR_EMAIL": "sim@storm.invalid"
 AGENT_TIMEOUT = 900.0
 
 
-def auto_deps_available() -> bool:
-    """``--deps auto`` needs the computed dependency scope (storm_git.storm.shared.AUTO_DEPS)."""
-    from storm_git.storm import shared
-
-    return hasattr(shared, "AUTO_DEPS")
-
-
 def _git(cwd: str, *args: str, input: bytes | None = None) -> bytes:
     r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, input=input, env={**os.environ, **IDENT})
     if r.returncode != 0:
@@ -328,6 +321,4 @@ def run(w: Workload, mode: str, *, deps: str = "full", test_cmd: str | None = No
     """Run ``w`` in ``mode`` ("storm" or "worktree"); the metrics of that run."""
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}")
-    if deps == "auto" and not auto_deps_available():
-        raise UsageError("--deps auto is not available in this version of storm (no storm_git.storm.shared.AUTO_DEPS)")
     return _Run(w, mode, deps, test_cmd).run()

@@ -41,9 +41,6 @@ class Plan:
             raise UsageError("nothing to simulate: give --quick, --scenarios, or --repo PATH --range A..B")
         if self.deps not in DEPS:
             raise UsageError(f"--deps {self.deps!r} is not one of {', '.join(DEPS)}")
-        if self.deps in ("auto", "both") and not runner.auto_deps_available():
-            raise UsageError("--deps auto needs the computed dependency scope, which this storm does not have "
-                             "yet (storm_git.storm.shared.AUTO_DEPS); use --deps full")
         for k in self.agents:
             if not 1 <= k <= 32:
                 raise UsageError(f"--agents {k} is out of range; give 1 to 32")
