@@ -241,5 +241,8 @@ def test_deps_both_runs_storm_mode_with_each_scope_and_auto_misses_no_conflict(t
     for d in ("full", "auto"):
         sig = runs[("signature", "storm", d)]
         assert sig["caught_at_write"] >= 1 and sig["caught_never"] == 0 and sig["lost_updates"] == 0, sig
+        by_reason = sig["rejections_by_reason"]
+        assert sum(v["all"] for v in by_reason.values()) == sig["rejections"], by_reason
+        assert sum(v["needless"] for v in by_reason.values()) == sig["rejections_needless"], by_reason
         assert runs[("disjoint", "storm", d)]["rejections"] == 0
     assert "auto" in (out / "report.md").read_text()

@@ -43,6 +43,9 @@ class RunMetrics:
     rejections: int = 0
     rejections_needed: int = 0
     rejections_needless: int = 0
+    # per reason (direct_conflict, stale_dependency, ...): how many, and how many needless;
+    # a dependency scope can only ever spare stale_dependency ones
+    rejections_by_reason: dict[str, dict[str, int]] = field(default_factory=dict)
     retries: int = 0
     rereads: int = 0
     judgement: int = 0

@@ -59,6 +59,17 @@ def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
                      f"{t['caught_by_tests']:.0f} | {t['caught_never']:.0f} | {t['lost_updates']:.0f} | "
                      f"{t['rejections']:.0f} | {t['rejections_needless']:.0f} | {t['judgement']:.0f} | "
                      f"{t['tests_failed']:.0f} | {t['wall_s']:.1f} | {t['integrate_s']:.1f} |")
+    by_reason: dict[str, dict[str, list[int]]] = {}
+    for r in runs:
+        for reason, n in r.get("rejections_by_reason", {}).items():
+            row = by_reason.setdefault(label(r), {}).setdefault(reason, [0, 0])
+            row[0] += n["all"]
+            row[1] += n["needless"]
+    if by_reason:
+        lines += ["", "## Rejections by reason (all / needless)", "",
+                  "| mode | reason | rejections | needless |", "| --- | --- | ---: | ---: |"]
+        for m, reasons in by_reason.items():
+            lines += [f"| {m} | {reason} | {a} | {b} |" for reason, (a, b) in sorted(reasons.items())]
     lines += ["", "## Every run", "",
               "| " + " | ".join(h for h, _ in COLUMNS) + " |",
               "| " + " | ".join("---" if i < 4 else "---:" for i in range(len(COLUMNS))) + " |"]

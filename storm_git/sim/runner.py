@@ -298,6 +298,10 @@ class _Run:
                 rej = t["rejections"]
                 m.rejections += len(rej)
                 m.rejections_needless += sum(1 for x in rej if x["unchanged"]) if not failed else 0
+                for x in rej:
+                    row = m.rejections_by_reason.setdefault(x["reason"], {"all": 0, "needless": 0})
+                    row["all"] += 1
+                    row["needless"] += int(x["unchanged"] and not failed)
                 m.rereads += t["rereads"]
                 m.judgement += t["judgement"]
                 m.reservation_waits += t["reservation_waits"]
