@@ -170,11 +170,14 @@ def test_replay_of_a_repository_holding_a_storm_git_package_uses_the_installed_s
     (repo / "storm_git").mkdir()
     (repo / "storm_git/__init__.py").write_text("raise ImportError('the replayed storm_git was imported')\n")
     (repo / "a.txt").write_text("1\n")
+    (repo / "b.txt").write_text("1\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
-    for i in (2, 3):
-        (repo / "a.txt").write_text(f"{i}\n")
-        git(repo, "commit", "-q", "-am", f"a{i}")
+    # two commits on different files: no conflict, so both modes must reach the history's
+    # end state whatever order the agents finish in (the same file made it a race)
+    for i, name in ((2, "a.txt"), (3, "b.txt")):
+        (repo / name).write_text(f"{i}\n")
+        git(repo, "commit", "-q", "-am", f"{name} {i}")
     w = workload.replay(str(repo), "HEAD~2..HEAD", 2)
     for mode in runner.MODES:
         m = runner.run(w, mode)
