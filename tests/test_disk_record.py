@@ -172,8 +172,11 @@ def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
         assert "-edited in an editor" not in res["rejection"]["diff"]  # diffed from the edit's base
         assert "+e2's accepted version" in res["rejection"]["diff"]
     assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
+    # e1 gives up its reservation (else the manager waits it out: 30 s), so the manager's
+    # adopt is validated, and refused for the same reason
+    assert storm(repo, "release", "src/util.py", agent="e1").returncode == 0
     code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")
-    assert code == 1
+    assert code == 1 and "was changed by another agent" in res["error"]["message"], res
     assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
 
 
