@@ -54,7 +54,7 @@ import pygit2
 from ..core import readsets, reservations
 from ..core.agents import validate_agent
 from ..core.errors import CorruptState, StormError
-from ..core.locks import flocked, is_locked
+from ..core.locks import flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
@@ -105,16 +105,6 @@ def guard_of(ref: str) -> str | None:
     if ref.startswith(AGENTS_PREFIX):
         return readsets.agent_lock(ref[len(AGENTS_PREFIX):])
     return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- the checks ----------------------------------------------------------------------
@@ -281,7 +271,7 @@ def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in files:
             m = TEMP_RE.search(name)
-            if m and not _pid_alive(int(m.group(1))):
+            if m and not pid_alive(int(m.group(1))):
                 found.append(os.path.join(dirpath, name))
     if not found:
         return

@@ -74,3 +74,14 @@ def is_locked(commondir: str, name: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a leftover named by a pid is the dead's to clean)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -35,6 +35,7 @@ from ..core.depscope import is_python, parse, resolve
 from .merge import MergeReport, files_changed, merge
 from ..core.store import Store, git_env
 from ..core.gitcmd import run_git
+from ..core.locks import pid_alive
 from .worktrees import branch_for, copy_untracked
 
 TAIL_LINES = 40
@@ -141,21 +142,11 @@ def remove_leftovers(store: Store) -> list[str]:
         return removed
     for name in names:
         pid = name.split("-", 1)[0]
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         remove_scratch(store, os.path.join(root, name))
         removed.append(name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_test(store: Store, command: str, candidate: pygit2.Oid, agent: str,
