@@ -470,3 +470,69 @@ def test_changed_paths_agrees_with_libgit2s_diff(tmp_path):
             expected |= {d.old_file.path, d.new_file.path}
         got = changed_paths(st, a, b)
         assert len(got) == len(set(got)) and set(got) == expected
+
+
+_READER = r"""
+import os, sys
+path, stop, out = sys.argv[1], sys.argv[2], sys.argv[3]
+seen = bad = 0
+while not os.path.exists(stop):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        bad += 1
+        continue
+    seen += 1
+    # every version is 4,000 copies of one line: a torn or empty read has another shape
+    if len(data) != 4000 * 9 or data != data[:9] * 4000:
+        bad += 1
+open(out, "w").write(f"{seen} {bad}")
+"""
+
+
+def test_a_reader_never_sees_a_written_file_missing_or_partial(repo, tmp_path):
+    """The disk write swaps the new file in (an atomic exchange on Linux, a rename
+    elsewhere): a reader in another process sees the old content or the new one,
+    never nothing and never a mix, and no temporary file is left. Unlinking the old
+    file before renaming (as a checkout does) fails the ENOENT count here."""
+    from storm_git import open_workspace
+
+    ws = open_workspace(str(repo))
+    target = repo / "big.txt"
+    ws.write("big.txt", b"line 000\n" * 4000, agent="w1")
+    inode = target.stat().st_ino
+    stop, out = tmp_path / "stop", tmp_path / "out"
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(target), str(stop), str(out)])
+    try:
+        for i in range(1, 301):
+            res = ws.write("big.txt", b"line %03d\n" % i * 4000, agent="w1")
+            assert res.accepted and res.disk == {"big.txt": "written"}
+    finally:
+        stop.touch()
+        assert reader.wait(timeout=30) == 0
+    seen, bad = map(int, out.read_text().split())
+    assert seen > 0 and bad == 0
+    assert target.read_bytes() == b"line 300\n" * 4000
+    assert target.stat().st_ino != inode  # replaced by a new file, not rewritten in place
+    assert not [n for n in os.listdir(repo) if n.startswith(".storm-tmp-")]
+
+
+def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(repo, tmp_path):
+    """The exchange swaps in only over a regular file or a link: a link at the target
+    is replaced (never followed: the file it points to is untouched), and a directory
+    put where a file was is refused with nothing swapped."""
+    from storm_git.core.disk import write_file
+
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep\n")
+    (repo / "ln").symlink_to(outside)
+    write_file(str(repo), "ln", b"new\n")
+    assert not (repo / "ln").is_symlink() and (repo / "ln").read_bytes() == b"new\n"
+    assert outside.read_bytes() == b"keep\n"
+    (repo / "dir").mkdir()
+    (repo / "dir" / "inner").write_bytes(b"inner\n")
+    with pytest.raises(OSError):
+        write_file(str(repo), "dir", b"file\n")
+    assert (repo / "dir" / "inner").read_bytes() == b"inner\n"
+    assert not [n for n in os.listdir(repo) if n.startswith(".storm-tmp-")]

@@ -29,6 +29,7 @@ import errno
 import hashlib
 import os
 import stat as stat_mod
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -198,10 +199,74 @@ def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB) -> None:
             with open(fd, "wb", closefd=True) as fh:
                 fh.write(data)
         try:
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            if not _swap_in(dfd, tmp, name):
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except OSError:
             os.unlink(tmp, dir_fd=dfd)
             raise
+
+
+# renameat2(2) flags (linux/fs.h)
+_RENAME_EXCHANGE = 2
+_renameat2: Any = None  # resolved on first use; False when the platform has none
+
+
+def _libc_renameat2() -> Any:
+    global _renameat2
+    if _renameat2 is None:
+        _renameat2 = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28, musl >= 1.2.5
+                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                _renameat2 = fn
+            except (OSError, AttributeError):
+                pass
+    return _renameat2
+
+
+def _swap_in(dfd: int, tmp: str, name: str) -> bool:
+    """Put ``tmp`` in place of an existing file ``name`` by an atomic exchange, then
+    delete the old file (now at ``tmp``). False: not done, the caller renames.
+
+    Why not a plain rename over the file: ext4 (its default ``auto_da_alloc``)
+    flushes the data of a file renamed over another, about 0.3 ms per write here,
+    more than the rest of the disk write. An exchange is just as atomic for a
+    reader (the old content or the new, never a mix or nothing) and ext4 skips
+    that flush; git's own checkout, which unlinks and re-creates, skips it too.
+    Only a regular file or a link is swapped: anything else goes through
+    ``os.replace``, which refuses it as before."""
+    fn = _libc_renameat2()
+    if not fn:
+        return False
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False  # a new file: a plain rename, with nothing to flush
+    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
+        return False
+    if fn(dfd, tmp.encode(), dfd, os.fsencode(name), _RENAME_EXCHANGE) != 0:
+        err = ctypes_errno()
+        if err == errno.ENOENT:  # removed since the stat: a plain rename
+            return False
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system without exchange
+            return False
+        raise OSError(err, os.strerror(err), name)
+    try:
+        os.unlink(tmp, dir_fd=dfd)
+    except IsADirectoryError:  # swapped for a directory since the stat: put it back
+        fn(dfd, tmp.encode(), dfd, os.fsencode(name), _RENAME_EXCHANGE)
+        raise
+    return True
+
+
+def ctypes_errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def remove_path(top: str, path: str) -> None:
