@@ -342,7 +342,10 @@ def test_exec_command_reads_the_terminal(repo):
 
 def test_ctrl_c_reaches_the_command_and_nothing_is_recorded(repo):
     before = snapshot_refs(repo)
-    pid, fd = _on_pty(repo, ["exec", "--", "sh", "-c", "echo x > half.txt; echo ready; sleep 30"])
+    # "ready" is printed by the very process that then waits (exec'd by sh): a Ctrl-C
+    # sent once it shows cannot fall in a window of the shell's own (fork, exec)
+    waiter = "import sys, time; print('ready', flush=True); time.sleep(30)"
+    pid, fd = _on_pty(repo, ["exec", "--", "sh", "-c", f'echo x > half.txt; exec "{sys.executable}" -c "{waiter}"'])
     _read_until(fd, b"ready")
     os.write(fd, b"\x03")  # Ctrl-C on the terminal
     # what storm printed after it, so a failure (seen once under CI load) says why
@@ -356,7 +359,9 @@ def test_ctrl_c_reaches_the_command_and_nothing_is_recorded(repo):
                 out += os.read(fd, 4096)
             except OSError:
                 pass
-    if status is None:
+    if status is None:  # say who was still there and what each ignored or caught
+        out += subprocess.run(["ps", "-o", "pid,ppid,pgid,tpgid,stat,ignored,caught,args", "-g", str(pid)],
+                              capture_output=True).stdout
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     os.close(fd)

@@ -132,24 +132,29 @@ def disk_state(top: str, path: str) -> "DiskState":
     following symlinks anywhere; None if absent; False if not a file or link."""
     try:
         with _parent_fd(top, path, create=False) as (dfd, name, _):
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                return None
-            if stat_mod.S_ISLNK(st.st_mode):
-                return pygit2.hash(os.fsencode(os.readlink(name, dir_fd=dfd))), MODE_LINK
-            if not stat_mod.S_ISREG(st.st_mode):
-                return False
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            try:
-                oid = _git_hash_fd(fd, os.fstat(fd).st_size)
-            finally:
-                os.close(fd)
-            return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
+            return _state_at(dfd, name)
     except FileNotFoundError:
         return None
     except (UnsafePath, OSError):
         return False
+
+
+def _state_at(dfd: int, name: str) -> "DiskState":
+    """disk_state of ``name`` in the open directory ``dfd``."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat_mod.S_ISLNK(st.st_mode):
+        return pygit2.hash(os.fsencode(os.readlink(name, dir_fd=dfd))), MODE_LINK
+    if not stat_mod.S_ISREG(st.st_mode):
+        return False
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        oid = _git_hash_fd(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
 
 
 def disk_oid(full: str) -> pygit2.Oid | None | bool:
@@ -186,24 +191,29 @@ def read_disk(top: str, path: str, limit: int | None = None) -> bytes | None:
 def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB) -> None:
     """Replace ``path`` with ``data`` by a rename inside its (checked) directory."""
     with _parent_fd(top, path, create=True) as (dfd, name, _):
-        tmp = f"{TEMP_PREFIX}{os.getpid()}"
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except FileNotFoundError:
-            pass
-        if mode == MODE_LINK:
-            os.symlink(os.fsdecode(data), tmp, dir_fd=dfd)
-        else:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
-            with open(fd, "wb", closefd=True) as fh:
-                fh.write(data)
-        try:
-            if not _swap_in(dfd, tmp, name):
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except OSError:
-            os.unlink(tmp, dir_fd=dfd)
-            raise
+        _write_at(dfd, name, data, mode)
+
+
+def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
+    """write_file of ``name`` in the open directory ``dfd``."""
+    tmp = f"{TEMP_PREFIX}{os.getpid()}"
+    try:
+        os.unlink(tmp, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+    if mode == MODE_LINK:
+        os.symlink(os.fsdecode(data), tmp, dir_fd=dfd)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
+        with open(fd, "wb", closefd=True) as fh:
+            fh.write(data)
+    try:
+        if not _swap_in(dfd, tmp, name):
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError:
+        os.unlink(tmp, dir_fd=dfd)
+        raise
 
 
 # renameat2(2) flags (linux/fs.h)
@@ -503,32 +513,45 @@ class SyncResult:
 
 def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
                 contents: dict[pygit2.Oid, bytes] | None = None,
-                step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> SyncResult:
+                step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
+                entries: dict[str, Entry | None] | None = None) -> SyncResult:
     """Bring ``paths`` — and every path that changed since the last sync — on disk
     to the current shared head. ``full`` compares the whole record with the head
-    (repairs anything left behind). Caller holds the worktree lock."""
+    (repairs anything left behind). Caller holds the worktree lock.
+
+    ``step`` = (parent, commit) of the caller's own write and ``entries`` what it
+    put at ``paths``: when the disk was synced to the parent and the head is still
+    that commit, those are all that changed, and the new trees are not read back."""
     head = store.ref_target(WORKSPACE_REF)
     if head is None:
         return SyncResult(None)
-    htree = store.commit(head).tree
     rec = load(store)
     if full or rec.synced is None or rec.journal_len >= FOLD_AT:
         rec = fold(store, rec)
-    if full or rec.synced is None:
-        since = store.repo[rec.base]
-    else:
-        since = store.commit(rec.synced).tree
     if step is not None and not full and rec.synced == step[0] and head == step[1]:
         candidates = list(paths)  # the head is exactly the caller's commit on the synced one: no diff
+        if entries is not None and all(p in entries for p in candidates):
+            wants = {p: entries[p] for p in candidates}
+        else:
+            htree = store.commit(head).tree
+            wants = {p: entry_or_none(store, htree, p) for p in candidates}
     else:
+        htree = store.commit(head).tree
+        since = store.repo[rec.base] if full or rec.synced is None else store.commit(rec.synced).tree
         candidates = list(dict.fromkeys([*paths, *changed_paths(store, since, htree)]))
+        wants = {p: entry_or_none(store, htree, p) for p in candidates}
     res = SyncResult(head)
     top = store.main_workdir
-    wants = {p: entry_or_none(store, htree, p) for p in candidates}
     new: dict[str, Entry | None] = {}
     # removals first: a file that becomes a directory (or the reverse) frees its name
     for p in sorted(candidates, key=lambda p: wants[p] is not None):
         want = wants[p]
+        quick = _settle_in_place(store, top, p, want, rec, contents) if want is not None else None
+        if quick is not None:
+            res.outcomes[p] = quick
+            if quick == WRITTEN or (quick == CURRENT and rec.get(store, p) != want):
+                new[p] = want
+            continue
         have = disk_state(top, p)
         if same(have, want):
             res.outcomes[p] = CURRENT
@@ -542,33 +565,64 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
             if want is None:
                 remove_path(top, p)
             else:
-                data = contents.get(want.oid) if contents else None
-                write_file(top, p, store.blob_bytes(want.oid) if data is None else data, want.mode)
+                write_file(top, p, _content(store, want, contents), want.mode)
         except (UnsafePath, OSError) as exc:
             res.outcomes[p] = FAILED
             res.errors[p] = exc.message if isinstance(exc, UnsafePath) else f"{exc.strerror or exc}"
             continue
         res.outcomes[p] = WRITTEN
         new[p] = want
-    set_entries(store, rec, new)
+    items = [_encode("e" if e else "d", p, e) for p, e in new.items()]
     if rec.synced != head:
-        append(store, [_encode("s", oid=head)])
+        items.append(_encode("s", oid=head))
+    append(store, items)  # one write: the entries and the new synced head
+    rec.overlay.update(new)
+    rec.journal_len += len(new)
     return res
+
+
+def _content(store: Store, want: Entry, contents: dict[pygit2.Oid, bytes] | None) -> bytes:
+    data = contents.get(want.oid) if contents else None
+    return store.blob_bytes(want.oid) if data is None else data
+
+
+def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
+                     contents: dict[pygit2.Oid, bytes] | None) -> str | None:
+    """The common case of sync_locked for one file, with its directory opened once
+    for both the look and the write: CURRENT, KEPT or WRITTEN. None when anything
+    is unusual (a directory missing or not plain, something not a file there, a
+    failed write): the caller then takes the general path, which reports it."""
+    try:
+        with _parent_fd(top, p, create=False) as (dfd, name, _):
+            have = _state_at(dfd, name)
+            if have is False:
+                return None
+            if same(have, want):
+                return CURRENT
+            if not same(have, rec.get(store, p)):
+                return KEPT
+            _write_at(dfd, name, _content(store, want, contents), want.mode)
+            return WRITTEN
+    except (UnsafePath, OSError):
+        return None
 
 
 def sync(store: Store, paths: list[str] = (), *, full: bool = False,
          contents: dict[pygit2.Oid, bytes] | None = None,
-         step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> SyncResult:
+         step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
+         entries: dict[str, Entry | None] | None = None) -> SyncResult:
     with flocked(store.commondir, "worktree"):
-        return sync_locked(store, paths, full=full, contents=contents, step=step)
+        return sync_locked(store, paths, full=full, contents=contents, step=step, entries=entries)
 
 
 def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None,
-                step: tuple[pygit2.Oid, pygit2.Oid] | None = None) -> dict[str, str]:
+                step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
+                entries: dict[str, Entry | None] | None = None) -> dict[str, str]:
     """After an accepted write: bring ``paths`` (and anything else behind) forward.
-    ``step`` = (parent, commit) of that write: when the disk was synced to the parent
-    and the head is still the commit, ``paths`` are all that changed."""
-    return sync(store, paths, contents=contents, step=step).outcomes
+    ``step`` = (parent, commit) of that write and ``entries`` what it wrote: when the
+    disk was synced to the parent and the head is still the commit, ``paths`` are
+    all that changed."""
+    return sync(store, paths, contents=contents, step=step, entries=entries).outcomes
 
 
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:

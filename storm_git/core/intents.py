@@ -195,6 +195,24 @@ def _lost(old: list[Annotation], new_data: bytes | None) -> list[Annotation]:
     return lost
 
 
+def _plain(store: Store) -> dict:
+    """Blobs known to hold nothing that looks like an annotation (per process;
+    content-addressed, so never stale)."""
+    cache = store.caches.setdefault("intents-plain", {})
+    if len(cache) > 4096:
+        cache.clear()
+    return cache
+
+
+def remember(store: Store, contents: dict[pygit2.Oid, bytes]) -> None:
+    """Note which blobs this process just wrote hold no annotation, so that the next
+    write over them (often this agent's own) does not read them back to scan them."""
+    cache = _plain(store)
+    for oid, data in contents.items():
+        if len(data) <= MAX_SCAN_BYTES and not _QUICK.search(data):
+            cache[oid] = True
+
+
 def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str, Any], commit: Any) -> list[str]:
     """After an accepted write (workspace lock held): the paths where ``agent``
     deleted or rewrote a line annotated by another agent, logged as an
@@ -206,10 +224,13 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
             old = store.entry(old_tree, path)
         except BadPath:  # a path that was a directory: nothing annotated to lose
             old = None
-        if old is None or store.repo.odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+        if old is None or _plain(store).get(old.oid):
+            continue
+        if store.repo.odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
             continue  # sized from the header: a large file is never loaded for this
         data = store.blob_bytes(old.oid)
         if not _QUICK.search(data):
+            _plain(store)[old.oid] = True
             continue
         # the ids named in the file, other than the writer, checked one ref lookup each
         named = {m.group(1) for line in data.decode("utf-8", "replace").splitlines()

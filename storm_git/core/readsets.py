@@ -229,20 +229,45 @@ def _start_journal(store: Store, agent: str, base: str) -> None:
     os.replace(tmp, journal_path(store, agent))
 
 
-def _append(store: Store, agent: str, base: str, data: str) -> None:
+def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | None" = None) -> int:
     """One ``write()`` of whole lines (agent lock held); a stale or torn journal is
-    restarted or cut first."""
+    restarted or cut first. Returns the journal's size after the append.
+
+    ``known``: the agent's cached parse, just checked against the file under the
+    lock. When it covers the whole file (right header, no torn tail) the journal
+    is not read again, and the parse absorbs the appended lines, so the next load
+    in this process finds it current (a write used to read the journal twice)."""
     path = journal_path(store, agent)
-    raw = _read_journal(store, agent)
-    if raw is None or not raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
-        _start_journal(store, agent, base)
-    elif not raw.endswith(b"\n"):
-        os.truncate(path, raw.rfind(b"\n") + 1)
+    raw = data.encode("utf-8", "surrogateescape")
+    current = known is not None and known.size > 0 and known.mtime != 0 and known.base == base
+    if not current:
+        old = _read_journal(store, agent)
+        if old is None or not old.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
+            _start_journal(store, agent, base)
+        elif not old.endswith(b"\n"):
+            os.truncate(path, old.rfind(b"\n") + 1)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     try:
-        os.write(fd, data.encode("utf-8", "surrogateescape"))
+        os.write(fd, raw)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    if current and st.st_size == known.size + len(raw) and st.st_ino == known.inode:
+        _absorb(known, data, agent)
+        known.size, known.mtime = st.st_size, st.st_mtime_ns
+    return st.st_size
+
+
+def _absorb(c: "_Cached", data: str, agent: str) -> None:
+    """Apply lines this process appended to its cached parse, as a load would."""
+    j = _Journal("")
+    _parse_rows(data, agent, j)
+    for ln in j.reads:
+        e = ReadEntry.parse(ln)
+        c.lines[e.path] = ln
+        c.entries[e.path] = e
+        c.changed.append(e.path)
+    c.counted += len(j.reads)
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -360,7 +385,7 @@ def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str =
         c = _load_locked(store, agent)
         new = [e.line() for e in entries if c.entries.get(e.path) != e]
         if new:
-            _append(store, agent, c.base, "".join("r " + ln for ln in new))
+            _append(store, agent, c.base, "".join("r " + ln for ln in new), c)
         return len(new)
 
 
@@ -383,8 +408,7 @@ def record_write(store: Store, agent: str, entries: Iterable[ReadEntry], commit:
                 notes.update_notes(store, agent_ref(agent),
                                    {str(commit): provenance_text(agent, validated_at, scope, shown).encode()},
                                    agent=agent, message=f"storm: provenance of {commit}")
-        _append(store, agent, c.base, data)
-        return os.stat(journal_path(store, agent)).st_size
+        return _append(store, agent, c.base, data, c)
 
 
 # -- folding --------------------------------------------------------------------------------------

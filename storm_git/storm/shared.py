@@ -317,10 +317,9 @@ class SharedWorkspace(BaseWorkspace):
                     if verdict.reason is None:
                         if any(b is MUST_REJECT for b in blobs.values()):
                             raise NotFound(f"{paths[0]} does not exist in the shared workspace")
-                        new_tree = store.tree_with(tree, {
-                            p: None if b is None else (b, modes.get(p) or _mode(verdict.current[p]))
-                            for p, b in blobs.items()
-                        })
+                        placed = {p: None if b is None else (b, modes.get(p) or _mode(verdict.current[p]))
+                                  for p, b in blobs.items()}
+                        new_tree = store.tree_with(tree, placed)
                         commit = None
                         if new_tree != tree.id:
                             message = trailers.format_message(intent, agent, op, paths)
@@ -367,7 +366,9 @@ class SharedWorkspace(BaseWorkspace):
         if verdict.reason is None:
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
-            disk = materialize(store, paths, contents, step=(head, commit)) if commit is not None else {}
+            disk = materialize(store, paths, contents, step=(head, commit),
+                               entries={p: v and Entry(*v) for p, v in placed.items()}) if commit is not None else {}
+            intents.remember(store, contents)  # outside the lock: the next write need not read them back
             if journal_size >= readsets.FOLD_BYTES:
                 readsets.fold(store, agent)
             if commit is not None:
