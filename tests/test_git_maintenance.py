@@ -229,11 +229,12 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
 def test_one_maintenance_at_a_time(tmp_path):
     """--auto never queues behind a running maintenance: with the lock held it reports
     that it did not run, and changes nothing."""
+    import pygit2
     from test_disk_record import hold, release
 
     from storm_git import open_workspace
-
     from storm_git.core import maintenance
+    from storm_git.core.locks import is_locked
 
     repo = make_repo(tmp_path / "repo", {"a.txt": "x\n"})
     git(repo, "config", "storm.autoMaintenance", "0")  # no background run while the objects pile up
@@ -251,5 +252,19 @@ def test_one_maintenance_at_a_time(tmp_path):
         r = storm(repo, "maintenance", "--auto", "--json", timeout=20)
         assert r.returncode == 0 and json.loads(r.stdout) == {"ran": False}
         assert git(repo, "count-objects", "-v").stdout == before
+        # a write that would look (commit id ending in a multiple of 16) starts no
+        # process while one runs: each would cost a Python start to find the lock taken
+        due_commit = next(c for c in (pygit2.Oid(raw=bytes([i]) * 20) for i in range(256))
+                          if c.raw[-1] % maintenance.CHECK_EVERY == 0)
+        store = open_workspace(str(repo)).store
+        assert maintenance.after_write(store, due_commit) is False
     finally:
         release(holder)
+    assert maintenance.after_write(store, due_commit) is True  # free again: it starts one
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not is_locked(store.commondir, "maintenance")
+                                           and maintenance.count_objects(store).packs == 0):
+        time.sleep(0.05)
+    while is_locked(store.commondir, "maintenance") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert maintenance.count_objects(store).packs >= 1

@@ -105,6 +105,9 @@ def after_write(store: Store, commit: object) -> bool:
     raw = getattr(commit, "raw", b"")
     if not raw or raw[-1] % CHECK_EVERY or not due(store):
         return False
+    with try_flocked(store.commondir, "maintenance") as free:
+        if not free:  # one is running: starting another Python only to find that out costs
+            return False  # ~0.1 s of CPU, every 16th write of every writer while a repack runs
     try:
         subprocess.Popen([sys.executable, "-m", "storm_git", "maintenance", "--auto"], cwd=store.top,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
