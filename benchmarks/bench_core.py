@@ -215,6 +215,21 @@ def floor_cycle(repo, refname: str, path: str, content: bytes) -> None:
     ref.set_target(new, "bench floor")
 
 
+def floor_cycle_with_disk(repo, refname: str, path: str, content: bytes) -> None:
+    """The bare cycle plus what any tool that keeps a working tree must add: the
+    file written to disk, the way git's checkout writes it (unlink, then create:
+    the cheapest way, not atomic for readers). Storm's write does this atomically
+    and checks each directory; the bare cycle alone writes no file."""
+    floor_cycle(repo, refname, path, content)
+    full = os.path.join(repo.workdir, path)
+    try:
+        os.unlink(full)
+    except FileNotFoundError:
+        pass
+    with open(full, "xb") as f:
+        f.write(content)
+
+
 def pick(paths: list[str], k: int, offset: int = 0) -> list[str]:
     """``k`` leaf files spread over the tree (distinct directories where possible)."""
     leaf = [p for p in paths if p.count("/") == 3]
