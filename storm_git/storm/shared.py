@@ -276,8 +276,14 @@ class SharedWorkspace(BaseWorkspace):
         # paths that changed since, so one agent's big read set does not stall others.
         whole = scope_name in ("all", depscope.FALLBACK) and expected is None
         known = self._valid.get(agent) if whole else None
-        if known is not None and known[0] == view.gen:
-            pre = (known[2], None, view.changed[known[1]:view.changed_at])
+        if len(scope) <= PRE_VALIDATE_AT:
+            # a small scope is checked whole under the lock: a lookup per path costs less
+            # than diffing the head against the one it was last valid at, a diff that
+            # grows with every write queued for the lock ahead of this one
+            pre = None
+        elif known is not None and known[0] == view.gen:
+            pre = self._advance(known[2], view.changed[known[1]:view.changed_at], paths, reads, scope,
+                                expected, changes)
         elif len(scope) > PRE_VALIDATE_AT:
             h0 = self.head()
             pre = (h0, self._validate(store.commit(h0).tree, paths, reads, scope, expected, changes), [])
@@ -436,6 +442,26 @@ class SharedWorkspace(BaseWorkspace):
             return self.store.entry(tree, path)
         except BadPath:
             return None
+
+    def _advance(self, h0: pygit2.Oid, reread: list[str], paths: list[str], reads: dict[str, ReadEntry],
+                 scope: dict[str, ReadEntry], expected: dict[str, str | None] | None,
+                 changes: dict[str, Any]) -> tuple[pygit2.Oid, None, list[str]]:
+        """Before the lock: the whole scope was valid at ``h0``; check the paths that
+        moved since against the current head, so that under the lock only the writes
+        made meanwhile are diffed. With 8 writers the diff from ``h0`` had grown to
+        several directories, diffed while every other writer waited for the lock."""
+        h1 = self.head()
+        if h1 == h0:
+            return h0, None, reread
+        tree = self.store.commit(h1).tree
+        moved = changed_paths(self.store, self.store.commit(h0).tree, tree)
+        narrow = {p: scope[p] for p in (*moved, *reread) if p in scope}
+        try:
+            valid = self._validate(tree, paths, reads, narrow, expected, changes).reason is None
+        except BadPath:
+            valid = False
+        # not valid: the lock's full check writes the rejection with every stale file
+        return (h1, None, []) if valid else (h0, None, reread)
 
     def _validate_at(self, head: pygit2.Oid, tree: pygit2.Tree,
                      pre: tuple[pygit2.Oid, _Verdict | None, list[str]] | None,
