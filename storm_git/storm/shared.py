@@ -345,10 +345,6 @@ class SharedWorkspace(BaseWorkspace):
                         if held:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
-                        # allowed but flagged and logged (storm_git.core.scope); one ref lookup without assignments
-                        outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
-                        # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
-                        overwritten = intents.flag_write(store, agent, tree, blobs, commit) if commit is not None else []
                         break
                     granted = self._reject_locked(agent, op, paths, verdict, head, now, hold)
                     break
@@ -370,6 +366,11 @@ class SharedWorkspace(BaseWorkspace):
         held_by = blocked or announced  # blocked: refused as reserved (perhaps at once, --no-wait)
         res_wait = ReservationWait(held_by.holder, held_by.path, blocked_end - blocked_at) if held_by else None
         if verdict.reason is None:
+            # after the lock (they read only the immutable parent tree and commit):
+            # outside the agent's assignment, allowed but flagged and logged (storm_git.core.scope);
+            # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
+            outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
+            overwritten = intents.flag_write(store, agent, tree, blobs, commit) if commit is not None else []
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
             disk = materialize(store, paths, contents, step=(head, commit),
