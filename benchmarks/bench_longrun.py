@@ -5,7 +5,9 @@ Not a test: it prints figures. One agent writes ``--writes`` times (default 10,0
 in a repository of ``--files`` files, with ``storm.autoMaintenance`` at its default
 (6,700 loose objects, git's gc.auto) unless ``--limit`` says otherwise. Every
 ``--every`` writes it prints the median write time of that block, the loose-object
-count, packs and the size of ``.git``. At the end: write cost at the end ÷ at the
+count, packs and the size of ``.git``, with the median of a bare pygit2 cycle
+run every 10th write in the same repository (what the machine and git's own
+growth cost, apart from storm). At the end: write cost at the end ÷ at the
 start, the highest loose count seen, and the same run's count without the trigger
 (estimated: objects per write x writes).
 
@@ -56,9 +58,15 @@ def main() -> None:
     base = {r.path: r.content for r in ws.read(targets, agent="long")}
     start_size = du(os.path.join(repo, ".git"))
     print(f"{args.writes} writes, {args.files} files, storm.autoMaintenance = {maintenance.auto_limit(store)}")
-    print(f"{'writes':>8} {'median ms':>10} {'loose':>7} {'packs':>6} {'.git MiB':>9}")
+    print(f"{'writes':>8} {'median ms':>10} {'bare ms':>8} {'loose':>7} {'packs':>6} {'.git MiB':>9}")
+    import pygit2
+
+    r = pygit2.Repository(repo)
+    r.references.create("refs/bench/floor", r.lookup_reference("refs/storm/workspace").target, force=True)
     block: list[float] = []
+    fblock: list[float] = []
     medians: list[float] = []
+    floors: list[float] = []
     peak = 0
     t_all = time.monotonic()
     for i in range(args.writes):
@@ -68,18 +76,25 @@ def main() -> None:
         block.append(time.perf_counter() - t)
         if not res.accepted:
             raise SystemExit(res.rejection.text)
+        if i % 10 == 0:  # the bare cycle in the same repository, same moment: what the machine
+            t = time.perf_counter()  # and git's own growth (objects, packs) cost, apart from storm
+            bench_core.floor_cycle(r, "refs/bench/floor", p, base[p] + b"# f %d\n" % i)
+            fblock.append(time.perf_counter() - t)
         if (i + 1) % args.every == 0:
             c = maintenance.count_objects(store)
             peak = max(peak, c.loose)
             medians.append(statistics.median(block) * 1e3)
-            print(f"{i + 1:>8} {medians[-1]:>10.2f} {c.loose:>7} {c.packs:>6} "
+            floors.append(statistics.median(fblock) * 1e3)
+            print(f"{i + 1:>8} {medians[-1]:>10.2f} {floors[-1]:>8.2f} {c.loose:>7} {c.packs:>6} "
                   f"{du(os.path.join(repo, '.git')) / 2**20:>9.1f}", flush=True)
-            block = []
+            block, fblock = [], []
     elapsed = time.monotonic() - t_all
     while is_locked(store.commondir, "maintenance"):
         time.sleep(0.1)
     final = maintenance.count_objects(store)
-    print(f"\nwall {elapsed:.1f} s; write cost, last block / first block: {medians[-1] / medians[0]:.2f}x")
+    print(f"\nwall {elapsed:.1f} s; write cost, last block / first block: {medians[-1] / medians[0]:.2f}x "
+          f"(the bare cycle: {floors[-1] / floors[0]:.2f}x; storm's write / bare cycle: "
+          f"{medians[0] / floors[0]:.2f}x first block, {medians[-1] / floors[-1]:.2f}x last)")
     print(f"loose objects: highest sampled {peak}, at the end {final.loose} (packs {final.packs}); "
           f"without the trigger ~{final.loose + final.packed} objects would be loose")
     print(f".git: {start_size / 2**20:.1f} MiB -> {du(os.path.join(repo, '.git')) / 2**20:.1f} MiB")
