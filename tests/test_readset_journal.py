@@ -192,3 +192,58 @@ def test_status_does_not_wait_for_an_agent_holding_its_lock(repo):
         release(holder)
     assert storm(repo, "status").returncode == 0
     assert journal(repo, "e1").read_bytes().count(b"\n") == 1
+
+
+def _foreign_commit(repo: Path, path: str, content: bytes) -> None:
+    """Move the shared ref by one commit changing ``path``, the way another writer's
+    accepted write would, without storm's lock (git's own ref lock and CAS)."""
+    import pygit2
+
+    r = pygit2.Repository(str(repo))
+    head = r.lookup_reference("refs/storm/workspace").target
+    parts = path.split("/")
+    trees = [r[head].tree]
+    for part in parts[:-1]:
+        trees.append(r[trees[-1][part].id])
+    oid, mode = r.create_blob(content), pygit2.GIT_FILEMODE_BLOB
+    for i in range(len(parts) - 1, -1, -1):
+        tb = r.TreeBuilder(trees[i])
+        tb.insert(parts[i], oid, mode)
+        oid, mode = tb.write(), pygit2.GIT_FILEMODE_TREE
+    sig = pygit2.Signature("other", "other@example.invalid")
+    new = r.create_commit(None, sig, sig, f"other writes {path}\n", oid, [head])
+    git(repo, "update-ref", "refs/storm/workspace", str(new), str(head))
+
+
+@pytest.mark.parametrize("moved, accepted", [("deps/d050.txt", False), ("elsewhere.txt", True)])
+def test_a_large_read_set_found_valid_before_is_still_checked_for_what_moved(tmp_path, moved, accepted):
+    """An agent whose whole read set (over 64 paths) was valid at its last write is
+    re-checked only where the head moved since: before the lock up to the head it
+    sees then, and under the lock for what moved while it waited. A dependency that
+    moved while the writer waited for the lock (held here by flock) is still a
+    stale_dependency; a file outside the read set moving is not."""
+    import threading
+
+    from test_disk_record import hold, release
+
+    files = {f"deps/d{i:03d}.txt": f"{i}\n" for i in range(100)}
+    files.update({"target.txt": "t\n", "elsewhere.txt": "e\n"})
+    repo = make_repo(tmp_path / "repo", files)
+    ws = open_workspace(str(repo))
+    ws.read([*sorted(p for p in files if p.startswith("deps/")), "target.txt"], agent="big")
+    assert ws.write("target.txt", b"t1\n", agent="big").accepted  # now known valid at this head
+    holder = hold(repo, "workspace", 60)
+    out: dict = {}
+    try:
+        th = threading.Thread(target=lambda: out.update(res=ws.write("target.txt", b"t2\n", agent="big")))
+        th.start()
+        time.sleep(0.3)  # the writer is past its pre-lock check and waits for the lock (either order is checked)
+        _foreign_commit(repo, moved, b"changed\n")
+    finally:
+        release(holder)
+    th.join(30)
+    res = out["res"]
+    assert res.accepted is accepted
+    if not accepted:
+        assert res.rejection.reason == "stale_dependency"
+        assert [s.path for s in res.rejection.stale] == [moved]
