@@ -221,7 +221,9 @@ def floor_cycle_with_disk(repo, refname: str, path: str, content: bytes) -> None
     the cheapest way, not atomic for readers). Storm's write does this atomically
     and checks each directory; the bare cycle alone writes no file."""
     floor_cycle(repo, refname, path, content)
-    full = os.path.join(repo.workdir, path)
+    # beside the file, not over it: over it, storm would see an edit made outside
+    # it and (rightly) keep it instead of writing its own next version
+    full = os.path.join(repo.workdir, path + ".floor-copy")
     try:
         os.unlink(full)
     except FileNotFoundError:
