@@ -48,6 +48,7 @@ RECORD_NAME = "disk-record"
 HEADER = b"storm disk record 1\n"
 FOLD_AT = 512  # journal entries before they are folded into the base tree
 TEMP_PREFIX = ".storm-tmp-"
+BIG_DIR_ENTRIES = 1024  # from here on, a pair of directories is compared by libgit2 (tree_changes)
 HASH_CHUNK = 1 << 20
 
 # A path's state on disk: (blob id, mode), None when absent, False when something
@@ -126,11 +127,78 @@ def _git_hash_fd(fd: int, size: int) -> pygit2.Oid:
     return pygit2.Oid(hex=h.hexdigest())
 
 
-def disk_state(top: str, path: str) -> "DiskState":
-    """(blob id, mode) of ``path`` under ``top`` as git would record it, without
-    following symlinks anywhere; None if absent; False if not a file or link."""
-    try:
+class DirFds:
+    """Directory descriptors for a batch of disk *reads* (hashing, reading), each
+    directory opened once, one component at a time, never through a symlink
+    (as _parent_fd). Checking the paths of a 2,000-file command opened and closed
+    the chain of every path's directories once per path; this opens each once.
+    Writes keep _parent_fd: they must look at the directory at the moment of writing."""
+
+    LIMIT = 256
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+        self.fds: dict[str, int | Exception] = {}
+
+    def __enter__(self) -> "DirFds":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            if isinstance(fd, int):
+                os.close(fd)
+        self.fds.clear()
+
+    def get(self, d: str) -> int:
+        """The descriptor of directory ``d`` ('' = the top). Raises UnsafePath when a
+        component is a symlink or not a directory, FileNotFoundError when one is missing."""
+        fd = self.fds.get(d)
+        if fd is None:
+            if len(self.fds) >= self.LIMIT:
+                self.close()
+            try:
+                fd = self._open(d)
+            except (UnsafePath, OSError) as exc:
+                fd = exc
+            self.fds[d] = fd
+        if isinstance(fd, Exception):
+            raise fd.with_traceback(None)  # the same failure, without piling up tracebacks
+        return fd
+
+    def _open(self, d: str) -> int:
+        if not d:
+            return os.open(self.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        cut = d.rfind("/")
+        parent = self.get(d[:cut] if cut >= 0 else "")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(d[cut + 1:], flags, dir_fd=parent)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _unsafe(exc, d.split("/"), parent) from None
+
+
+@contextmanager
+def _reading(top: str, path: str, dirs: DirFds | None) -> Iterator[tuple[int, str]]:
+    """(directory fd, final name) of ``path`` for reading: from ``dirs`` when given."""
+    if dirs is None:
         with _parent_fd(top, path, create=False) as (dfd, name, _):
+            yield dfd, name
+    else:
+        cut = path.rfind("/")
+        yield dirs.get(path[:cut] if cut >= 0 else ""), path[cut + 1:]
+
+
+def disk_state(top: str, path: str, dirs: DirFds | None = None) -> "DiskState":
+    """(blob id, mode) of ``path`` under ``top`` as git would record it, without
+    following symlinks anywhere; None if absent; False if not a file or link.
+    ``dirs``: directory descriptors shared by a batch (see DirFds)."""
+    try:
+        with _reading(top, path, dirs) as (dfd, name):
             try:
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
@@ -164,11 +232,12 @@ def same(state: "DiskState", entry: Entry | None) -> bool:
     return isinstance(state, tuple) and state[0] == entry.oid and state[1] == entry.mode
 
 
-def read_disk(top: str, path: str, limit: int | None = None) -> bytes | None:
+def read_disk(top: str, path: str, limit: int | None = None, dirs: DirFds | None = None) -> bytes | None:
     """Content of a regular file (or a link's text), read without following
-    symlinks; None if absent. Raises TooLarge-sized ValueError over ``limit``."""
+    symlinks; None if absent. Raises TooLarge-sized ValueError over ``limit``.
+    ``dirs``: directory descriptors shared by a batch (see DirFds)."""
     try:
-        with _parent_fd(top, path, create=False) as (dfd, name, _):
+        with _reading(top, path, dirs) as (dfd, name):
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             if stat_mod.S_ISLNK(st.st_mode):
                 return os.fsencode(os.readlink(name, dir_fd=dfd))
@@ -393,8 +462,12 @@ def changed_paths(store: Store, old: pygit2.Tree, new: pygit2.Tree) -> list[str]
 def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str = "",
                   out: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
     """Blob-level differences old → new as [(path, (oid, mode) or None)], skipping
-    identical subtrees (cost grows with what changed, not with the tree)."""
+    identical subtrees (cost grows with what changed, not with the tree). A pair
+    of large directories is compared by libgit2 instead (see _big_changes)."""
     out = [] if out is None else out
+    if len(old) + len(new) >= BIG_DIR_ENTRIES:
+        _big_changes(old, new, prefix, out)
+        return out
     repo = store.repo
     old_e = {e.name: e for e in old}
     new_e = {e.name: e for e in new}
@@ -417,6 +490,22 @@ def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str =
         elif b is not None:
             out.append((path, (b.id, b.filemode)))
     return out
+
+
+def _big_changes(old: pygit2.Tree, new: pygit2.Tree, prefix: str, out: list[tuple[str, Any]]) -> None:
+    """tree_changes of two large directories through libgit2's tree diff: in Python
+    each entry costs ~4 µs (an object and an enum per ``filemode``), so a directory
+    of 20,000 entries took ~80 ms where libgit2 takes ~4 ms. libgit2 also walks
+    identical subtrees (~0.2 µs an entry), which is why only large pairs come here."""
+    found: dict[str, Any] = {}
+    for d in old.diff_to_tree(new).deltas:
+        if d.status == pygit2.enums.DeltaStatus.DELETED:
+            found.setdefault(prefix + d.old_file.path, None)
+        else:  # added, modified (a file replaced by a link: a deletion, then this addition)
+            if d.status != pygit2.enums.DeltaStatus.ADDED and d.old_file.path != d.new_file.path:
+                found.setdefault(prefix + d.old_file.path, None)
+            found[prefix + d.new_file.path] = (d.new_file.id, d.new_file.mode)
+    out.extend(found.items())
 
 
 def _all_blobs(store: Store, tree: pygit2.Tree, prefix: str, out: list, *, delete: bool) -> None:
@@ -453,6 +542,8 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
         since = store.repo[rec.base]
     else:
         since = store.commit(rec.synced).tree
+    # the record is exactly the synced head's tree (no unmediated edit kept, journal folded)
+    clean = not rec.overlay and rec.synced is not None and rec.base == store.commit(rec.synced).tree.id
     if step is not None and not full and rec.synced == step[0] and head == step[1]:
         candidates = list(paths)  # the head is exactly the caller's commit on the synced one: no diff
     else:
@@ -462,29 +553,37 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
     wants = {p: entry_or_none(store, htree, p) for p in candidates}
     new: dict[str, Entry | None] = {}
     # removals first: a file that becomes a directory (or the reverse) frees its name
-    for p in sorted(candidates, key=lambda p: wants[p] is not None):
-        want = wants[p]
-        have = disk_state(top, p)
-        if same(have, want):
-            res.outcomes[p] = CURRENT
-            if rec.get(store, p) != want:
-                new[p] = want
-            continue
-        if not same(have, rec.get(store, p)):
-            res.outcomes[p] = KEPT
-            continue
-        try:
-            if want is None:
-                remove_path(top, p)
-            else:
-                data = contents.get(want.oid) if contents else None
-                write_file(top, p, store.blob_bytes(want.oid) if data is None else data, want.mode)
-        except (UnsafePath, OSError) as exc:
-            res.outcomes[p] = FAILED
-            res.errors[p] = exc.message if isinstance(exc, UnsafePath) else f"{exc.strerror or exc}"
-            continue
-        res.outcomes[p] = WRITTEN
-        new[p] = want
+    with DirFds(top) as dirs:
+        for p in sorted(candidates, key=lambda p: wants[p] is not None):
+            want = wants[p]
+            have = disk_state(top, p, dirs)
+            if same(have, want):
+                res.outcomes[p] = CURRENT
+                if rec.get(store, p) != want:
+                    new[p] = want
+                continue
+            if not same(have, rec.get(store, p)):
+                res.outcomes[p] = KEPT
+                continue
+            dirs.close()  # the directories change now: later reads open them afresh
+            try:
+                if want is None:
+                    remove_path(top, p)
+                else:
+                    data = contents.get(want.oid) if contents else None
+                    write_file(top, p, store.blob_bytes(want.oid) if data is None else data, want.mode)
+            except (UnsafePath, OSError) as exc:
+                res.outcomes[p] = FAILED
+                res.errors[p] = exc.message if isinstance(exc, UnsafePath) else f"{exc.strerror or exc}"
+                continue
+            res.outcomes[p] = WRITTEN
+            new[p] = want
+    if clean and all(o in (CURRENT, WRITTEN) for o in res.outcomes.values()):
+        # every path that changed since is now on disk as at the head: the record *is* the
+        # head's tree. Starting it afresh there spares the next full sync a fold (a
+        # tree_with of each directory touched: ~40 ms for 2,000 paths among 20,000)
+        reset(store, htree.id, head)
+        return res
     set_entries(store, rec, new)
     if rec.synced != head:
         append(store, [_encode("s", oid=head)])

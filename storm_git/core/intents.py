@@ -201,15 +201,20 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
     ``intent_overwritten`` event. Costs one regex scan of each old version."""
     lost_all: list[Annotation] = []
     agents: set[str] | None = None
+    odb = store.repo.odb
+    clean: set[pygit2.Oid] = set()  # old versions without anything shaped like an annotation
     for path, blob in blobs.items():
         try:
             old = store.entry(old_tree, path)
         except BadPath:  # a path that was a directory: nothing annotated to lose
             old = None
-        if old is None or store.repo.odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+        if old is None or old.oid == blob or old.oid in clean:
+            continue  # nothing there, unchanged, or already seen without annotations
+        if odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
             continue  # sized from the header: a large file is never loaded for this
-        data = store.blob_bytes(old.oid)
+        data = odb.read(old.oid)[1]  # small: read directly (blob_bytes would read the header again)
         if not _QUICK.search(data):
+            clean.add(old.oid)
             continue
         # the ids named in the file, other than the writer, checked one ref lookup each
         named = {m.group(1) for line in data.decode("utf-8", "replace").splitlines()
