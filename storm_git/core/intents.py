@@ -196,14 +196,14 @@ def _lost(old: list[Annotation], new_data: bytes | None) -> list[Annotation]:
     return lost
 
 
-def _small_loose(store: Store, oid: pygit2.Oid) -> bool:
+def _small_loose(objects: str, oid: pygit2.Oid) -> bool:
     """Is ``oid`` a loose object whose file is so small that its content cannot exceed
     MAX_SCAN_BYTES (deflate expands at most 1032:1)? Then it is read at once: libgit2
     opens and inflates a loose object for its header as for its content (~20 µs
     each), and an exec deleting 2,000 files flags them all under the workspace lock."""
     h = str(oid)
     try:
-        size = os.stat(os.path.join(store.commondir, "objects", h[:2], h[2:])).st_size
+        size = os.stat(f"{objects}/{h[:2]}/{h[2:]}").st_size
     except OSError:
         return False  # packed, or elsewhere: its header tells
     return size * DEFLATE_MAX_RATIO <= MAX_SCAN_BYTES
@@ -217,6 +217,7 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
     agents: set[str] | None = None
     odb = store.repo.odb
     clean: set[pygit2.Oid] = set()  # old versions without anything shaped like an annotation
+    objects = os.path.join(store.commondir, "objects")
     for path, blob in blobs.items():
         try:
             old = store.entry(old_tree, path)
@@ -224,7 +225,7 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
             old = None
         if old is None or old.oid == blob or old.oid in clean:
             continue  # nothing there, unchanged, or already seen without annotations
-        if not _small_loose(store, old.oid) and odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+        if not _small_loose(objects, old.oid) and odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
             continue  # sized from the header: a large file is never loaded for this
         data = odb.read(old.oid)[1]  # small: read directly (blob_bytes would read the header again)
         if not _QUICK.search(data):
