@@ -36,9 +36,12 @@ REF_LOCK_PATIENCE_SECONDS = 10.0
 TREE_CACHE_LIMIT = 32 * 1024 * 1024
 # Blobs from this size on are read through `git cat-file` (one copy in memory, not three).
 BIG_BLOB_BYTES = 16 << 20
-# Memoised tree lookups (Store.entry): answers, and the directories on the way.
-ENTRY_CACHE_LIMIT = 1 << 18
-SUBTREE_CACHE_LIMIT = 1024
+# Memoised tree lookups (Store.entry): answers, and the directories on the way. The
+# directories held are bounded by their total entries too: a long-running process
+# writing in a directory of 100,000 entries would otherwise pin one parsed copy per write.
+ENTRY_CACHE_LIMIT = 1 << 16
+SUBTREE_CACHE_LIMIT = 256
+SUBTREE_ENTRIES_LIMIT = 1 << 20
 _MISSING = object()
 
 
@@ -96,6 +99,7 @@ class Store:
         self.caches: dict[str, dict] = {}
         self._entries: dict[tuple[pygit2.Oid, str], Entry | None] = {}
         self._trees: dict[tuple[pygit2.Oid, str], pygit2.Tree | None] = {}
+        self._tree_entries = 0  # entries of the directories in _trees
         self.gitdir = os.path.normpath(repo.path)
         self.commondir = _commondir(self.gitdir)
         # The working tree that contains the caller (a linked worktree or the main one).
@@ -350,9 +354,12 @@ class Store:
                     what = "a symbolic link" if mode == MODE_LINK else "a file"
                     raise BadPath(f"{dirpath!r} is {what} in the shared workspace, so {path!r} cannot exist")
                 found = self.repo[obj.id]
-        if len(self._trees) >= SUBTREE_CACHE_LIMIT:
+        size = len(found) if found is not None else 0
+        if len(self._trees) >= SUBTREE_CACHE_LIMIT or self._tree_entries + size > SUBTREE_ENTRIES_LIMIT:
             self._trees.clear()
+            self._tree_entries = 0
         self._trees[key] = found
+        self._tree_entries += size
         return found
 
     @staticmethod
