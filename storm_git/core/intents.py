@@ -43,6 +43,7 @@ INTENT_OVERWRITTEN = "intent_overwritten"
 _ANNOTATION = re.compile(r"(?:^|(?<=\s))(?:#|//)\s*([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):\s+(\S.*?)\s*$")
 _QUICK = re.compile(rb"(?:#|//)\s*[A-Za-z0-9][A-Za-z0-9_.-]{0,63}:\s")
 MAX_SCAN_BYTES = 4 << 20  # larger files are not scanned on the write path
+DEFLATE_MAX_RATIO = 1032  # zlib's worst-case expansion of a deflate stream
 
 
 @dataclass
@@ -213,22 +214,37 @@ def remember(store: Store, contents: dict[pygit2.Oid, bytes]) -> None:
             cache[oid] = True
 
 
+def _small_loose(objects: str, oid: pygit2.Oid) -> bool:
+    """Is ``oid`` a loose object whose file is so small that its content cannot exceed
+    MAX_SCAN_BYTES (deflate expands at most 1032:1)? Then it is read at once: libgit2
+    opens and inflates a loose object for its header as for its content (~20 µs
+    each), and an exec deleting 2,000 files flags them all under the workspace lock."""
+    h = str(oid)
+    try:
+        size = os.stat(f"{objects}/{h[:2]}/{h[2:]}").st_size
+    except OSError:
+        return False  # packed, or elsewhere: its header tells
+    return size * DEFLATE_MAX_RATIO <= MAX_SCAN_BYTES
+
+
 def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str, Any], commit: Any) -> list[str]:
-    """After an accepted write (workspace lock held): the paths where ``agent``
+    """After an accepted write (outside the workspace lock): the paths where ``agent``
     deleted or rewrote a line annotated by another agent, logged as an
     ``intent_overwritten`` event. Costs one regex scan of each old version."""
     lost_all: list[Annotation] = []
     agents: set[str] | None = None
+    odb = store.repo.odb
+    objects = os.path.join(store.commondir, "objects")
     for path, blob in blobs.items():
         try:
             old = store.entry(old_tree, path)
         except BadPath:  # a path that was a directory: nothing annotated to lose
             old = None
-        if old is None or _plain(store).get(old.oid):
-            continue
-        if store.repo.odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+        if old is None or old.oid == blob or _plain(store).get(old.oid):
+            continue  # nothing there, unchanged, or known to hold nothing annotation-like
+        if not _small_loose(objects, old.oid) and odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
             continue  # sized from the header: a large file is never loaded for this
-        data = store.blob_bytes(old.oid)
+        data = odb.read(old.oid)[1]  # small: read directly (blob_bytes would read the header again)
         if not _QUICK.search(data):
             _plain(store)[old.oid] = True
             continue

@@ -88,6 +88,18 @@ def _from_absolute(raw: str, top: str | None, shown: str) -> str:
                   hint="give a path inside the working tree, or relative to it")
 
 
+def _plain(raw: str) -> bool:
+    """A name every check of normalize passes unchanged: ASCII without NUL, newline or
+    CR, at most MAX_COMPONENT_BYTES long (so no component or path is too long), no
+    empty, "." or ".." component (no "//", no component starting with "."), not
+    absolute, no trailing "/", and neither "git" (in any case) nor "::$" anywhere,
+    so none of git's refused spellings. A batch of 2,000 ordinary paths skips the
+    full checks (~10 µs a path); anything else takes them."""
+    return (0 < len(raw) <= MAX_COMPONENT_BYTES and raw.isascii() and raw[0] not in "./"
+            and raw[-1] != "/" and "/." not in raw and "//" not in raw and "::$" not in raw
+            and "git" not in raw.lower() and "\x00" not in raw and "\n" not in raw and "\r" not in raw)
+
+
 def normalize(raw: str, prefix: str = "", top: str | None = None) -> str:
     """Return the repository-relative path for ``raw`` given relative to ``prefix``.
 
@@ -98,6 +110,13 @@ def normalize(raw: str, prefix: str = "", top: str | None = None) -> str:
     the spellings Windows and macOS give it), control characters and names no
     filesystem can hold.
     """
+    if isinstance(raw, str) and _plain(raw) and (not prefix or _plain(prefix)):
+        return f"{prefix}/{raw}" if prefix else raw  # what _checked returns for it
+    return _checked(raw, prefix, top)
+
+
+def _checked(raw: str, prefix: str, top: str | None) -> str:
+    """normalize, every check spelled out."""
     if not isinstance(raw, str) or raw == "":
         raise BadPath("empty path", hint="name a file relative to the repository")
     shown = _show(raw)
@@ -153,10 +172,23 @@ def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] 
     if for_write and len(os.fsencode(os.path.join(top, path))) >= MAX_PATH_BYTES:
         raise BadPath(f"{path[:80]!r}... is too long to be written under {top} (PATH_MAX {MAX_PATH_BYTES})",
                       hint="use a shorter path")
+    start, cur = 0, top
+    cut = path.rfind("/")
+    if cut >= 0:  # in a batch, the directory was often checked for an earlier path
+        parent = (top if top.endswith("/") else top + "/") + path[:cut]  # = os.path.join(top, ...)
+        known = seen.get(parent)
+        if known == "missing":
+            return
+        if known == "dir":  # only the file itself is left
+            try:
+                if stat.S_ISREG(os.lstat(parent + path[cut:]).st_mode):
+                    return  # the common case, decided by one system call
+            except OSError:
+                return
+            start, cur = path.count("/"), parent
     parts = path.split("/")
-    cur = top
-    for i, part in enumerate(parts):
-        cur = os.path.join(cur, part)
+    for i in range(start, len(parts)):
+        cur = os.path.join(cur, parts[i])
         last = i == len(parts) - 1
         if not last:
             known = seen.get(cur)

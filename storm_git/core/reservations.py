@@ -95,6 +95,28 @@ def get(store: Store, path: str, now: float | None = None) -> Reservation | None
     return r if r.live(clock() if now is None else now, max_ahead(store)) else None
 
 
+def live_on(store: Store, paths: list[str], now: float | None = None) -> dict[str, Reservation]:
+    """The live reservations on ``paths``, as get gives each: with one ref lookup for
+    the batch (a write of 2,000 paths looked the ref up 2,000 times under the lock)."""
+    _ref, tree = _tree(store)
+    if tree is None:
+        return {}
+    now = clock() if now is None else now
+    ahead: float | None = None
+    out: dict[str, Reservation] = {}
+    for p in paths:
+        try:
+            oid = tree[path_key(p)].id
+        except KeyError:
+            continue
+        if ahead is None:
+            ahead = max_ahead(store)
+        r = _parse(store, oid)
+        if r.live(now, ahead):
+            out[p] = r
+    return out
+
+
 def active(store: Store, now: float | None = None) -> list[Reservation]:
     _ref, tree = _tree(store)
     if tree is None:

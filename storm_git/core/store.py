@@ -36,6 +36,13 @@ REF_LOCK_PATIENCE_SECONDS = 10.0
 TREE_CACHE_LIMIT = 32 * 1024 * 1024
 # Blobs from this size on are read through `git cat-file` (one copy in memory, not three).
 BIG_BLOB_BYTES = 16 << 20
+# Memoised tree lookups (Store.entry): answers, and the directories on the way. The
+# directories held are bounded by their total entries too: a long-running process
+# writing in a directory of 100,000 entries would otherwise pin one parsed copy per write.
+ENTRY_CACHE_LIMIT = 1 << 16
+SUBTREE_CACHE_LIMIT = 256
+SUBTREE_ENTRIES_LIMIT = 1 << 20
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,9 @@ class Store:
         # Per-open caches of parsed state, each validated against what it was parsed
         # from before use (storm_git.core.readsets): never shared across repositories.
         self.caches: dict[str, dict] = {}
+        self._entries: dict[tuple[pygit2.Oid, str], Entry | None] = {}
+        self._trees: dict[tuple[pygit2.Oid, str], pygit2.Tree | None] = {}
+        self._tree_entries = 0  # entries of the directories in _trees
         self.gitdir = os.path.normpath(repo.path)
         self.commondir = _commondir(self.gitdir)
         # The working tree that contains the caller (a linked worktree or the main one).
@@ -292,32 +302,72 @@ class Store:
 
         Raises BadPath when the path names a directory or goes through a file or
         a symbolic link, so that every verb refuses those before changing anything.
+
+        Trees are immutable, so answers are memoised by (tree id, path): one
+        operation on many paths looks each up in the same few trees several times
+        (validation, the disk record, the flags), and each first lookup pays for
+        libgit2's ``filemode`` (~2 µs, an enum built in Python).
         """
-        parts = path.split("/")
-        cur = tree
-        for i, part in enumerate(parts):
+        key = (tree.id, path)
+        hit = self._entries.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        cut = path.rfind("/")
+        cur = tree if cut < 0 else self._subtree(tree, path[:cut], path)
+        if cur is None:
+            found = None
+        else:
             try:
-                obj = cur[part]
+                obj = cur[path[cut + 1:]]
             except KeyError:
-                return None
-            mode = obj.filemode
-            last = i == len(parts) - 1
-            if last:
-                if mode == MODE_TREE:
-                    raise BadPath(f"{path!r} is a directory in the shared workspace, not a file")
-                if mode == pygit2.GIT_FILEMODE_COMMIT:
-                    raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
-                return Entry(obj.id, mode)
-            if mode == pygit2.GIT_FILEMODE_COMMIT:
-                inner = "/".join(parts[:i + 1])
-                raise BadPath(f"{path!r} is inside the submodule {inner!r}; storm does not write inside submodules",
-                              hint=f"work in {inner} with git itself")
-            if mode != MODE_TREE:
-                what = "a symbolic link" if mode == MODE_LINK else "a file"
-                raise BadPath(f"{'/'.join(parts[:i + 1])!r} is {what} in the shared workspace, "
-                              f"so {path!r} cannot exist")
-            cur = self.repo[obj.id]
-        return None  # pragma: no cover
+                found = None
+            else:
+                if type(obj) is not pygit2.Blob:
+                    self._not_a_file(path, obj.filemode)
+                found = Entry(obj.id, obj.filemode)
+        if len(self._entries) >= ENTRY_CACHE_LIMIT:
+            self._entries.clear()
+        self._entries[key] = found
+        return found
+
+    def _subtree(self, tree: pygit2.Tree, dirpath: str, path: str) -> pygit2.Tree | None:
+        """The directory ``dirpath`` of ``tree``, None if absent (memoised: see entry).
+        Raises BadPath when a component is a file, a link or a submodule."""
+        key = (tree.id, dirpath)
+        hit = self._trees.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        cut = dirpath.rfind("/")
+        parent = tree if cut < 0 else self._subtree(tree, dirpath[:cut], path)
+        found = None
+        if parent is not None:
+            try:
+                obj = parent[dirpath[cut + 1:]]
+            except KeyError:
+                pass
+            else:
+                if type(obj) is not pygit2.Tree:
+                    mode = obj.filemode
+                    if mode == pygit2.GIT_FILEMODE_COMMIT:
+                        raise BadPath(f"{path!r} is inside the submodule {dirpath!r}; storm does not write inside "
+                                      "submodules", hint=f"work in {dirpath} with git itself")
+                    what = "a symbolic link" if mode == MODE_LINK else "a file"
+                    raise BadPath(f"{dirpath!r} is {what} in the shared workspace, so {path!r} cannot exist")
+                found = self.repo[obj.id]
+        size = len(found) if found is not None else 0
+        if len(self._trees) >= SUBTREE_CACHE_LIMIT or self._tree_entries + size > SUBTREE_ENTRIES_LIMIT:
+            self._trees.clear()
+            self._tree_entries = 0
+        self._trees[key] = found
+        self._tree_entries += size
+        return found
+
+    @staticmethod
+    def _not_a_file(path: str, mode: int) -> None:
+        if mode == MODE_TREE:
+            raise BadPath(f"{path!r} is a directory in the shared workspace, not a file")
+        if mode == pygit2.GIT_FILEMODE_COMMIT:
+            raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
 
     def tree_with(self, tree: pygit2.Tree, changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
         """Write ``tree`` with ``changes`` applied (None deletes), rebuilding only

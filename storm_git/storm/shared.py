@@ -306,8 +306,9 @@ class SharedWorkspace(BaseWorkspace):
                 tree = store.commit(head).tree
                 now = reservations.clock()
                 held = []
+                live = reservations.live_on(store, paths, now)  # one ref lookup for the batch
                 for p in paths:
-                    r = reservations.get(store, p, now)
+                    r = live.get(p)
                     if r is not None:
                         if r.holder != agent:
                             blocked = r

@@ -203,19 +203,20 @@ def snapshot(store: Store) -> Snapshot:
             candidates.append(path)
     dirty: dict[str, Any] = {}
     top = store.main_workdir
-    for path in candidates:
-        have = disk_state(top, path)
-        if not same(have, entry_or_none(store, rtree, path)) or (have is False and _entry(store, rtree, path)):
-            dirty[path] = have
-            if have is False and os.path.isdir(os.path.join(top, path)):
-                untracked_dirs.append(path + "/")  # a directory where a recorded file was
-    if untracked_dirs:
-        more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
-                    index=index)
-        for p in more.split(b"\0"):
-            if p:
-                path = p.decode("utf-8", "surrogateescape")
-                dirty[path] = disk_state(top, path)
+    with disk.DirFds(top) as dirs:  # read only: each directory opened once
+        for path in candidates:
+            have = disk_state(top, path, dirs)
+            if not same(have, entry_or_none(store, rtree, path)) or (have is False and _entry(store, rtree, path)):
+                dirty[path] = have
+                if have is False and os.path.isdir(os.path.join(top, path)):
+                    untracked_dirs.append(path + "/")  # a directory where a recorded file was
+        if untracked_dirs:
+            more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
+                        index=index)
+            for p in more.split(b"\0"):
+                if p:
+                    path = p.decode("utf-8", "surrogateescape")
+                    dirty[path] = disk_state(top, path, dirs)
     dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
     _save_missing(store, [p for p, v in dirty.items() if v is None])
     return Snapshot(head, tree, rtree, dirty)
@@ -279,9 +280,9 @@ def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
     return e.oid if e else None
 
 
-def _read_disk(store: Store, path: str) -> bytes | None:
+def _read_disk(store: Store, path: str, dirs: disk.DirFds | None = None) -> bytes | None:
     try:
-        return disk.read_disk(store.main_workdir, path)
+        return disk.read_disk(store.main_workdir, path, dirs=dirs)
     except (disk.UnsafePath, OSError):
         return None
 
@@ -544,12 +545,13 @@ def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str,
     disk record after it and whose state is not what it was before it."""
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
-    for path in sorted(after.dirty):
-        a = after.dirty[path]
-        b = before.dirty[path] if path in before.dirty else _state_of(_entry(store, before.record, path))
-        if a == b:
-            continue  # untouched by the command (maybe an unmediated edit from before)
-        _add_change(store, before.record, path, a, changes, expected)
+    with disk.DirFds(store.main_workdir) as dirs:  # read only: each directory opened once
+        for path in sorted(after.dirty):
+            a = after.dirty[path]
+            b = before.dirty[path] if path in before.dirty else _state_of(_entry(store, before.record, path))
+            if a == b:
+                continue  # untouched by the command (maybe an unmediated edit from before)
+            _add_change(store, before.record, path, a, changes, expected, dirs)
     return changes, expected
 
 
@@ -557,20 +559,27 @@ def _state_of(e: Entry | None) -> Any:
     return None if e is None else (e.oid, e.mode)
 
 
-def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: dict, expected: dict) -> None:
+def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: dict, expected: dict,
+                dirs: disk.DirFds | None = None) -> None:
     """Record the command's change of ``path``, validated against what was on disk
     when the command started (``start``, the disk record then): a path another
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = _with_mode(_read_disk(store, path), a) if a is not None else None
+    changes[path] = _with_mode(_read_disk(store, path, dirs), a) if a is not None else None
     expected[path] = hex_(_version(store, start, path))
 
 
-def _deleted_after(top: str, path: str, mark: int) -> bool:
+def _deleted_after(top: str, path: str, mark: int, known: dict[str, bool] | None = None) -> bool:
     """Was ``path`` (missing now) deleted after ``mark``? Removing a file stamps its
-    directory; when the directory went too, its parent, and so on."""
+    directory; when the directory went too, its parent, and so on. ``known``: the
+    answers of one classification by directory (2,000 files deleted from one
+    directory ask about that directory once)."""
     d = os.path.dirname(path)
+    if known is not None:
+        if d not in known:
+            known[d] = _deleted_after(top, path, mark)
+        return known[d]
     while True:
         try:
             st = os.lstat(os.path.join(top, d) if d else top)
@@ -593,21 +602,23 @@ def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: 
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
     top = store.main_workdir
-    for path in sorted(after.dirty):
-        a = after.dirty[path]
-        if a is None or a is False:  # the file is gone (maybe a directory is there now)
-            if missing_before is not None and path in missing_before:
-                continue  # already missing at the last snapshot
-            if not _deleted_after(top, path + "/x" if a is False else path, mark):
-                continue
-        else:
-            try:
-                st = os.lstat(os.path.join(top, path))
-            except OSError:
-                continue
-            if st.st_ctime_ns <= mark:
-                continue  # changed before the command: an unmediated edit
-        _add_change(store, start, path, a, changes, expected)
+    stamped: dict[str, bool] = {}
+    with disk.DirFds(top) as dirs:  # read only: each directory opened once
+        for path in sorted(after.dirty):
+            a = after.dirty[path]
+            if a is None or a is False:  # the file is gone (maybe a directory is there now)
+                if missing_before is not None and path in missing_before:
+                    continue  # already missing at the last snapshot
+                if not _deleted_after(top, path + "/x" if a is False else path, mark, stamped):
+                    continue
+            else:
+                try:
+                    st = os.lstat(os.path.join(top, path))
+                except OSError:
+                    continue
+                if st.st_ctime_ns <= mark:
+                    continue  # changed before the command: an unmediated edit
+            _add_change(store, start, path, a, changes, expected, dirs)
     return changes, expected
 
 
