@@ -229,7 +229,8 @@ def _start_journal(store: Store, agent: str, base: str) -> None:
     os.replace(tmp, journal_path(store, agent))
 
 
-def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | None" = None) -> int:
+def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | None" = None,
+            *, copy: bool = False) -> int:
     """One ``write()`` of whole lines (agent lock held); a stale or torn journal is
     restarted or cut first. Returns the journal's size after the append.
 
@@ -253,15 +254,20 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
     finally:
         os.close(fd)
     if current and st.st_size == known.size + len(raw) and st.st_ino == known.inode:
-        _absorb(known, data, agent)
+        _absorb(known, data, agent, copy=copy)
         known.size, known.mtime = st.st_size, st.st_mtime_ns
     return st.st_size
 
 
-def _absorb(c: "_Cached", data: str, agent: str) -> None:
-    """Apply lines this process appended to its cached parse, as a load would."""
+def _absorb(c: "_Cached", data: str, agent: str, *, copy: bool) -> None:
+    """Apply lines this process appended to its cached parse, as a load would.
+    ``copy``: into new dicts, leaving those a live ReadSetView holds as they were (a
+    write whose CAS fails is validated again against the read set it started with,
+    not one that already names its own new versions)."""
     j = _Journal("")
     _parse_rows(data, agent, j)
+    if copy:
+        c.lines, c.entries = dict(c.lines), dict(c.entries)
     for ln in j.reads:
         e = ReadEntry.parse(ln)
         c.lines[e.path] = ln
@@ -408,7 +414,7 @@ def record_write(store: Store, agent: str, entries: Iterable[ReadEntry], commit:
                 notes.update_notes(store, agent_ref(agent),
                                    {str(commit): provenance_text(agent, validated_at, scope, shown).encode()},
                                    agent=agent, message=f"storm: provenance of {commit}")
-        return _append(store, agent, c.base, data, c)
+        return _append(store, agent, c.base, data, c, copy=True)
 
 
 # -- folding --------------------------------------------------------------------------------------
