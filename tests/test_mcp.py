@@ -403,6 +403,14 @@ def test_server_killed_mid_write_leaves_a_valid_state(repo):
         anyio.run(one, delay)
     assert killed == 3
     r = storm(repo, "doctor")
+    if r.returncode != 0:
+        # a SIGKILL while the file was being written (or swapped in) can leave only the
+        # writer's temporary file, which nothing can clean up at the moment of the kill;
+        # doctor names it and --fix removes it. Anything else is a failure.
+        lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("storm doctor:")]
+        assert lines and all(ln.startswith("stale_temp_file: ") for ln in lines), r.stdout + r.stderr
+        assert storm(repo, "doctor", "--fix").returncode == 0
+        r = storm(repo, "doctor")
     assert r.returncode == 0, r.stdout + r.stderr
 
     async def after() -> None:  # a new server works
