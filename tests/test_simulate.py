@@ -249,3 +249,22 @@ def test_deps_both_runs_storm_mode_with_each_scope_and_auto_misses_no_conflict(t
         assert sum(v["needless"] for v in by_reason.values()) == sig["rejections_needless"], by_reason
         assert runs[("disjoint", "storm", d)]["rejections"] == 0
     assert "auto" in (out / "report.md").read_text()
+
+
+def test_a_rejection_whose_re_application_needed_judgement_is_needed(tmp_path):
+    """Three agents on one file, in a fixed order (c3, then c2, then c1). c2's re-application
+    onto c3's write conflicts on one line, and the judgement keeps c2's own side: the
+    content is what c2 first wrote, yet the rejection surfaced a conflict, so it is needed.
+    (It was counted as needless: 'unchanged' looked at the content only.)"""
+    gap = "".join(f"pad{i} = {i}\n" for i in range(6))
+    f = lambda m, l: f"m = {m}\n{gap}L = {l}\n".encode()  # noqa: E731
+    base, c1, c2, c3 = f(0, 0), f(1, 0), f(1, 2), f(1, 3)
+    ch = lambda parent, post, order: workload.Change(  # noqa: E731
+        f"to {post!r}", ["f.py"], [], {"f.py": parent}, {"f.py": post}, None, {"_order": order})
+    w = workload.Workload("judged", "replay", {"f.py": base},
+                          [[ch(base, c1, 2)], [ch(c1, c2, 1)], [ch(c2, c3, 0)]])
+    m = runner.run(w, "storm")
+    assert m.agent_errors == [] and m.lost_updates == 0
+    assert m.rejections == 2 and m.judgement >= 2, m
+    assert m.rejections_needless == 0 and m.rejections_needed == 2, m
+    assert m.rejections_by_reason == {"direct_conflict": {"all": 2, "needless": 0}}

@@ -148,9 +148,12 @@ class Agent:
             rec["rereads"] += 1
             again, judged = apply_change(change, view)
             rec["judgement"] += judged
+            # needless: the change re-applied cleanly to the same content. A re-application
+            # that needed judgement (a conflicting hunk, a delete of a changed file) is work
+            # the rejection surfaced, even when the judgement kept the agent's own side
             rec["rejections"].append({"reason": res.rejection.reason, "path": res.rejection.path,
                                       "stale": [s.path for s in res.rejection.stale],
-                                      "unchanged": again == content})
+                                      "judged": judged, "unchanged": again == content and not judged})
             content = again
         else:
             rec["gave_up"] = True
