@@ -68,9 +68,13 @@ class Scope:
     paths: set[str] | None
     why: str
     head: pygit2.Oid | None = None
+    # read files that moved but whose change touches nothing the write uses
+    # (storm_git.core.depimpact), each with the reason; left out of ``paths``
+    unaffected: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why}
+        return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why,
+                "unaffected": dict(sorted(self.unaffected.items()))}
 
 
 _INFO: dict[str, ModuleInfo | None] = {}
@@ -200,7 +204,7 @@ def resolve(importer: str, module: str, level: int, known: Callable[[str], bool]
 
 
 # -- the scope ---------------------------------------------------------------------------------
-class _Resolver:
+class Resolver:
     """Lookups against the shared head's tree, the read set and the write, cached."""
 
     def __init__(self, store: Store, tree: pygit2.Tree, reads: dict[str, ReadEntry], changes: dict[str, Any]):
@@ -256,7 +260,7 @@ class _Resolver:
         return out
 
 
-def _own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[str]:
+def own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[str]:
     """Read-set paths whose recorded version is one this agent wrote (in this task: a
     read set belongs to one task): the entry's head is the agent's own write of it."""
     out: set[str] = set()
@@ -276,7 +280,7 @@ def _own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[st
     return out
 
 
-def _target_deps(r: _Resolver, target: str, info: ModuleInfo) -> set[str]:
+def _target_deps(r: Resolver, target: str, info: ModuleInfo) -> set[str]:
     """Imports, name-defining files and conftest.py files of one Python target."""
     out: set[str] = set()
     aliases: dict[str, list[str]] = {}
@@ -311,7 +315,7 @@ def _target_deps(r: _Resolver, target: str, info: ModuleInfo) -> set[str]:
     return out
 
 
-def _exposed(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+def exposed_names(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
     """Names through which a file can reach a target: its module name, its package's,
     and every name it defines (in the version read, the current one and the new one)."""
     names = {"*"}
@@ -331,11 +335,11 @@ def _may_reach(info: ModuleInfo, exposed: set[str]) -> bool:
     return bool(exposed.intersection(a for _, a in info.attrs) or exposed & info.free)
 
 
-def _dependents(r: _Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+def dependents(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
     """Read Python files that import a target (or a name it defines), in the version
     read or the current one; conftest.py targets count for every file below them."""
     out = set()
-    exposed = _exposed(r, targets, new)
+    exposed = exposed_names(r, targets, new)
     fixtures = [posixpath.dirname(t) for t in targets if posixpath.basename(t) == "conftest.py"]
     for p in r.reads:
         if p in targets or not is_python(p):
@@ -362,15 +366,15 @@ def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, 
             return Scope(FALLBACK, None, f"{p} is deleted: the whole read set", head)
         if not isinstance(c, bytes) or parse(c) is None:
             return Scope(FALLBACK, None, f"{p} does not parse as Python: the whole read set", head)
-    r = _Resolver(store, store.commit(head).tree, reads, changes)
+    r = Resolver(store, store.commit(head).tree, reads, changes)
     deps: set[str] = set()
     new = []
     for p, c in changes.items():
         info = parse(c[0] if isinstance(c, tuple) else c)
         new.append(info)
         deps |= _target_deps(r, p, info)
-    deps |= _dependents(r, set(changes), new)
-    deps |= _own_writes(store, agent, reads)
+    deps |= dependents(r, set(changes), new)
+    deps |= own_writes(store, agent, reads)
     paths = {p for p in deps if p in reads and p not in changes}
     return Scope(AUTO, paths, f"{len(paths)} of {len(reads)} read file(s): imports, name definitions, "
                               "importers and the agent's own writes", head)
@@ -387,6 +391,6 @@ def widen(scope: Scope, store: Store, agent: str, changes: dict[str, Any], reads
     if again.paths is None:
         scope.paths, scope.name, scope.why = None, FALLBACK, again.why
         return True
-    added = again.paths - scope.paths
+    added = again.paths - scope.paths  # a file left out as unaffected is judged again
     scope.paths |= added
     return bool(added)

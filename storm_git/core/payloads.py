@@ -135,6 +135,9 @@ class WriteResult:
     waited: float = 0.0
     flags: list[str] = field(default_factory=list)
     reservation_wait: ReservationWait | None = None  # part of ``waited`` spent on a reservation
+    # --deps auto: read files that moved since read, left out of the scope because their
+    # change touches nothing the write uses (path -> why; storm_git.core.depimpact)
+    unaffected: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -149,6 +152,7 @@ class WriteResult:
             "waited": round(self.waited, 3),
             "reservation_wait": self.reservation_wait.to_dict() if self.reservation_wait else None,
             "flags": self.flags,
+            "unaffected_deps": self.unaffected,
         }
         if self.rejection is not None:
             d["rejection"] = self.rejection.to_dict()

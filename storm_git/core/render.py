@@ -79,6 +79,9 @@ def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
         waits.append(f"waited {rw.seconds:.1f}s for {rw.holder}'s reservation on {rw.path}")
     where = f"commit {short(res.commit)}" if res.commit else "in the agent's worktree, not committed yet"
     flags = f" [flags: {', '.join(res.flags)}]" if res.flags else ""
+    spared = getattr(res, "unaffected", None)
+    if spared:  # --deps auto: moved dependencies whose change the write does not use
+        flags += f" [moved, unused by this write: {', '.join(spared)}]"
     return f"accepted: {'; '.join(parts)} ({', '.join([where] + waits)}){flags}"
 
 

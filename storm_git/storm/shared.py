@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import depscope, events, intents, maintenance, readsets, reservations, trailers
+from ..core import depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.diffs import is_binary, unified
 from ..core.disk import _parent_fd as disk_parent
@@ -321,6 +321,15 @@ class SharedWorkspace(BaseWorkspace):
                     # checked again at the moment of writing, under the lock (a deletion writes nothing)
                     _check_disk_parents(store.main_workdir, [p for p in paths if blobs[p] is not None])
                     verdict = self._validate_at(head, tree, pre, paths, reads, scope, expected, changes)
+                    if verdict.reason == STALE_DEPENDENCY and auto is not None and auto.paths is not None:
+                        # moved files whose change touches nothing the write uses leave the
+                        # computed scope (storm_git.core.depimpact); the rest still reject
+                        spared = depimpact.unaffected(store, agent, changes, reads, tree, verdict.stale)
+                        if spared:
+                            auto.paths -= spared.keys()
+                            auto.unaffected.update(spared)
+                            scope, scope_name, dep_list = self._auto_scope(auto, reads, paths)
+                            verdict = self._validate(tree, paths, reads, scope, expected, changes)
                     if verdict.reason is None:
                         if any(b is MUST_REJECT for b in blobs.values()):
                             raise NotFound(f"{paths[0]} does not exist in the shared workspace")
@@ -384,7 +393,8 @@ class SharedWorkspace(BaseWorkspace):
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
                                disk=disk, cas_retries=retries, waited=waited,
                                flags=[OUTSIDE_ASSIGNMENT] * bool(outside) + [intents.INTENT_OVERWRITTEN] * bool(overwritten),
-                               reservation_wait=res_wait)
+                               reservation_wait=res_wait,
+                               unaffected=dict(sorted(auto.unaffected.items())) if auto else {})
         seen = dict(reads)
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             seen[p] = ReadEntry(p, v, "")

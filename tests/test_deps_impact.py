@@ -1,0 +1,152 @@
+"""``--deps auto`` looks inside a moved dependency (storm_git.core.depimpact): a read
+file another agent changed is left out of the scope only when its change touches no
+name the write uses; every change that can reach the write still rejects it.
+
+Each case: agent a reads, agent b changes a file a read, a writes with ``--deps auto``.
+The controls show the same situation is a rejection with the whole read set.
+"""
+from __future__ import annotations
+
+import pytest
+
+from helpers import git, make_repo, storm, storm_json
+
+CORE = "def helper():\n    return _impl()\n\n\ndef _impl():\n    return 1\n\n\ndef other():\n    return 2\n"
+FILES = {
+    "pkg/__init__.py": "from .core import helper\n",
+    "pkg/core.py": CORE,
+    "notes.py": "X = 1\nY = 2\n",
+    "app.py": "from pkg import helper\n\n\ndef run():\n    return helper()\n",
+}
+NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "r", FILES)
+
+
+def _read(repo, agent, *paths):
+    r = storm(repo, "read", *paths, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def _change(repo, path, old, new):
+    _read(repo, "b", path)
+    r = storm(repo, "edit", path, "--old", old, "--new", new, agent="b")
+    assert r.returncode == 0, r.stderr
+
+
+def _write(repo, path, content, *args):
+    return storm_json(repo, "write", path, *args, input=content, agent="a")
+
+
+def _stale(out):
+    assert out and not out["accepted"], out
+    return [s["path"] for s in out["rejection"]["stale"]]
+
+
+def test_a_change_to_a_function_the_write_does_not_use_is_left_out(repo):
+    for agent in "ac":
+        _read(repo, agent, "app.py", "pkg/core.py", "pkg/__init__.py")
+    _change(repo, "pkg/core.py", "return 2", "return 3")  # other(): app uses helper only
+    # control: c, with the whole read set (a rejection shows c the file, so not a's)
+    code, out = storm_json(repo, "write", "app.py", "--no-wait", input=NEW_APP, agent="c")
+    assert code == 1 and _stale(out) == ["pkg/core.py"]
+    storm(repo, "release", "app.py", agent="c")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0 and out["accepted"], out
+    assert list(out["unaffected_deps"]) == ["pkg/core.py"]
+    assert "other" in out["unaffected_deps"]["pkg/core.py"]
+    # the provenance names what the write was validated against: not the moved file
+    assert storm(repo, "status").returncode == 0  # folds the journal: the note is written then
+    note = git(repo, "notes", "--ref=storm/agents/a", "show", out["commit"]).stdout.decode()
+    assert "scope: auto" in note and "app.py" in note and "pkg/core.py" not in note, note
+    text = storm(repo, "write", "app.py", "--deps", "auto", input=NEW_APP + "\n# again\n", agent="a")
+    assert text.returncode == 0 and "moved, unused by this write: pkg/core.py" in text.stdout, text.stdout
+
+
+def test_a_change_to_a_helper_of_a_used_function_rejects(repo):
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def _impl():\n    return 1", "def _impl():\n    return -1")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_changed_module_level_statement_rejects(repo):
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def other():", "import os\n\n\ndef other():")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_re_export_that_changed_rejects(repo):
+    _read(repo, "a", "app.py", "pkg/__init__.py")
+    _change(repo, "pkg/__init__.py", "from .core import helper", "from .core import other as helper")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/__init__.py"], out
+
+
+def test_comments_and_blank_lines_only_are_left_out(repo):
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():\n", "# the helper\n\ndef helper():  # noqa\n")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0 and "formatting" in out["unaffected_deps"]["pkg/core.py"], out
+
+
+def test_a_module_used_by_attribute_counts_only_the_attributes_used(repo):
+    _read(repo, "a", "app.py", "notes.py")
+    app = "import notes\n\n\ndef run():\n    return notes.X\n"
+    _change(repo, "notes.py", "Y = 2", "Y = 3")
+    code, out = _write(repo, "app.py", app, "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["notes.py"], out
+    _change(repo, "notes.py", "X = 1", "X = 5")
+    code, out = _write(repo, "app.py", app + "\n# more\n", "--deps", "auto")
+    assert code == 1 and _stale(out) == ["notes.py"], out
+
+
+@pytest.mark.parametrize("app", [
+    "import notes\n\n\ndef run():\n    return vars(notes)\n",  # the module object, used whole
+    "from notes import *\n\n\ndef run():\n    return X\n",  # a star import: Y may shadow anything
+])
+def test_a_module_used_as_a_whole_rejects_any_change(repo, app):
+    _read(repo, "a", "app.py", "notes.py")
+    _change(repo, "notes.py", "Y = 2", "Y = 3")
+    code, out = _write(repo, "app.py", app, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["notes.py"], out
+
+
+def test_an_importer_changed_away_from_the_target_is_left_out(repo):
+    # a rewrites pkg/core.py; b meanwhile changed app.py, which imports it, but not
+    # in code that mentions anything pkg/core.py exposes
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "def run():", "def banner():\n    return 'x'\n\n\ndef run():")
+    new_core = CORE.replace("return 1", "return 10")
+    code, out = _write(repo, "pkg/core.py", new_core, "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out
+
+
+def test_an_importer_changed_where_it_calls_the_target_rejects(repo):
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "return helper()", "return helper() + 1")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 1", "return 10"), "--deps", "auto")
+    assert code == 1 and _stale(out) == ["app.py"], out
+
+
+def test_a_file_changed_again_after_it_was_left_out_is_judged_again(repo):
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "return 2", "return 3")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0, out
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    code, out = _write(repo, "app.py", NEW_APP + "\n# v2\n", "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_deleted_or_created_dependency_rejects(repo):
+    _read(repo, "a", "app.py", "notes.py")
+    app = "import notes\n\n\ndef run():\n    return notes.X\n"
+    _read(repo, "b", "notes.py")
+    assert storm(repo, "rm", "notes.py", agent="b").returncode == 0
+    code, out = _write(repo, "app.py", app, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["notes.py"], out
