@@ -17,6 +17,15 @@ def _numbers(kind: type, text: str | None, option: str) -> tuple:
         raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint=option) from None
 
 
+def _seed(text: str) -> int | None:
+    if text.strip().lower() == "race":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a whole number nor 'race'", param_hint="--seed") from None
+
+
 @cli.command(context_settings=CONTEXT)
 @click.option("--repo", metavar="PATH", default=None, help="Replay this repository's history (with --range).")
 @click.option("--range", "rng", metavar="A..B", default=None,
@@ -40,6 +49,9 @@ def _numbers(kind: type, text: str | None, option: str) -> tuple:
               show_default=True, help="Which mode(s) to run.")
 @click.option("--max-commits", type=click.IntRange(1, 1000), default=40, show_default=True,
               help="Replay at most this many commits of the range.")
+@click.option("--seed", metavar="N|race", default="0", show_default=True,
+              help="Replay: the agents of a round write one after another in an order shuffled with N "
+                   "(reproducible: compare scopes or versions on the same interleaving); 'race': all at once.")
 @click.option("--out", metavar="DIR", default=None,
               help="Write report.json, report.md and PNG plots (matplotlib) into DIR.")
 @click.option("--quick", is_flag=True,
@@ -47,8 +59,8 @@ def _numbers(kind: type, text: str | None, option: str) -> tuple:
                    "with --repo, 8 commits.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
-             test_cmd: str | None, deps: str, modes: str, max_commits: int, out: str | None, quick: bool,
-             as_json: bool) -> None:
+             test_cmd: str | None, deps: str, modes: str, max_commits: int, seed: str, out: str | None,
+             quick: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
     One real process per agent, a fresh temporary repository per run. Storm
@@ -73,7 +85,8 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     plan = Plan(repo=repo, rng=rng, scenarios=scenarios, agents=_numbers(int, agents, "--agents"),
                 coupling=_numbers(float, coupling, "--coupling"), test_cmd=test_cmd, deps=deps,
                 modes=("storm", "worktree") if modes == "both" else (modes,), quick=quick,
-                max_commits=max_commits, only=tuple(x.strip() for x in (only or "").split(",") if x.strip()))
+                max_commits=max_commits, only=tuple(x.strip() for x in (only or "").split(",") if x.strip()),
+                seed=_seed(seed))
 
     def started(name: str, agents: int, mode: str, scope: str) -> None:
         click.echo(f"simulate: {name}, {agents} agents, in {mode} mode" + (f" (deps {scope})" if mode == "storm" else "") + " …",

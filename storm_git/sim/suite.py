@@ -32,6 +32,7 @@ class Plan:
     quick: bool = False
     max_commits: int = 40
     only: tuple[str, ...] = ()  # scenario names (and/or "coupling"); empty: all
+    seed: int | None = 0  # replay: the order a round's agents write in; None: a race
 
     def check(self) -> None:
         """Refuse what cannot run, before anything runs."""
@@ -57,7 +58,8 @@ class Plan:
         if self.repo:
             for k in self.agents or (4,):
                 out.append(workload.replay(self.repo, self.rng or "", k, test_cmd=self.test_cmd,
-                                           max_changes=QUICK_MAX_COMMITS if self.quick else self.max_commits))
+                                           max_changes=QUICK_MAX_COMMITS if self.quick else self.max_commits,
+                                           seed=self.seed))
         if self.scenarios or (self.quick and not self.repo):
             agents = self.agents or (QUICK_AGENTS if self.quick else DEFAULT_AGENTS)
             names = [n for n in scenarios.NAMED if not self.only or n in self.only]

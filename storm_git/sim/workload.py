@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import base64
 import os
+import random
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -217,9 +218,14 @@ def _show(repo: str, rev: str, path: str) -> bytes | None:
 
 
 def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
-           max_changes: int | None = None) -> Workload:
+           max_changes: int | None = None, seed: int | None = 0) -> Workload:
     """Deal the first-parent commits of ``A..B`` round-robin to ``agents`` agents
-    that all start from A; each reads its targets and what they import."""
+    that all start from A; each reads its targets and what they import.
+
+    ``seed``: the agents of a round all read first, then write one after another in
+    an order shuffled with this seed (the same seed, the same run: two validation
+    scopes or two versions of storm are compared on the same interleaving). None:
+    they all write at once and the machine's timing decides who wins."""
     if ".." not in rng:
         raise UsageError(f"--range {rng!r} is not A..B; give two revisions, e.g. HEAD~10..HEAD")
     a, b = rng.split("..", 1)
@@ -239,6 +245,13 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
             continue
         touched.update(change.targets)
         dealt[i % agents].append(change)
+    if seed is not None:
+        for r in range(max((len(a) for a in dealt), default=0)):
+            order = list(range(agents))
+            random.Random(f"{seed}:{r}").shuffle(order)
+            for k, lst in enumerate(dealt):
+                if r < len(lst):
+                    lst[r].args["_order"] = order[k]
     end = commits[-1]
     reference = {p: _show(repo, end, p) for p in sorted(touched)}
     index = module_index(list(base) + list(touched))
@@ -249,7 +262,8 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
     return Workload(f"replay {os.path.basename(os.path.abspath(repo))} {rng}", "replay", base, dealt,
                     test_cmd=test_cmd, reference=reference,
                     params={"repo": os.path.abspath(repo), "range": rng, "agents": agents,
-                            "commits": len(commits), "from": a, "to": end})
+                            "commits": len(commits), "from": a, "to": end,
+                            "order": "race" if seed is None else f"seed {seed}"})
 
 
 def _commit_change(repo: str, commit: str) -> Change | None:
