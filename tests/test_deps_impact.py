@@ -71,13 +71,28 @@ def test_a_change_to_a_helper_of_a_used_function_rejects(repo):
     _change(repo, "pkg/core.py", "def _impl():\n    return 1", "def _impl():\n    return -1")
     code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
+    assert "_impl" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
 
 
 def test_a_changed_module_level_statement_rejects(repo):
+    for agent in "ac":
+        _read(repo, agent, "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def other():", "print('loaded')\n\n\ndef other():")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+    assert "module-level" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
+    storm(repo, "release", "app.py", agent="a")
+    text = storm(repo, "write", "app.py", "--deps", "auto", "--no-wait", input=NEW_APP, agent="c")
+    assert "still a dependency: a changed import" in text.stdout, text.stdout
+
+
+def test_an_import_from_outside_the_repository_counts_as_a_definition(repo):
+    # `import os` added to pkg/core.py: it binds a name app.py does not use, runs nothing
+    # of the repository's and can close no import cycle with it
     _read(repo, "a", "app.py", "pkg/core.py")
     _change(repo, "pkg/core.py", "def other():", "import os\n\n\ndef other():")
     code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
-    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+    assert code == 0 and "os" in out["unaffected_deps"]["pkg/core.py"], out
 
 
 def test_a_re_export_that_changed_rejects(repo):
@@ -150,3 +165,26 @@ def test_a_deleted_or_created_dependency_rejects(repo):
     assert storm(repo, "rm", "notes.py", agent="b").returncode == 0
     code, out = _write(repo, "app.py", app, "--deps", "auto")
     assert code == 1 and _stale(out) == ["notes.py"], out
+
+
+def test_an_importer_changed_where_it_uses_what_the_write_does_not_change_is_left_out(repo):
+    # the write changes _impl (reached through helper); b's change to app.py uses other only
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "from pkg import helper\n",
+            "from pkg import helper\nfrom pkg.core import other\n")
+    _read(repo, "a", "pkg/core.py")  # (the import line is a module-level change: see below)
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 1", "return 10"), "--deps", "auto")
+    assert code == 1 and _stale(out) == ["app.py"], out  # a changed import in the caller rejects
+    storm(repo, "release", "pkg/core.py", agent="a")
+    _read(repo, "a", "app.py")
+    _change(repo, "app.py", "def run():", "def run_other():\n    return other()\n\n\ndef run():")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 1", "return 10"), "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out
+
+
+def test_a_write_changing_the_targets_module_level_code_reaches_every_caller(repo):
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "def run():", "def banner():\n    return 'x'\n\n\ndef run():")
+    code, out = _write(repo, "pkg/core.py", "from pkg import models\n\n" + CORE, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["app.py"], out
+    assert "module-level code this write changes" in out["rejection"]["scope"]["moved"]["app.py"], out

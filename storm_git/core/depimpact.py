@@ -11,11 +11,15 @@ the level of its top-level statements (``ast``, so comments, blank lines and
 moves do not count): the file is *unaffected*, and leaves the scope, when every
 changed statement is a definition (``def``, ``class``, a plain assignment) whose
 name the write does not use, directly or through the definitions it uses in that
-file, and, if the file imports the target, a definition that does not mention
-any name the target exposes. Anything else keeps the file in the scope:
+file, and, if the file imports the target (a caller), a definition whose code does
+not reach, directly or through the target's own definitions, a definition this
+write changes (when the write changes a module-level statement of the target,
+every caller is reached). Anything else keeps the file in the scope:
 
-* a changed import or other module-level statement (it runs on import: a new
-  import cycle, a registration, a side effect);
+* a changed import of one of the repository's modules, or another module-level
+  statement (it runs on import: a new import cycle, a registration, a side
+  effect); an import from outside the repository (``import select``) counts as a
+  definition of the names it binds;
 * a file used as a whole (``from m import *`` with a changed name, a module
   object passed around, ``import a.b`` used as ``a.b.f``), a ``conftest.py``
   (fixtures are found by name at run time), the agent's own earlier writes;
@@ -30,12 +34,13 @@ from __future__ import annotations
 
 import ast
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
 
-from .depscope import Resolver, dependents, exposed_names, is_python, own_writes, parse, resolve
+from .depscope import Resolver, dependents, is_python, own_writes, parse, resolve, target_deps
 from .readsets import ReadEntry
 from .store import Store
 
@@ -63,9 +68,22 @@ def _is_main_guard(node: ast.stmt) -> bool:
             and t.comparators[0].value == "__main__")
 
 
-def units(source: bytes) -> dict[tuple[str, str], list[ast.stmt]] | None:
+def _import_names(node: ast.stmt) -> list[str] | None:
+    """The names an import binds; None for a star import."""
+    if isinstance(node, ast.Import):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, ast.ImportFrom) and all(a.name != "*" for a in node.names):
+        return [a.asname or a.name for a in node.names]
+    return None
+
+
+def units(source: bytes, internal: Callable[[ast.stmt], bool] | None = None,
+          ) -> dict[tuple[str, str], list[ast.stmt]] | None:
     """Top-level statements by key: ("def", name) for definitions, ("stmt", dump) for
-    the rest. None when the source does not parse."""
+    the rest. An import of a module outside the repository (``internal`` says which
+    are inside) is a definition of the names it binds: it can start no import cycle
+    with the repository's files and runs nothing of theirs. None when the source does
+    not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -78,6 +96,9 @@ def units(source: bytes) -> dict[tuple[str, str], list[ast.stmt]] | None:
         if _is_main_guard(node):
             continue
         names = _unit_names(node)
+        if names is None and isinstance(node, (ast.Import, ast.ImportFrom)) and internal is not None \
+                and not internal(node):
+            names = _import_names(node)
         for key in ([("def", n) for n in names] if names else [("stmt", ast.dump(node))]):
             out.setdefault(key, []).append(node)
     return out
@@ -214,20 +235,104 @@ def _closure(names: set[str], *versions: dict[tuple[str, str], list[ast.stmt]]) 
     return out
 
 
+def _internal(r: Resolver, path: str) -> Callable[[ast.stmt], bool]:
+    """Whether an import statement in ``path`` may load a file of the repository."""
+    def check(node: ast.stmt) -> bool:
+        if isinstance(node, ast.ImportFrom):
+            return bool(node.level) or bool(resolve(path, node.module or "", 0, r.known,
+                                                    [a.name for a in node.names]))
+        assert isinstance(node, ast.Import)
+        return any(resolve(path, a.name, 0, r.known) for a in node.names)
+    return check
+
+
+class _Edits:
+    """What the write changes in its targets: the changed definitions' names, with the
+    targets' definitions as read and as written (None: a module-level statement
+    changed, or a target is new or unreadable: every caller is reached)."""
+
+    def __init__(self, names: set[str] | None, versions: list[dict[tuple[str, str], list[ast.stmt]]],
+                 target: str = "the target"):
+        self.names, self.versions, self.target = names, versions, target
+
+    @classmethod
+    def of(cls, r: Resolver, reads: dict[str, ReadEntry], new: dict[str, bytes]) -> "_Edits":
+        names: set[str] = set()
+        versions = []
+        for p, c in new.items():
+            was = reads[p].blob if p in reads else None
+            try:
+                old_u = units(r.store.blob_bytes(pygit2.Oid(hex=was)), _internal(r, p)) if was else None
+            except (KeyError, ValueError):
+                old_u = None
+            new_u = units(c, _internal(r, p))
+            if old_u is None or new_u is None:
+                return cls(None, [], p)
+            changed = _changed(old_u, new_u)
+            if any(kind == "stmt" for kind, _ in changed):
+                return cls(None, [], p)
+            names |= {n for _, n in changed}
+            versions += [old_u, new_u]
+        return cls(names, versions, ", ".join(new))
+
+    def reached_by(self, refs: set[str]) -> set[str] | None:
+        """What of this write's changes code mentioning ``refs`` uses (directly, or
+        through the targets' own definitions); None: all of it (module-level code)."""
+        if self.names is None:
+            return None
+        return _closure(refs, *self.versions) & self.names
+
+    def reason(self, store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str) -> str | None:
+        """Why the changed caller ``d`` still counts (None: its changes reach nothing
+        this write changes)."""
+        got = _changed_in(store, r, reads, d)
+        if got is None:
+            return "does not parse"
+        old_u, new_u, changed = got
+        touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
+        hit = self.reached_by(_refs(touched, attrs=True))
+        if hit is None:
+            return f"imports {self.target}, whose module-level code this write changes"
+        if hit:
+            return f"imports {self.target}, and its changed code uses {_names(hit)}, which this write changes"
+        return None
+
+
 # -- the verdict -----------------------------------------------------------------------------------
-def unaffected(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
-               tree: pygit2.Tree, moved: Iterable[str]) -> dict[str, str]:
-    """Of the ``moved`` read files (stale under a computed scope, at ``tree``), those whose
-    change cannot reach the write, each with the reason in one line (module docstring)."""
-    moved = [p for p in moved if p in reads and p not in changes and is_python(p)
-             and posixpath.basename(p) not in ("conftest.py",)]
+def _names(names: Iterable[str]) -> str:
+    names = sorted(names)
+    return ", ".join(names[:4]) + ("…" if len(names) > 4 else "")
+
+
+@dataclass
+class Impact:
+    """The moved files judged: ``spared`` leave the scope, ``kept`` still reject; each
+    with why in one line (a rejection's payload shows the kept ones)."""
+
+    spared: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)
+
+
+def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
+          tree: pygit2.Tree, moved: Iterable[str]) -> Impact:
+    """Whether each of the ``moved`` read files (stale under a computed scope, at
+    ``tree``) can reach the write (module docstring)."""
+    out = Impact()
+    moved = [p for p in moved if p in reads and p not in changes]
+    for p in moved:
+        if not is_python(p):
+            out.kept[p] = "not Python"
+        elif posixpath.basename(p) == "conftest.py":
+            out.kept[p] = "a conftest.py: its fixtures are found by name"
+    moved = [p for p in moved if p not in out.kept]
     if not moved:
-        return {}
+        return out
     new: dict[str, bytes] = {}
     for p, c in changes.items():
         c = c[0] if isinstance(c, tuple) else c
         if not is_python(p) or not isinstance(c, bytes) or parse(c) is None:
-            return {}  # the scope was the whole read set anyway
+            out.kept.update({d: "the write's scope is the whole read set" for d in moved})
+            return out
         new[p] = c
     r = Resolver(store, tree, reads, changes)
     uses: Uses = {}
@@ -237,38 +342,66 @@ def unaffected(store: Store, agent: str, changes: dict[str, Any], reads: dict[st
     infos = [parse(c) for c in new.values()]
     importers = dependents(r, set(new), [i for i in infos if i is not None])
     own = own_writes(store, agent, reads)
-    exposed: set[str] | None = None
-    out: dict[str, str] = {}
+    edits: dict[str, _Edits] = {}
     for d in moved:
-        if d in own or (d not in uses and d not in importers):
+        why = _verdict(store, r, reads, d, uses, importers, own)
+        if why is None and d in importers:
+            # a caller changed: it matters if its changed code reaches what this write
+            # changes in the targets it imports (all of them, if none is found)
+            reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or set(new)
+            for t in sorted(reached):
+                if t not in edits:
+                    edits[t] = _Edits.of(r, reads, {t: new[t]})
+                why = edits[t].reason(store, r, reads, d)
+                if why is not None:
+                    break
+        if why is not None:
+            out.kept[d] = why
             continue
-        cur = r.head_blob(d)
-        was = reads[d].blob
-        if cur is None or was is None:
-            continue
-        try:
-            old_u = units(store.blob_bytes(pygit2.Oid(hex=was)))
-            new_u = units(store.blob_bytes(pygit2.Oid(hex=cur)))
-        except (KeyError, ValueError):
-            continue
-        if old_u is None or new_u is None:
-            continue
-        changed = _changed(old_u, new_u)
-        if any(kind == "stmt" for kind, _ in changed):
-            continue
-        names = {n for _, n in changed}
-        used = uses.get(d, set())
-        if used is None and names:
-            continue
-        if used and names & _closure(set(used), old_u, new_u):
-            continue
-        if d in importers:
-            if exposed is None:
-                exposed = exposed_names(r, set(new), [i for i in infos if i is not None]) - {"*"}
-            touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
-            if _refs(touched, attrs=True) & exposed:
-                continue
-        out[d] = ("only formatting or comments changed" if not names else
-                  f"changed {', '.join(sorted(names)[:4])}{'…' if len(names) > 4 else ''}, "
-                  "which the write does not use")
+        changed = _changed_in(store, r, reads, d)
+        names = {n for _, n in changed[2]} if changed else set()
+        out.spared[d] = ("only formatting or comments changed" if not names else
+                         f"changed {_names(names)}, which the write does not use")
     return out
+
+
+def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str):
+    """(units as read, units now, changed keys) of read file ``d``; None if unreadable."""
+    cur, was = r.head_blob(d), reads[d].blob
+    if cur is None or was is None:
+        return None
+    try:
+        old_u = units(store.blob_bytes(pygit2.Oid(hex=was)), _internal(r, d))
+        new_u = units(store.blob_bytes(pygit2.Oid(hex=cur)), _internal(r, d))
+    except (KeyError, ValueError):
+        return None
+    if old_u is None or new_u is None:
+        return None
+    return old_u, new_u, _changed(old_u, new_u)
+
+
+def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses,
+             importers: set[str], own: set[str]) -> str | None:
+    """Why moved file ``d`` still counts (None: nothing found, so far)."""
+    if d in own:
+        return "the agent wrote it in this task"
+    if d not in uses and d not in importers:
+        return "in the scope for a reason not looked inside"
+    if r.head_blob(d) is None or reads[d].blob is None:
+        return "created or deleted since read"
+    got = _changed_in(store, r, reads, d)
+    if got is None:
+        return "does not parse"
+    old_u, new_u, changed = got
+    if any(kind == "stmt" for kind, _ in changed):
+        return "a changed import of the repository's modules or other module-level statement"
+    names = {n for _, n in changed}
+    used = uses.get(d, set())
+    if used is None and names:
+        return f"used as a whole, and {_names(names)} changed"
+    hit = names & _closure(set(used), old_u, new_u) if used else set()
+    if hit:
+        return f"changed {_names(hit)}, which the write uses"
+    return None
+
+

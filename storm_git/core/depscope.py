@@ -71,6 +71,8 @@ class Scope:
     # read files that moved but whose change touches nothing the write uses
     # (storm_git.core.depimpact), each with the reason; left out of ``paths``
     unaffected: dict[str, str] = field(default_factory=dict)
+    # the moved read files that were looked inside and still reject, each with why
+    kept: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why,
@@ -280,7 +282,7 @@ def own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[str
     return out
 
 
-def _target_deps(r: Resolver, target: str, info: ModuleInfo) -> set[str]:
+def target_deps(r: Resolver, target: str, info: ModuleInfo) -> set[str]:
     """Imports, name-defining files and conftest.py files of one Python target."""
     out: set[str] = set()
     aliases: dict[str, list[str]] = {}
@@ -348,7 +350,7 @@ def dependents(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str
             out.add(p)
             continue
         for info in r.infos(p):
-            if _may_reach(info, exposed) and targets.intersection(_target_deps(r, p, info)):
+            if _may_reach(info, exposed) and targets.intersection(target_deps(r, p, info)):
                 out.add(p)
                 break
     return out
@@ -372,7 +374,7 @@ def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, 
     for p, c in changes.items():
         info = parse(c[0] if isinstance(c, tuple) else c)
         new.append(info)
-        deps |= _target_deps(r, p, info)
+        deps |= target_deps(r, p, info)
     deps |= dependents(r, set(changes), new)
     deps |= own_writes(store, agent, reads)
     paths = {p for p in deps if p in reads and p not in changes}

@@ -32,8 +32,11 @@ def rejection(r: Any) -> str:
         out.append(_change_line(r.target, "target"))
         if r.target.diff:
             out.append(r.target.diff.rstrip("\n"))
+    moved = ((getattr(r, "scope", None) or {}).get("moved")) or {}
     for s in r.stale:
         out.append(_change_line(s, "stale dependency"))
+        if s.path in moved:  # --deps auto looked inside it
+            out.append(f"    still a dependency: {moved[s.path]}")
         if s.diff:
             out.append(s.diff.rstrip("\n"))
     notes = getattr(r, "intents_in_diff", None) or []

@@ -153,7 +153,9 @@ class Agent:
             # the rejection surfaced, even when the judgement kept the agent's own side
             rec["rejections"].append({"reason": res.rejection.reason, "path": res.rejection.path,
                                       "stale": [s.path for s in res.rejection.stale],
-                                      "judged": judged, "unchanged": again == content and not judged})
+                                      "judged": judged, "unchanged": again == content and not judged,
+                                      # --deps auto: why each moved dependency still counted
+                                      "moved": (res.rejection.scope or {}).get("moved")})
             content = again
         else:
             rec["gave_up"] = True

@@ -324,10 +324,11 @@ class SharedWorkspace(BaseWorkspace):
                     if verdict.reason == STALE_DEPENDENCY and auto is not None and auto.paths is not None:
                         # moved files whose change touches nothing the write uses leave the
                         # computed scope (storm_git.core.depimpact); the rest still reject
-                        spared = depimpact.unaffected(store, agent, changes, reads, tree, verdict.stale)
-                        if spared:
-                            auto.paths -= spared.keys()
-                            auto.unaffected.update(spared)
+                        impact = depimpact.judge(store, agent, changes, reads, tree, verdict.stale)
+                        auto.kept = impact.kept
+                        if impact.spared:
+                            auto.paths -= impact.spared.keys()
+                            auto.unaffected.update(impact.spared)
                             scope, scope_name, dep_list = self._auto_scope(auto, reads, paths)
                             verdict = self._validate(tree, paths, reads, scope, expected, changes)
                     if verdict.reason is None:
@@ -400,6 +401,10 @@ class SharedWorkspace(BaseWorkspace):
             seen[p] = ReadEntry(p, v, "")
         rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
         rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
+        if auto is not None and (auto.kept or auto.unaffected):
+            # --deps auto looked inside the moved files: why each still counts, and which did not
+            rejection.scope["moved"] = {p: auto.kept[p] for p in sorted(auto.kept)}
+            rejection.scope["unaffected"] = dict(sorted(auto.unaffected.items()))
         if scope_name != "all" and verdict.reason == STALE_DEPENDENCY:
             rejection.message += f" (validated against scope {scope_name}: {len(scope)} read file(s))"
         rejection.intents_in_diff = intents.in_rejection(store, rejection)
