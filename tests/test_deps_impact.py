@@ -80,10 +80,10 @@ def test_a_changed_module_level_statement_rejects(repo):
     _change(repo, "pkg/core.py", "def other():", "print('loaded')\n\n\ndef other():")
     code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
-    assert "module-level" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
+    assert "a module-level statement changed (line" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
     storm(repo, "release", "app.py", agent="a")
     text = storm(repo, "write", "app.py", "--deps", "auto", "--no-wait", input=NEW_APP, agent="c")
-    assert "still a dependency: a changed import" in text.stdout, text.stdout
+    assert "still a dependency: a module-level statement changed" in text.stdout, text.stdout
 
 
 def test_an_import_from_outside_the_repository_counts_as_a_definition(repo):
@@ -188,3 +188,17 @@ def test_a_write_changing_the_targets_module_level_code_reaches_every_caller(rep
     code, out = _write(repo, "pkg/core.py", "from pkg import models\n\n" + CORE, "--deps", "auto")
     assert code == 1 and _stale(out) == ["app.py"], out
     assert "module-level code this write changes" in out["rejection"]["scope"]["moved"]["app.py"], out
+
+
+@pytest.mark.parametrize("added, accepted", [
+    ("import notes", True),  # notes.py imports nothing: no cycle can close, `notes` is unused
+    ("import app", False),  # app imports pkg, which imports pkg.core: a cycle
+])
+def test_a_repository_import_counts_as_a_definition_unless_it_may_close_a_cycle(repo, added, accepted):
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def other():", f"{added}\n\n\ndef other():")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    if accepted:
+        assert code == 0 and list(out["unaffected_deps"]) == ["pkg/core.py"], out
+    else:
+        assert code == 1 and "import cycle" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out

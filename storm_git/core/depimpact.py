@@ -16,10 +16,12 @@ not reach, directly or through the target's own definitions, a definition this
 write changes (when the write changes a module-level statement of the target,
 every caller is reached). Anything else keeps the file in the scope:
 
-* a changed import of one of the repository's modules, or another module-level
-  statement (it runs on import: a new import cycle, a registration, a side
-  effect); an import from outside the repository (``import select``) counts as a
-  definition of the names it binds;
+* a changed import that may close an import cycle (the files it loads lead, by
+  their imports, back to the file or to a target of the write; past 400 files
+  followed, assumed), or another module-level statement (it runs on import: a
+  registration, a side effect); any other import (``import select``, or a
+  module of the repository that leads to neither) counts as a definition of the
+  names it binds;
 * a file used as a whole (``from m import *`` with a changed name, a module
   object passed around, ``import a.b`` used as ``a.b.f``), a ``conftest.py``
   (fixtures are found by name at run time), the agent's own earlier writes;
@@ -77,31 +79,55 @@ def _import_names(node: ast.stmt) -> list[str] | None:
     return None
 
 
-def units(source: bytes, internal: Callable[[ast.stmt], bool] | None = None,
+def _is_type_checking(node: ast.stmt) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.``/``t.TYPE_CHECKING``): never runs."""
+    t = node.test if isinstance(node, ast.If) and not node.orelse else None
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def units(source: bytes, may_cycle: Callable[[ast.stmt], bool] | None = None,
           ) -> dict[tuple[str, str], list[ast.stmt]] | None:
     """Top-level statements by key: ("def", name) for definitions, ("stmt", dump) for
-    the rest. An import of a module outside the repository (``internal`` says which
-    are inside) is a definition of the names it binds: it can start no import cycle
-    with the repository's files and runs nothing of theirs. None when the source does
-    not parse."""
+    the rest. An import is a definition of the names it binds unless ``may_cycle``
+    says it may close an import cycle (None: none may); the imports of an ``if
+    TYPE_CHECKING:`` block always are. None when the source does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
     out: dict[tuple[str, str], list[ast.stmt]] = {}
+    body = []
     for i, node in enumerate(tree.body):
         if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
                 and isinstance(node.value.value, str):
             continue  # the module's docstring
         if _is_main_guard(node):
             continue
+        if _is_type_checking(node):
+            body += [(n, False) for n in node.body]
+        else:
+            body.append((node, True))
+    for node, runs in body:
         names = _unit_names(node)
-        if names is None and isinstance(node, (ast.Import, ast.ImportFrom)) and internal is not None \
-                and not internal(node):
+        if names is None and isinstance(node, (ast.Import, ast.ImportFrom)) \
+                and not (runs and may_cycle is not None and may_cycle(node)):
             names = _import_names(node)
         for key in ([("def", n) for n in names] if names else [("stmt", ast.dump(node))]):
             out.setdefault(key, []).append(node)
     return out
+
+
+def both_versions(old: bytes, new: bytes, may_cycle: Callable[[ast.stmt], bool]):
+    """Both versions' units, an import counted as a statement only where it is new
+    (a removed or unchanged import cannot close a new cycle); None if one does not parse."""
+    try:
+        before = {ast.dump(n) for n in ast.walk(ast.parse(old)) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    except (SyntaxError, ValueError):
+        return None
+    old_u = units(old)
+    new_u = units(new, lambda n: ast.dump(n) not in before and may_cycle(n))
+    return None if old_u is None or new_u is None else (old_u, new_u)
 
 
 def _changed(old: dict[tuple[str, str], list[ast.stmt]],
@@ -235,14 +261,75 @@ def _closure(names: set[str], *versions: dict[tuple[str, str], list[ast.stmt]]) 
     return out
 
 
-def _internal(r: Resolver, path: str) -> Callable[[ast.stmt], bool]:
-    """Whether an import statement in ``path`` may load a file of the repository."""
+FOLLOW_LIMIT = 400  # files an import is followed through before it is assumed to close a cycle
+
+
+def _loads(r: Resolver, path: str, node: ast.stmt) -> list[str]:
+    """The repository's files an import statement in ``path`` may load."""
+    if isinstance(node, ast.ImportFrom):
+        return resolve(path, node.module or "", node.level or 0, r.known,
+                       [a.name for a in node.names if a.name != "*"])
+    assert isinstance(node, ast.Import)
+    return [p for a in node.names for p in resolve(path, a.name, 0, r.known)]
+
+
+_RUNTIME: dict[str, list[tuple[str, int, list[str]]]] = {}
+
+
+def _runtime_imports(store: Store, blob: str) -> list[tuple[str, int, list[str]]]:
+    """The imports a module runs when imported: at its top and in its class bodies and
+    top-level blocks, not in functions nor under ``if TYPE_CHECKING:`` (cached by blob)."""
+    if blob not in _RUNTIME:
+        if len(_RUNTIME) > 4096:
+            _RUNTIME.clear()
+        out: list[tuple[str, int, list[str]]] = []
+        try:
+            todo = list(ast.parse(store.blob_bytes(pygit2.Oid(hex=blob))).body)
+        except (SyntaxError, ValueError, KeyError):
+            todo = []
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.Import):
+                out += [(a.name, 0, []) for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                out.append((n.module or "", n.level or 0, [a.name for a in n.names if a.name != "*"]))
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or _is_type_checking(n):
+                continue
+            else:
+                todo += [c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt)]
+        _RUNTIME[blob] = out
+    return _RUNTIME[blob]
+
+
+def _reaches(r: Resolver, starts: list[str], goals: set[str]) -> bool:
+    """Whether the imports that ``starts`` run (as read or at the head) lead to one of
+    ``goals``; True too past FOLLOW_LIMIT files (assume the worst)."""
+    seen, todo = set(starts), list(starts)
+    while todo:
+        p = todo.pop()
+        if p in goals or len(seen) > FOLLOW_LIMIT:
+            return True
+        blobs = {r.head_blob(p), r.reads[p].blob if p in r.reads else None} - {None}
+        for blob in blobs:
+            for module, level, names in _runtime_imports(r.store, blob):  # type: ignore[arg-type]
+                for q in resolve(p, module, level, r.known, names):
+                    if q not in seen:
+                        seen.add(q)
+                        todo.append(q)
+    return False
+
+
+def _cycle_risk(r: Resolver, path: str, goals: set[str]) -> Callable[[ast.stmt], bool]:
+    """Whether an import statement in ``path`` may close an import cycle through the
+    repository's files: back to ``path`` itself or to a target of the write (``goals``).
+    An import that cannot is a definition of the names it binds."""
+    goals = goals | {path}
+
     def check(node: ast.stmt) -> bool:
-        if isinstance(node, ast.ImportFrom):
-            return bool(node.level) or bool(resolve(path, node.module or "", 0, r.known,
-                                                    [a.name for a in node.names]))
-        assert isinstance(node, ast.Import)
-        return any(resolve(path, a.name, 0, r.known) for a in node.names)
+        starts = _loads(r, path, node)
+        if not starts:  # outside the repository (a relative one not found: assume the worst)
+            return isinstance(node, ast.ImportFrom) and bool(node.level)
+        return _reaches(r, starts, goals)
     return check
 
 
@@ -256,18 +343,18 @@ class _Edits:
         self.names, self.versions, self.target = names, versions, target
 
     @classmethod
-    def of(cls, r: Resolver, reads: dict[str, ReadEntry], new: dict[str, bytes]) -> "_Edits":
+    def of(cls, r: Resolver, reads: dict[str, ReadEntry], new: dict[str, bytes], goals: set[str]) -> "_Edits":
         names: set[str] = set()
         versions = []
         for p, c in new.items():
             was = reads[p].blob if p in reads else None
             try:
-                old_u = units(r.store.blob_bytes(pygit2.Oid(hex=was)), _internal(r, p)) if was else None
+                got = both_versions(r.store.blob_bytes(pygit2.Oid(hex=was)), c, _cycle_risk(r, p, goals)) if was else None
             except (KeyError, ValueError):
-                old_u = None
-            new_u = units(c, _internal(r, p))
-            if old_u is None or new_u is None:
+                got = None
+            if got is None:
                 return cls(None, [], p)
+            old_u, new_u = got
             changed = _changed(old_u, new_u)
             if any(kind == "stmt" for kind, _ in changed):
                 return cls(None, [], p)
@@ -282,10 +369,11 @@ class _Edits:
             return None
         return _closure(refs, *self.versions) & self.names
 
-    def reason(self, store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str) -> str | None:
+    def reason(self, store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str,
+               goals: set[str]) -> str | None:
         """Why the changed caller ``d`` still counts (None: its changes reach nothing
         this write changes)."""
-        got = _changed_in(store, r, reads, d)
+        got = _changed_in(store, r, reads, d, goals)
         if got is None:
             return "does not parse"
         old_u, new_u, changed = got
@@ -344,44 +432,44 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
     own = own_writes(store, agent, reads)
     edits: dict[str, _Edits] = {}
     for d in moved:
-        why = _verdict(store, r, reads, d, uses, importers, own)
+        why = _verdict(store, r, reads, d, uses, importers, own, set(new))
         if why is None and d in importers:
             # a caller changed: it matters if its changed code reaches what this write
             # changes in the targets it imports (all of them, if none is found)
             reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or set(new)
             for t in sorted(reached):
                 if t not in edits:
-                    edits[t] = _Edits.of(r, reads, {t: new[t]})
-                why = edits[t].reason(store, r, reads, d)
+                    edits[t] = _Edits.of(r, reads, {t: new[t]}, set(new))
+                why = edits[t].reason(store, r, reads, d, set(new))
                 if why is not None:
                     break
         if why is not None:
             out.kept[d] = why
             continue
-        changed = _changed_in(store, r, reads, d)
+        changed = _changed_in(store, r, reads, d, set(new))
         names = {n for _, n in changed[2]} if changed else set()
         out.spared[d] = ("only formatting or comments changed" if not names else
                          f"changed {_names(names)}, which the write does not use")
     return out
 
 
-def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str):
+def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, goals: set[str]):
     """(units as read, units now, changed keys) of read file ``d``; None if unreadable."""
     cur, was = r.head_blob(d), reads[d].blob
     if cur is None or was is None:
         return None
     try:
-        old_u = units(store.blob_bytes(pygit2.Oid(hex=was)), _internal(r, d))
-        new_u = units(store.blob_bytes(pygit2.Oid(hex=cur)), _internal(r, d))
+        got = both_versions(store.blob_bytes(pygit2.Oid(hex=was)), store.blob_bytes(pygit2.Oid(hex=cur)),
+                       _cycle_risk(r, d, goals))
     except (KeyError, ValueError):
         return None
-    if old_u is None or new_u is None:
+    if got is None:
         return None
-    return old_u, new_u, _changed(old_u, new_u)
+    return got[0], got[1], _changed(*got)
 
 
 def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses,
-             importers: set[str], own: set[str]) -> str | None:
+             importers: set[str], own: set[str], goals: set[str]) -> str | None:
     """Why moved file ``d`` still counts (None: nothing found, so far)."""
     if d in own:
         return "the agent wrote it in this task"
@@ -389,12 +477,17 @@ def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, use
         return "in the scope for a reason not looked inside"
     if r.head_blob(d) is None or reads[d].blob is None:
         return "created or deleted since read"
-    got = _changed_in(store, r, reads, d)
+    got = _changed_in(store, r, reads, d, goals)
     if got is None:
         return "does not parse"
     old_u, new_u, changed = got
-    if any(kind == "stmt" for kind, _ in changed):
-        return "a changed import of the repository's modules or other module-level statement"
+    stmts = [n for k in changed if k[0] == "stmt" for n in new_u.get(k, []) or old_u.get(k, [])]
+    if stmts:
+        first = min(stmts, key=lambda n: n.lineno)
+        what = "an import that may close an import cycle" if isinstance(first, (ast.Import, ast.ImportFrom)) \
+            else "a module-level statement"
+        where = "" if first in new_u.get(("stmt", ast.dump(first)), []) else " as read"
+        return f"{what} changed (line {first.lineno}{where})"
     names = {n for _, n in changed}
     used = uses.get(d, set())
     if used is None and names:
