@@ -9,7 +9,8 @@ fast-import), runs ``git storm init`` and prints medians, in the same run:
   CAS): the floor of any write there;
 * a storm write (in-process) by an agent whose read set holds 1 path, and by one
   whose read set holds ``--reads`` paths of that directory; ratio of the two;
-* one read of 1 path and one read of ``--reads`` paths; ratio;
+* one read of 1 path and one read of ``--reads`` paths; ratio; and the floor of
+  such a batch in pygit2 alone (tree lookup, blob read and ``lstat`` per path);
 * ``exec`` of a command creating ``--exec-files`` files in ``d/``, then one
   deleting them, each against ``git add -A && git commit`` of the same change.
 
@@ -89,12 +90,23 @@ def main() -> None:
         res = ws.write(target, f"x = {next(counter)}\n".encode(), agent=agent)
         assert res.accepted, res.rejection and res.rejection.message
 
+    def bare_read() -> None:
+        """The floor of a batch read: each path looked up in the head's tree, its blob
+        read, its file lstat'ed (what any read that reports the disk must do)."""
+        tree = repo[repo.lookup_reference("refs/storm/workspace").target].tree
+        for p in names:
+            repo[tree[p].id].data
+            os.lstat(os.path.join(path, p))
+
     out = {
         "bare pygit2 cycle": median_ms(bare, args.runs),
+        f"bare: {k} lookups + blob reads + lstats": median_ms(bare_read, args.runs),
         "write, read set 1 path": median_ms(lambda: write("small", "d/f000003.py"), args.runs),
         f"write, read set {k} paths": median_ms(lambda: write("big", names[0]), args.runs),
-        "read of 1 path": median_ms(lambda: ws.read(["d/f000005.py"], agent="r1"), args.runs),
-        f"read of {k} paths": median_ms(lambda: ws.read(names, agent="r2"), max(3, args.runs // 2)),
+        # a new agent each run: a first read (recorded), not a re-read at an unchanged head
+        "read of 1 path": median_ms(lambda: ws.read(["d/f000005.py"], agent=f"r1-{next(counter)}"), args.runs),
+        f"read of {k} paths": median_ms(lambda: ws.read(names, agent=f"r2-{next(counter)}"), max(3, args.runs // 2)),
+        "re-read of 1 path": median_ms(lambda: ws.read(["d/f000005.py"], agent="r3"), args.runs),
     }
     m = args.exec_files
     mk = f"for i in $(seq 1 {m}); do echo $i > d/new_$i.py; done"
@@ -124,6 +136,9 @@ def main() -> None:
     print(f"  write with {k}-path read set / 1-path: {out[f'write, read set {k} paths'] / out['write, read set 1 path']:.2f}x")
     print(f"  write (1 path) / bare cycle:            {out['write, read set 1 path'] / out['bare pygit2 cycle']:.2f}x")
     print(f"  read of {k} paths / read of 1 path:   {out[f'read of {k} paths'] / out['read of 1 path']:.1f}x")
+    floor = out[f"bare: {k} lookups + blob reads + lstats"]
+    print(f"  read of {k} paths / its bare floor:   {out[f'read of {k} paths'] / floor:.2f}x")
+    print(f"  bare floor of {k} paths / read of 1 path: {floor / out['read of 1 path']:.1f}x")
 
 
 if __name__ == "__main__":
