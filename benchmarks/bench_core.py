@@ -334,7 +334,9 @@ class PhaseProfiler:
         self.stack.pop()
 
     def wrap(self, owner: Any, name: str, label: str) -> None:
-        orig = getattr(owner, name)
+        orig = getattr(owner, name, None)
+        if orig is None:  # a phase of an older (or newer) revision: nothing to time
+            return
         prof = self
 
         def wrapper(*a, **kw):
@@ -413,7 +415,16 @@ def install_phases(prof: PhaseProfiler) -> None:
     prof.wrap(St, "cas", "CAS set_target")
     prof.wrap(St, "ref", "ref lookup")
     prof.wrap(St, "entry", "tree entry lookup")
+    import storm_git.core.intents as intents
+
     prof.wrap(readsets, "load", "readsets.load (whole read set)")
+    prof.wrap(readsets, "load_view", "readsets.load_view (journal + notes)")
+    prof.wrap(readsets, "record_write", "readsets.record_write (journal append)")
+    prof.wrap(readsets, "fold", "readsets.fold (notes commit)")
+    prof.wrap(reservations, "live_on", "reservation check (batch)")
+    prof.wrap(intents, "flag_write", "intents.flag_write")
+    prof.wrap(shared, "flag_storm_write", "assignment flag")
+    prof.wrap(SW, "_validate_at", "validate under the lock (_validate_at)")
     prof.wrap(readsets, "record", "readsets.record (notes)")
     prof.wrap(readsets, "provenance_text", "provenance_text")
     prof.wrap(notes, "update_notes", "notes commit (update_notes)")
