@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import git, make_repo, storm, storm_json
+from test_deps_auto import _change, _read, _write  # reads as a, changes as b, writes as a
 
 CORE = "def helper():\n    return _impl()\n\n\ndef _impl():\n    return 1\n\n\ndef other():\n    return 2\n"
 FILES = {
@@ -24,21 +25,6 @@ NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
 @pytest.fixture
 def repo(tmp_path):
     return make_repo(tmp_path / "r", FILES)
-
-
-def _read(repo, agent, *paths):
-    r = storm(repo, "read", *paths, agent=agent)
-    assert r.returncode == 0, r.stderr
-
-
-def _change(repo, path, old, new):
-    _read(repo, "b", path)
-    r = storm(repo, "edit", path, "--old", old, "--new", new, agent="b")
-    assert r.returncode == 0, r.stderr
-
-
-def _write(repo, path, content, *args):
-    return storm_json(repo, "write", path, *args, input=content, agent="a")
 
 
 def _stale(out):

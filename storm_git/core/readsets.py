@@ -268,12 +268,18 @@ def _absorb(c: "_Cached", data: str, agent: str, *, copy: bool) -> None:
     _parse_rows(data, agent, j)
     if copy:
         c.lines, c.entries = dict(c.lines), dict(c.entries)
-    for ln in j.reads:
+    _take(c, j.reads)
+
+
+def _take(c: "_Cached", reads: list[str]) -> None:
+    """Add journal lines to a cached read set: the latest line for a path wins, and
+    the path is marked re-recorded (a validator re-checks it)."""
+    for ln in reads:
         e = ReadEntry.parse(ln)
         c.lines[e.path] = ln
         c.entries[e.path] = e
         c.changed.append(e.path)
-    c.counted += len(j.reads)
+    c.counted += len(reads)
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -344,12 +350,7 @@ def _load_locked(store: Store, agent: str) -> _Cached:
     raw = _read_journal(store, agent) if inode else None
     if raw is not None and (c.size or raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode())):
         j = _parse_journal(raw, agent, c.size)
-        for ln in j.reads:
-            e = ReadEntry.parse(ln)
-            c.lines[e.path] = ln
-            c.entries[e.path] = e
-            c.changed.append(e.path)
-        c.counted += len(j.reads)
+        _take(c, j.reads)
         c.size = j.size
     c.mtime = mtime if c.size == size else 0  # a torn tail is re-read next time
     _cache(store)[agent] = c
