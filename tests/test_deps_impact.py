@@ -188,3 +188,16 @@ def test_a_repository_import_counts_as_a_definition_unless_it_may_close_a_cycle(
         assert code == 0 and list(out["unaffected_deps"]) == ["pkg/core.py"], out
     else:
         assert code == 1 and "import cycle" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
+
+
+def test_source_nested_deeper_than_the_parser_allows_is_not_a_crash(repo):
+    """CPython's parser raises RecursionError (not SyntaxError) on a generated
+    5,000-term expression; the computed scope treats it as unparsable."""
+    deep = "X = " + "+".join(["1"] * 5000) + "\n"
+    _read(repo, "a", "app.py", "notes.py")
+    _change(repo, "notes.py", "X = 1\nY = 2\n", deep)  # a moved dependency that cannot be looked inside
+    code, out = _write(repo, "app.py", "import notes\n\n\ndef run():\n    return notes.Y\n", "--deps", "auto")
+    assert code == 1 and _stale(out) == ["notes.py"], out
+    assert out["rejection"]["scope"]["moved"]["notes.py"] == "does not parse", out
+    code, out = _write(repo, "app.py", deep, "--deps", "auto")  # a target that cannot be parsed
+    assert code == 0 or out["rejection"]["scope"]["name"] == "auto:all", out

@@ -42,7 +42,7 @@ from typing import Any
 
 import pygit2
 
-from .depscope import Resolver, dependents, is_python, own_writes, parse, resolve, target_deps
+from .depscope import UNPARSABLE, Resolver, dependents, is_python, own_writes, parse, resolve, target_deps
 from .readsets import ReadEntry
 from .store import Store
 
@@ -94,8 +94,13 @@ def units(source: bytes, may_cycle: Callable[[ast.stmt], bool] | None = None,
     TYPE_CHECKING:`` block always are. None when the source does not parse."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+        return _units(tree, may_cycle)
+    except UNPARSABLE:
         return None
+
+
+def _units(tree: ast.Module, may_cycle: Callable[[ast.stmt], bool] | None,
+           ) -> dict[tuple[str, str], list[ast.stmt]]:
     out: dict[tuple[str, str], list[ast.stmt]] = {}
     body = []
     for i, node in enumerate(tree.body):
@@ -123,7 +128,7 @@ def both_versions(old: bytes, new: bytes, may_cycle: Callable[[ast.stmt], bool])
     (a removed or unchanged import cannot close a new cycle); None if one does not parse."""
     try:
         before = {ast.dump(n) for n in ast.walk(ast.parse(old)) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    except (SyntaxError, ValueError):
+    except UNPARSABLE:
         return None
     old_u = units(old)
     new_u = units(new, lambda n: ast.dump(n) not in before and may_cycle(n))
@@ -273,10 +278,10 @@ def _loads(r: Resolver, path: str, node: ast.stmt) -> list[str]:
     return [p for a in node.names for p in resolve(path, a.name, 0, r.known)]
 
 
-_RUNTIME: dict[str, list[tuple[str, int, list[str]]]] = {}
+_RUNTIME: dict[str, list[tuple[str, int, list[str]]] | None] = {}
 
 
-def _runtime_imports(store: Store, blob: str) -> list[tuple[str, int, list[str]]]:
+def _runtime_imports(store: Store, blob: str) -> list[tuple[str, int, list[str]]] | None:
     """The imports a module runs when imported: at its top and in its class bodies and
     top-level blocks, not in functions nor under ``if TYPE_CHECKING:`` (cached by blob)."""
     if blob not in _RUNTIME:
@@ -285,8 +290,9 @@ def _runtime_imports(store: Store, blob: str) -> list[tuple[str, int, list[str]]
         out: list[tuple[str, int, list[str]]] = []
         try:
             todo = list(ast.parse(store.blob_bytes(pygit2.Oid(hex=blob))).body)
-        except (SyntaxError, ValueError, KeyError):
-            todo = []
+        except (*UNPARSABLE, KeyError):
+            _RUNTIME[blob] = None  # unreadable: whoever follows it assumes the worst
+            return None
         while todo:
             n = todo.pop()
             if isinstance(n, ast.Import):
@@ -311,7 +317,10 @@ def _reaches(r: Resolver, starts: list[str], goals: set[str]) -> bool:
             return True
         blobs = {r.head_blob(p), r.reads[p].blob if p in r.reads else None} - {None}
         for blob in blobs:
-            for module, level, names in _runtime_imports(r.store, blob):  # type: ignore[arg-type]
+            found = _runtime_imports(r.store, blob)  # type: ignore[arg-type]
+            if found is None:
+                return True
+            for module, level, names in found:
                 for q in resolve(p, module, level, r.known, names):
                     if q not in seen:
                         seen.add(q)

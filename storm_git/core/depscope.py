@@ -44,6 +44,9 @@ AUTO = "auto"
 ALL = "all"
 FALLBACK = "auto:all"
 PY_SUFFIXES = (".py", ".pyi")
+# what parsing a source can raise: a syntax error, NUL bytes, or nesting deeper than
+# CPython's parser (a generated 5,000-term expression) or ast's recursive helpers allow
+UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 MAX_CHAIN = 4  # re-export hops followed from an imported module to the defining one
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__package__", "__spec__",
                                           "__loader__", "__path__", "__builtins__", "__annotations__"}
@@ -107,7 +110,7 @@ def parse(source: bytes) -> ModuleInfo | None:
     """The module's imports, top-level names and free names; None if it does not parse."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except UNPARSABLE:
         return None
     info = ModuleInfo()
     bound: set[str] = set()

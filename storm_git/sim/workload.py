@@ -157,7 +157,7 @@ def imports_of(path: str, content: bytes | None, index: dict[str, str]) -> list[
         return []
     try:
         tree = ast.parse(content)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     pkg = path.rsplit("/", 1)[0].replace("/", ".") if "/" in path else ""
     found: list[str] = []

@@ -324,7 +324,12 @@ class SharedWorkspace(BaseWorkspace):
                     if verdict.reason == STALE_DEPENDENCY and auto is not None and auto.paths is not None:
                         # moved files whose change touches nothing the write uses leave the
                         # computed scope (storm_git.core.depimpact); the rest still reject
-                        impact = depimpact.judge(store, agent, changes, reads, tree, verdict.stale)
+                        try:
+                            impact = depimpact.judge(store, agent, changes, reads, tree, verdict.stale)
+                        except (RecursionError, MemoryError, ValueError, KeyError, TypeError) as exc:
+                            # an optimisation: if it fails, the files simply stay in the scope
+                            impact = depimpact.Impact(kept={p: f"not looked inside ({type(exc).__name__})"
+                                                            for p in verdict.stale})
                         auto.kept = impact.kept
                         if impact.spared:
                             auto.paths -= impact.spared.keys()
