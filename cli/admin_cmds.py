@@ -54,15 +54,18 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
 def maintenance(as_json: bool, auto: bool) -> None:
     """Pack loose objects and refs, safely beside running writers.
 
-    Runs git maintenance's loose-objects (twice: the second pass removes the
-    loose copies the first packed), incremental-repack and pack-refs tasks, after
-    folding the agents' read-set journals into their notes. It never prunes:
+    Runs git maintenance's loose-objects task twice (loose objects packed, then
+    the packed loose copies deleted) and pack-refs, after folding the agents'
+    read-set journals into their notes; then rolls the packs up with 'git repack
+    -d --geometric=2' (a few packs however long the run; only what is in the new
+    pack is deleted). It never prunes:
     never run 'git gc --prune=now' while agents may be writing (an object between
     its write and its ref update would be deleted).
 
     Writes start it by themselves in the background once the loose objects pass
     storm.autoMaintenance (default 6700, like git's gc.auto; 0 turns that off).
-    --auto runs only when that bound is passed and no other maintenance runs.
+    --auto runs only when that bound is passed and no other maintenance runs; it
+    rolls the packs up only when there are more than 4 and no roll-up runs.
 
     \b
     Example:

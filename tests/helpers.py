@@ -2,10 +2,12 @@
 the real ``git storm`` command line in subprocesses (no mocks of git)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,21 @@ def git(repo: str | Path, *args: str, check: bool = True, input: bytes | None = 
     return subprocess.run(["git", *args], cwd=repo, check=check, capture_output=True, input=input)
 
 
-def fsck(repo: str | Path) -> subprocess.CompletedProcess:
-    """``git fsck`` once no storm maintenance runs: a write may have started a detached
-    ``maintenance --auto``, and fsck beside a running repack reports objects that move
-    from loose to a pack as missing (git's race, not a lost object)."""
+@contextlib.contextmanager
+def no_maintenance(repo: str | Path) -> Iterator[None]:
+    """Hold off storm's maintenance (waiting for a running one): a write may have
+    started a detached ``maintenance --auto`` whose repack moves objects and packs refs."""
     from storm_git.core.locks import flocked
+    from storm_git.core.maintenance import LOCKS
 
-    with flocked(str(Path(repo) / ".git"), "maintenance"):
+    with flocked(str(Path(repo) / ".git"), LOCKS[0]), flocked(str(Path(repo) / ".git"), LOCKS[1]):
+        yield
+
+
+def fsck(repo: str | Path) -> subprocess.CompletedProcess:
+    """``git fsck`` once no storm maintenance runs: fsck beside a running repack reports
+    objects that move from loose to a pack as missing (git's race, not a lost object)."""
+    with no_maintenance(repo):
         return git(repo, "fsck", "--no-progress", "--no-dangling", check=False)
 
 

@@ -34,8 +34,7 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import git, make_repo, snapshot_refs
-from storm_git.core.locks import flocked
+from helpers import git, make_repo, no_maintenance, snapshot_refs
 from storm_git.core.readsets import provenance_ref
 from storm_git.core.store import STALE_REF_LOCK_SECONDS
 
@@ -169,7 +168,7 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
                     q.send_signal(signal.SIGSTOP)
             # and a background `maintenance --auto` finishes first: git fsck beside a
             # running repack reports objects that move from loose to a pack as missing
-            with flocked(str(repo / ".git"), "maintenance"):
+            with no_maintenance(repo):
                 stale_locks += _dead_ref_locks(repo)
                 acked = [r for r in _acks(ackdir) if r.get("event") == "ack"]
                 bad = [r for r in _acks(ackdir) if r.get("event") == "bad_payload"]
@@ -190,7 +189,7 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
                     done += 1
                 # a background `maintenance --auto` a writer started may outlive it (it packs
                 # refs, taking ref locks); hold its flock so the picture is of the dead alone
-                with flocked(str(repo / ".git"), "maintenance"):
+                with no_maintenance(repo):
                     stale_locks += _dead_ref_locks(repo)
                     temp_files += len(_temp_files(repo))
                     time.sleep(STALE_REF_LOCK_SECONDS)  # doctor leaves younger ref locks to git
@@ -215,7 +214,7 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
                 q.kill()
                 q.wait()
     acked = [r for r in _acks(ackdir) if r.get("event") == "ack"]
-    with flocked(str(repo / ".git"), "maintenance"):
+    with no_maintenance(repo):
         _check_repo(repo, acked)
     recover.sort()
     record(name, kills=done, acknowledged_writes_verified=len(acked), stale_ref_locks_seen=stale_locks,

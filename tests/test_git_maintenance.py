@@ -197,7 +197,6 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
     `git storm maintenance --auto` in the background; the loose count stays bounded."""
     from storm_git.core import maintenance
     from storm_git import open_workspace
-    from storm_git.core.locks import is_locked
 
     repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
     git(repo, "config", "storm.autoMaintenance", "500")
@@ -212,13 +211,15 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
             peak = max(peak, loose)
             ran = ran or maintenance.count_objects(store).packs > 0
     deadline = time.monotonic() + 60
-    while is_locked(store.commondir, "maintenance") and time.monotonic() < deadline:
+    while maintenance.running(store) and time.monotonic() < deadline:
         time.sleep(0.1)
     final = maintenance.count_objects(store)
     assert ran and final.packs >= 1
     # without the trigger: ~1500 writes x 6 objects; with it, a few batches above the bound
     # (the estimate samples one fan-out directory, as git's does)
     assert peak <= 3000 and final.loose <= 2000, (peak, final)
+    # one pack per background run would leave ~15; the roll-up keeps them few
+    assert final.packs <= 6, final
     assert fsck(repo).returncode == 0
     r = storm(repo, "maintenance", "--auto", "--json")
     assert r.returncode == 0, r.stderr
@@ -234,7 +235,6 @@ def test_one_maintenance_at_a_time(tmp_path):
 
     from storm_git import open_workspace
     from storm_git.core import maintenance
-    from storm_git.core.locks import is_locked
 
     repo = make_repo(tmp_path / "repo", {"a.txt": "x\n"})
     git(repo, "config", "storm.autoMaintenance", "0")  # no background run while the objects pile up
@@ -262,9 +262,71 @@ def test_one_maintenance_at_a_time(tmp_path):
         release(holder)
     assert maintenance.after_write(store, due_commit) is True  # free again: it starts one
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not is_locked(store.commondir, "maintenance")
+    while time.monotonic() < deadline and (not maintenance.running(store)
                                            and maintenance.count_objects(store).packs == 0):
         time.sleep(0.05)
-    while is_locked(store.commondir, "maintenance") and time.monotonic() < deadline:
+    while maintenance.running(store) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert maintenance.count_objects(store).packs >= 1
+
+
+def _writes(ws, n: int, start: int = 0) -> None:
+    for k in range(start, start + n):
+        ws.read([f"d{k % 4}/f.txt"], agent="e1")
+        assert ws.write(f"d{k % 4}/f.txt", f"{k}\n".encode(), agent="e1").accepted
+
+
+def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
+    """A roll-up can take long (now and then it repacks the whole repository); it has its
+    own lock, so the loose objects written meanwhile are still packed by the next run."""
+    from test_disk_record import hold, release
+
+    from storm_git import open_workspace
+    from storm_git.core import maintenance
+
+    repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
+    git(repo, "config", "storm.autoMaintenance", "0")  # no background run while the objects pile up
+    ws = open_workspace(str(repo))
+    _writes(ws, 200)
+    for _ in range(maintenance.ROLLUP_AT + 1):  # enough packs that --auto wants a roll-up
+        _writes(ws, 5, 1000 + _ * 5)
+        git(repo, "repack", "-d", "-q")
+    _writes(ws, 200, 2000)
+    git(repo, "config", "storm.autoMaintenance", "2")
+    assert maintenance.due(ws.store) and maintenance.count_objects(ws.store).packs > maintenance.ROLLUP_AT
+    holder = hold(repo, "maintenance-rollup", 60)
+    try:
+        r = storm(repo, "maintenance", "--auto", "--json", timeout=30)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["tasks"] == ["loose-objects", "loose-objects", "pack-refs"], out  # the roll-up was skipped, not waited for
+        assert out["before"]["loose"] >= 1000 and out["after"]["loose"] <= 5, out
+        assert out["after"]["packs"] == out["before"]["packs"] + 1
+    finally:
+        release(holder)
+    r = storm(repo, "maintenance", "--auto", "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert fsck(repo).returncode == 0
+
+
+def test_a_roll_up_keeps_the_packs_few(tmp_path):
+    """Packs made one per maintenance run are rolled up geometrically: however many runs,
+    a few packs (object lookups, storm's and git's, slow down with each pack)."""
+    from storm_git import open_workspace
+    from storm_git.core import maintenance
+
+    repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
+    git(repo, "config", "storm.autoMaintenance", "0")
+    ws = open_workspace(str(repo))
+    for i in range(8):
+        _writes(ws, 30, i * 30)
+        git(repo, "repack", "-d", "-q")  # what one loose step leaves: one more pack
+    before = maintenance.count_objects(ws.store)
+    assert before.packs >= 8
+    r = storm(repo, "maintenance", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tasks"] == ["loose-objects", "loose-objects", "pack-refs", "geometric-rollup"], out
+    assert out["after"]["packs"] <= 3 and out["after"]["loose"] <= 5, out
+    assert out["after"]["packed"] >= before.packed
+    assert fsck(repo).returncode == 0

@@ -3,27 +3,44 @@
 Every storm write leaves a handful of loose objects (blob, trees, commit, notes
 commits: GIT-FACTS measures ~6 for the write alone), and libgit2 never triggers
 ``git gc --auto``. Over thousands of writes the object directory would fill with
-loose files. This runs git's own maintenance tasks that are designed to run
-beside concurrent writers:
+loose files. This runs what git designed to run beside concurrent writers:
 
-* ``loose-objects``: deletes loose objects that are already in a pack, then
-  packs a batch of the remaining loose objects (reachable or not) into a new
-  pack. Nothing is deleted that is not in a pack, so a writer's freshly written,
-  not yet referenced object is never lost;
-* ``incremental-repack``: folds small packs together through the
-  multi-pack-index (only once a pack exists; git fails the task otherwise);
+* git maintenance's ``loose-objects`` task, twice (the loose step): it deletes
+  the loose objects already in a pack, then packs the remaining loose objects,
+  reachable or not, into one new pack, fed their ids directly (no walk of the
+  history); the second pass deletes the loose copies the first one packed. It
+  deletes no pack, and its time grows with the loose objects only.
+* ``git repack -d --geometric=2`` (the roll-up), once there are more than
+  ROLLUP_AT packs: rolls the small packs together so that each pack holds at
+  least twice the objects of the next smaller one (a few packs however long the
+  run), and deletes only the packs it rolled up, whose objects are in its new
+  pack. Its time grows with the packs it rolls up, which now and then is the
+  whole repository, so it runs under its own lock: a loose step may run while a
+  roll-up does (the loose step deletes no pack; a roll-up deletes only the packs
+  it chose when it started), and the loose objects stay bounded during a long
+  roll-up.
 * ``pack-refs``: packs loose refs (storm's CAS works on packed refs too).
 
-The ``loose-objects`` task runs twice: its first pass packs the loose objects, its
-second removes the loose copies the first one packed, so one ``git storm
-maintenance`` leaves few loose objects (git's own task needs two runs for that).
+Nothing is deleted that is not in a pack, so a writer's freshly written, not yet
+referenced object is never lost. (The roll-up replaced git maintenance's
+``incremental-repack``, which through the multi-pack-index left a new pack per
+run: 13 after 10,000 writes, and every object lookup, storm's and git's, slowed
+with them. Plain ``git repack -d`` does not replace the loose step: it walks the
+whole history to find unpacked objects, and packs only the reachable ones.)
 
 **Automatic trigger**, like ``git gc --auto``: after an accepted write whose commit
 id ends in a zero nibble (one write in 16, whichever process makes it), storm
-estimates the loose objects from ``objects/17`` (as git does) and, above
+estimates the loose objects from four of the 256 fan-out directories (git looks
+at ``objects/17`` alone; four make the estimate half as noisy) and, above
 ``storm.autoMaintenance`` (default 6700, git's ``gc.auto``; 0 turns it off), starts
-``git storm maintenance --auto`` in the background, detached. One runs at a time
-(the ``maintenance`` flock); a writer never waits for it.
+``git storm maintenance --auto`` in the background, detached. One loose step runs
+at a time (the ``maintenance`` flock) and one roll-up (``maintenance-rollup``); a
+writer never waits for either. While a run takes its ~0.6 s, writers go on: the
+loose count passes the bound by what they write meanwhile (~1,400 objects for one
+writer on 2 cores, ``benchmarks/bench_longrun.py``). Starting at half the bound
+kept it under the bound, but ran twice as many maintenance processes and made
+10,000 writes take 55-62 s instead of 45 s on 2 cores, so the trigger stays at
+the bound, as git's does.
 
 It never prunes. ``git gc --prune=now`` (or ``git prune`` with a short
 ``--expire``) deletes unreferenced objects at once, and a storm writer's commit is
@@ -33,19 +50,22 @@ advises it; ``git gc`` with the default two-week grace period is safe.
 """
 from __future__ import annotations
 
-import glob
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import RepoStateError
 from .locks import try_flocked
 from .store import Store, git_env
 
-TASKS = ("loose-objects", "loose-objects", "incremental-repack", "pack-refs")
+LOOSE, ROLLUP, PACK_REFS = "loose-objects", "geometric-rollup", "pack-refs"
+ROLLUP_AT = 4  # packs: more, and the next run rolls them up (geometric, factor 2)
 AUTO_DEFAULT = 6700  # git's gc.auto
-CHECK_EVERY = 16  # writes, by commit id: one in 16 looks at objects/17
+CHECK_EVERY = 16  # writes, by commit id: one in 16 looks at the fan-out sample
+SAMPLE = ("17", "5a", "9c", "e3")  # fan-out directories the estimate counts (1/64 of all)
 
 
 @dataclass
@@ -83,11 +103,15 @@ def count_objects(store: Store) -> ObjectCounts:
 
 
 def estimate_loose(store: Store) -> int:
-    """Loose objects, estimated from one fan-out directory as ``git gc --auto`` does."""
-    try:
-        return 256 * len(os.listdir(os.path.join(store.commondir, "objects", "17")))
-    except FileNotFoundError:
-        return 0
+    """Loose objects, estimated from a sample of fan-out directories (object ids are
+    uniform, so 4 of 256 directories hold 1/64 of them)."""
+    n = 0
+    for d in SAMPLE:
+        try:
+            n += len(os.listdir(os.path.join(store.commondir, "objects", d)))
+        except FileNotFoundError:
+            pass
+    return n * (256 // len(SAMPLE))
 
 
 def auto_limit(store: Store) -> int:
@@ -118,11 +142,15 @@ def after_write(store: Store, commit: object) -> bool:
 
 
 def run_auto(store: Store) -> MaintenanceResult | None:
-    """``maintenance --auto``: run when due and nobody else is running it."""
+    """``maintenance --auto``: run when due and nobody else is running the loose step;
+    the roll-up only if no other roll-up runs (module docstring)."""
     with try_flocked(store.commondir, "maintenance") as taken:
         if not taken or not due(store):
             return None
-        return _run(store)
+        before = count_objects(store)
+        done = _loose(store)
+    done += _rollup(store, wait=False)
+    return MaintenanceResult(before, count_objects(store), done)
 
 
 def run(store: Store) -> MaintenanceResult:
@@ -130,22 +158,61 @@ def run(store: Store) -> MaintenanceResult:
     from .locks import flocked
 
     with flocked(store.commondir, "maintenance"):
-        return _run(store)
+        before = count_objects(store)
+        done = _loose(store)
+    done += _rollup(store, wait=True)
+    return MaintenanceResult(before, count_objects(store), done)
 
 
-def _run(store: Store) -> MaintenanceResult:
+def _loose(store: Store) -> list[str]:
+    """The loose step and pack-refs (the ``maintenance`` lock held)."""
     from . import readsets
 
     readsets.fold_all(store)  # journals into notes first, so the pack holds them
-    before = count_objects(store)
-    done = []
-    for task in TASKS:
-        if task == "incremental-repack" and not glob.glob(os.path.join(store.commondir, "objects", "pack", "*.pack")):
-            continue
-        r = _git(store, "maintenance", "run", f"--task={task}")
-        if r.returncode != 0:
-            msg = (r.stderr.strip().splitlines() or ["failed"])[-1]
-            raise RepoStateError(f"git maintenance run --task={task}: {msg}",
-                                 hint="run git fsck; then git storm maintenance again")
-        done.append(task)
-    return MaintenanceResult(before, count_objects(store), done)
+    for _ in range(2):  # the first pass packs them, the second deletes the loose copies
+        _check(_git(store, "maintenance", "run", f"--task={LOOSE}"), LOOSE)
+    _check(_git(store, "maintenance", "run", f"--task={PACK_REFS}"), PACK_REFS)
+    return [LOOSE, LOOSE, PACK_REFS]
+
+
+def _rollup(store: Store, *, wait: bool) -> list[str]:
+    """The geometric roll-up, under its own lock, once there are more than ROLLUP_AT
+    packs (always for an explicit run, which waits for a running roll-up)."""
+    from .locks import flocked
+
+    if not wait and count_objects(store).packs <= ROLLUP_AT:
+        return []
+    with (flocked(store.commondir, LOCKS[1]) if wait else
+          try_flocked(store.commondir, LOCKS[1])) as taken:
+        if taken is False:
+            return []
+        _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
+    return [ROLLUP]
+
+
+LOCKS = ("maintenance", "maintenance-rollup")  # taken in this order, never the other
+
+
+@contextlib.contextmanager
+def quiesced(store: Store) -> Iterator[None]:
+    """Hold off storm's maintenance (both steps) for the block, waiting for a running
+    one to finish: for what must not see objects move between packs (``git fsck``
+    lists packs, then loose objects, and calls an object that moved between the two
+    missing)."""
+    from .locks import flocked
+
+    with flocked(store.commondir, LOCKS[0]), flocked(store.commondir, LOCKS[1]):
+        yield
+
+
+def running(store: Store) -> bool:
+    """Whether a storm maintenance (either step) runs now."""
+    from .locks import is_locked
+
+    return any(is_locked(store.commondir, name) for name in LOCKS)
+
+
+def _check(r: subprocess.CompletedProcess, task: str) -> None:
+    if r.returncode != 0:
+        msg = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        raise RepoStateError(f"{task}: {msg}", hint="run git fsck; then git storm maintenance again")
