@@ -201,3 +201,18 @@ def test_source_nested_deeper_than_the_parser_allows_is_not_a_crash(repo):
     assert out["rejection"]["scope"]["moved"]["notes.py"] == "does not parse", out
     code, out = _write(repo, "app.py", deep, "--deps", "auto")  # a target that cannot be parsed
     assert code == 0 or out["rejection"]["scope"]["name"] == "auto:all", out
+
+
+def test_an_own_earlier_write_that_the_write_imports_is_judged_by_names(repo):
+    """The agent wrote pkg/core.py, then b changed a function in it that app.py does not
+    use: the names decide, as for any import. (An own write that is not an import stays
+    in the scope: tests/test_deps_auto.py::test_own_earlier_write_stays_in_scope.)"""
+    _read(repo, "a", "app.py", "pkg/core.py")
+    r = storm(repo, "edit", "pkg/core.py", "--old", "return 2", "--new", "return 20", agent="a")
+    assert r.returncode == 0, r.stderr
+    _change(repo, "pkg/core.py", "return 20", "return 21")  # other(): app uses helper only
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["pkg/core.py"], out
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    code, out = _write(repo, "app.py", NEW_APP + "\n# v2\n", "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out

@@ -24,7 +24,10 @@ every caller is reached). Anything else keeps the file in the scope:
   names it binds;
 * a file used as a whole (``from m import *`` with a changed name, a module
   object passed around, ``import a.b`` used as ``a.b.f``), a ``conftest.py``
-  (fixtures are found by name at run time), the agent's own earlier writes;
+  (fixtures are found by name at run time), the agent's own earlier writes
+  unless the write imports them or they import it (then the names decide, as
+  for any import: ``depscope.own_writes`` cannot tell this task's write from a
+  read of an earlier task's write at an unchanged head);
 * a file whose reason for being in the scope is not accounted for here, a file
   that is not Python, does not parse, or was created or deleted.
 
@@ -480,10 +483,9 @@ def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, 
 def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses,
              importers: set[str], own: set[str], goals: set[str]) -> str | None:
     """Why moved file ``d`` still counts (None: nothing found, so far)."""
-    if d in own:
-        return "the agent wrote it in this task"
     if d not in uses and d not in importers:
-        return "in the scope for a reason not looked inside"
+        # its own earlier write: its work must fit together, in ways imports do not show
+        return "the agent wrote it in this task" if d in own else "in the scope for a reason not looked inside"
     if r.head_blob(d) is None or reads[d].blob is None:
         return "created or deleted since read"
     got = _changed_in(store, r, reads, d, goals)
