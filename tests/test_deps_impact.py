@@ -216,3 +216,12 @@ def test_an_own_earlier_write_that_the_write_imports_is_judged_by_names(repo):
     _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
     code, out = _write(repo, "app.py", NEW_APP + "\n# v2\n", "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_name_added_to_an_import_changes_no_other_name(repo):
+    """`from .core import helper` became `from .core import helper, other` in the
+    package app.py takes helper from: helper itself did not change."""
+    _read(repo, "a", "app.py", "pkg/__init__.py")
+    _change(repo, "pkg/__init__.py", "from .core import helper", "from .core import helper, other")
+    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    assert code == 0 and "changed other" in out["unaffected_deps"]["pkg/__init__.py"], out

@@ -117,12 +117,24 @@ def _units(tree: ast.Module, may_cycle: Callable[[ast.stmt], bool] | None,
         else:
             body.append((node, True))
     for node, runs in body:
-        names = _unit_names(node)
-        if names is None and isinstance(node, (ast.Import, ast.ImportFrom)) \
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and _import_names(node) is not None \
                 and not (runs and may_cycle is not None and may_cycle(node)):
-            names = _import_names(node)
+            for one in _split_import(node):  # one unit per name: adding a name changes no other
+                out.setdefault(("def", _import_names(one)[0]), []).append(one)  # type: ignore[index]
+            continue
+        names = _unit_names(node)
         for key in ([("def", n) for n in names] if names else [("stmt", ast.dump(node))]):
             out.setdefault(key, []).append(node)
+    return out
+
+
+def _split_import(node: ast.Import | ast.ImportFrom) -> list[ast.stmt]:
+    """``from m import a, b`` as ``from m import a`` and ``from m import b``."""
+    out: list[ast.stmt] = []
+    for a in node.names:
+        one: ast.stmt = (ast.ImportFrom(module=node.module, names=[a], level=node.level)
+                         if isinstance(node, ast.ImportFrom) else ast.Import(names=[a]))
+        out.append(ast.copy_location(one, node))
     return out
 
 
