@@ -122,6 +122,9 @@ class Agent:
         return None
 
     def task(self, rnd: int, change: Change, plan: dict[str, int]) -> dict[str, Any]:
+        if rnd:  # a round starts once every agent of the last one is done: what an agent
+            # reads never depends on how far a slower agent got with its last write
+            self.barrier.wait("done", rnd - 1, list(self.spec["plans"][rnd - 1]))
         t0 = time.monotonic()
         self.ws.forget(None, agent=self.name)  # a read set belongs to one task
         view = self.read(change)
