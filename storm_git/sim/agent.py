@@ -135,6 +135,7 @@ class Agent:
         mine = plan[self.name]
         self.barrier.wait("done", rnd, [a for a, o in plan.items() if o < mine])
         content, judged = apply_change(change, view)
+        last_judged = judged  # the judgement the content being written already took
         rec["judgement"] += judged
         for attempt in range(MAX_ATTEMPTS):
             res = self._write(change, content, view)
@@ -151,15 +152,17 @@ class Agent:
             rec["rereads"] += 1
             again, judged = apply_change(change, view)
             rec["judgement"] += judged
-            # needless: the change re-applied cleanly to the same content. A re-application
-            # that needed judgement (a conflicting hunk, a delete of a changed file) is work
-            # the rejection surfaced, even when the judgement kept the agent's own side
+            # needless: the change re-applied to the same content with no judgement beyond
+            # what the first content already took. A re-application that needed new
+            # judgement (a conflicting hunk, a delete of a changed file) is work the
+            # rejection surfaced, even when the judgement kept the agent's own side
             rec["rejections"].append({"reason": res.rejection.reason, "path": res.rejection.path,
                                       "stale": [s.path for s in res.rejection.stale],
-                                      "judged": judged, "unchanged": again == content and not judged,
+                                      "judged": judged,
+                                      "unchanged": again == content and judged <= last_judged,
                                       # --deps auto: why each moved dependency still counted
                                       "moved": (res.rejection.scope or {}).get("moved")})
-            content = again
+            content, last_judged = again, judged
         else:
             rec["gave_up"] = True
         if self.mode == "worktree":

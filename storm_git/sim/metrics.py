@@ -11,9 +11,10 @@ Definitions (the report prints them too):
 * ``caught_never``: paths where the result differs from the reference (a
   replay: the history's end state) and no test failed.
 * ``rejections_needed`` / ``rejections_needless``: a needless rejection
-  re-applied the agent's change cleanly to the same content (no hunk needed
-  judgement) and the final result passes. A re-application that needed
-  judgement is needed, even when the judgement kept the agent's own side.
+  re-applied the agent's change to the same content, with no more judgement
+  than the content it first wrote had taken, and the final result passes. A
+  re-application that needed new judgement is needed, even when the judgement
+  kept the agent's own side.
 * ``lost_updates``: accepted writes whose added lines are missing from the final
   tree although no later write that had seen them removed them, plus (storm
   mode) writes that replaced a version their author had not seen. Must be 0.

@@ -95,7 +95,7 @@ DEFINITIONS = {
     "caught_never": "paths where the result differs from the reference (replay: the history's end state) "
                     "and no test failed",
     "lost_updates": "accepted work missing from the final tree that no later writer saw and removed (must be 0)",
-    "rejections_needless": "rejections after which the agent re-applied its change cleanly (no judgement) to the same content and the result passed",
+    "rejections_needless": "rejections after which the agent re-applied its change to the same content with no new judgement and the result passed",
     "judgement": "hunks that did not re-apply cleanly (the agent's judgement was needed)",
 }
 
