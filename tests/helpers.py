@@ -27,10 +27,9 @@ def git(repo: str | Path, *args: str, check: bool = True, input: bytes | None = 
 def no_maintenance(repo: str | Path) -> Iterator[None]:
     """Hold off storm's maintenance (waiting for a running one): a write may have
     started a detached ``maintenance --auto`` whose repack moves objects and packs refs."""
-    from storm_git.core.locks import flocked
-    from storm_git.core.maintenance import LOCKS
+    from storm_git.core.maintenance import quiesced
 
-    with flocked(str(Path(repo) / ".git"), LOCKS[0]), flocked(str(Path(repo) / ".git"), LOCKS[1]):
+    with quiesced(str(Path(repo) / ".git")):
         yield
 
 

@@ -294,7 +294,7 @@ def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
     _writes(ws, 200, 2000)
     git(repo, "config", "storm.autoMaintenance", "2")
     assert maintenance.due(ws.store) and maintenance.count_objects(ws.store).packs > maintenance.ROLLUP_AT
-    holder = hold(repo, "maintenance-rollup", 60)
+    holder = hold(repo, maintenance.ROLLUP_LOCK, 60)
     try:
         r = storm(repo, "maintenance", "--auto", "--json", timeout=30)
         assert r.returncode == 0, r.stderr

@@ -49,8 +49,7 @@ from .depscope import UNPARSABLE, Resolver, dependents, is_python, own_writes, p
 from .readsets import ReadEntry
 from .store import Store
 
-ALL = None  # a file used as a whole: every changed definition matters
-Uses = dict[str, "set[str] | None"]
+Uses = dict[str, "set[str] | None"]  # per read file, the names used; None: used as a whole
 
 
 # -- the file's units ---------------------------------------------------------------------------
@@ -357,54 +356,42 @@ def _cycle_risk(r: Resolver, path: str, goals: set[str]) -> Callable[[ast.stmt],
     return check
 
 
-class _Edits:
-    """What the write changes in its targets: the changed definitions' names, with the
-    targets' definitions as read and as written (None: a module-level statement
-    changed, or a target is new or unreadable: every caller is reached)."""
+Units = dict[tuple[str, str], list[ast.stmt]]
+Changed = tuple[Units, Units, set[tuple[str, str]]]  # as read, now, the keys that differ
 
-    def __init__(self, names: set[str] | None, versions: list[dict[tuple[str, str], list[ast.stmt]]],
-                 target: str = "the target"):
-        self.names, self.versions, self.target = names, versions, target
+
+class _Edits:
+    """What the write changes in one target: the changed definitions' names, with the
+    target's definitions as read and as written (names None: a module-level statement
+    changed, or the target is new or unreadable: every caller is reached)."""
+
+    def __init__(self, target: str, names: set[str] | None, versions: list[Units]):
+        self.target, self.names, self.versions = target, names, versions
 
     @classmethod
-    def of(cls, r: Resolver, reads: dict[str, ReadEntry], new: dict[str, bytes], goals: set[str]) -> "_Edits":
-        names: set[str] = set()
-        versions = []
-        for p, c in new.items():
-            was = reads[p].blob if p in reads else None
-            try:
-                got = both_versions(r.store.blob_bytes(pygit2.Oid(hex=was)), c, _cycle_risk(r, p, goals)) if was else None
-            except (KeyError, ValueError):
-                got = None
-            if got is None:
-                return cls(None, [], p)
-            old_u, new_u = got
-            changed = _changed(old_u, new_u)
-            if any(kind == "stmt" for kind, _ in changed):
-                return cls(None, [], p)
-            names |= {n for _, n in changed}
-            versions += [old_u, new_u]
-        return cls(names, versions, ", ".join(new))
-
-    def reached_by(self, refs: set[str]) -> set[str] | None:
-        """What of this write's changes code mentioning ``refs`` uses (directly, or
-        through the targets' own definitions); None: all of it (module-level code)."""
-        if self.names is None:
-            return None
-        return _closure(refs, *self.versions) & self.names
-
-    def reason(self, store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str,
-               goals: set[str]) -> str | None:
-        """Why the changed caller ``d`` still counts (None: its changes reach nothing
-        this write changes)."""
-        got = _changed_in(store, r, reads, d, goals)
+    def of(cls, r: Resolver, reads: dict[str, ReadEntry], target: str, content: bytes,
+           goals: set[str]) -> "_Edits":
+        was = reads[target].blob if target in reads else None
+        try:
+            got = both_versions(r.store.blob_bytes(pygit2.Oid(hex=was)), content,
+                                _cycle_risk(r, target, goals)) if was else None
+        except (KeyError, ValueError):
+            got = None
         if got is None:
-            return "does not parse"
-        old_u, new_u, changed = got
-        touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
-        hit = self.reached_by(_refs(touched, attrs=True))
-        if hit is None:
+            return cls(target, None, [])
+        changed = _changed(*got)
+        if any(kind == "stmt" for kind, _ in changed):
+            return cls(target, None, [])
+        return cls(target, {n for _, n in changed}, list(got))
+
+    def reason(self, caller: Changed) -> str | None:
+        """Why a changed caller still counts (None: its changed code reaches, directly
+        or through the target's own definitions, nothing this write changes)."""
+        old_u, new_u, changed = caller
+        if self.names is None:
             return f"imports {self.target}, whose module-level code this write changes"
+        touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
+        hit = _closure(_refs(touched, attrs=True), *self.versions) & self.names
         if hit:
             return f"imports {self.target}, and its changed code uses {_names(hit)}, which this write changes"
         return None
@@ -454,53 +441,52 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
     infos = [parse(c) for c in new.values()]
     importers = dependents(r, set(new), [i for i in infos if i is not None])
     own = own_writes(store, agent, reads)
+    goals = set(new)
     edits: dict[str, _Edits] = {}
     for d in moved:
-        why = _verdict(store, r, reads, d, uses, importers, own, set(new))
+        related = d in uses or d in importers
+        got = _changed_in(store, r, reads, d, goals) if related else None
+        why = _verdict(r, reads, d, uses, related, d in own, got)
         if why is None and d in importers:
             # a caller changed: it matters if its changed code reaches what this write
             # changes in the targets it imports (all of them, if none is found)
-            reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or set(new)
+            reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or goals
             for t in sorted(reached):
                 if t not in edits:
-                    edits[t] = _Edits.of(r, reads, {t: new[t]}, set(new))
-                why = edits[t].reason(store, r, reads, d, set(new))
+                    edits[t] = _Edits.of(r, reads, t, new[t], goals)
+                why = edits[t].reason(got)  # type: ignore[arg-type]
                 if why is not None:
                     break
         if why is not None:
             out.kept[d] = why
             continue
-        changed = _changed_in(store, r, reads, d, set(new))
-        names = {n for _, n in changed[2]} if changed else set()
+        names = {n for _, n in got[2]} if got else set()
         out.spared[d] = ("only formatting or comments changed" if not names else
                          f"changed {_names(names)}, which the write does not use")
     return out
 
 
-def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, goals: set[str]):
-    """(units as read, units now, changed keys) of read file ``d``; None if unreadable."""
+def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, goals: set[str]) -> Changed | None:
+    """Read file ``d`` as read and now, and what differs; None if created, deleted or unparsable."""
     cur, was = r.head_blob(d), reads[d].blob
     if cur is None or was is None:
         return None
     try:
         got = both_versions(store.blob_bytes(pygit2.Oid(hex=was)), store.blob_bytes(pygit2.Oid(hex=cur)),
-                       _cycle_risk(r, d, goals))
+                            _cycle_risk(r, d, goals))
     except (KeyError, ValueError):
         return None
-    if got is None:
-        return None
-    return got[0], got[1], _changed(*got)
+    return None if got is None else (got[0], got[1], _changed(*got))
 
 
-def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses,
-             importers: set[str], own: set[str], goals: set[str]) -> str | None:
+def _verdict(r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses, related: bool, own: bool,
+             got: Changed | None) -> str | None:
     """Why moved file ``d`` still counts (None: nothing found, so far)."""
-    if d not in uses and d not in importers:
+    if not related:
         # its own earlier write: its work must fit together, in ways imports do not show
-        return "the agent wrote it in this task" if d in own else "in the scope for a reason not looked inside"
+        return "the agent wrote it in this task" if own else "in the scope for a reason not looked inside"
     if r.head_blob(d) is None or reads[d].blob is None:
         return "created or deleted since read"
-    got = _changed_in(store, r, reads, d, goals)
     if got is None:
         return "does not parse"
     old_u, new_u, changed = got
@@ -519,5 +505,3 @@ def _verdict(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, use
     if hit:
         return f"changed {_names(hit)}, which the write uses"
     return None
-
-

@@ -78,8 +78,7 @@ class Scope:
     kept: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why,
-                "unaffected": dict(sorted(self.unaffected.items()))}
+        return {"name": self.name, "paths": None if self.paths is None else sorted(self.paths), "why": self.why}
 
 
 _INFO: dict[str, ModuleInfo | None] = {}
@@ -320,7 +319,7 @@ def target_deps(r: Resolver, target: str, info: ModuleInfo) -> set[str]:
     return out
 
 
-def exposed_names(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
+def _exposed(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str]:
     """Names through which a file can reach a target: its module name, its package's,
     and every name it defines (in the version read, the current one and the new one)."""
     names = {"*"}
@@ -344,7 +343,7 @@ def dependents(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str
     """Read Python files that import a target (or a name it defines), in the version
     read or the current one; conftest.py targets count for every file below them."""
     out = set()
-    exposed = exposed_names(r, targets, new)
+    exposed = _exposed(r, targets, new)
     fixtures = [posixpath.dirname(t) for t in targets if posixpath.basename(t) == "conftest.py"]
     for p in r.reads:
         if p in targets or not is_python(p):
@@ -398,4 +397,6 @@ def widen(scope: Scope, store: Store, agent: str, changes: dict[str, Any], reads
         return True
     added = again.paths - scope.paths  # a file left out as unaffected is judged again
     scope.paths |= added
+    for p in added:
+        scope.unaffected.pop(p, None)
     return bool(added)

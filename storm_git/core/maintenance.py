@@ -58,10 +58,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import RepoStateError
-from .locks import try_flocked
+from .locks import flocked, is_locked, try_flocked
 from .store import Store, git_env
 
 LOOSE, ROLLUP, PACK_REFS = "loose-objects", "geometric-rollup", "pack-refs"
+LOCK, ROLLUP_LOCK = "maintenance", "maintenance-rollup"  # flocks; taken in this order, never the other
 ROLLUP_AT = 4  # packs: more, and the next run rolls them up (geometric, factor 2)
 AUTO_DEFAULT = 6700  # git's gc.auto
 CHECK_EVERY = 16  # writes, by commit id: one in 16 looks at the fan-out sample
@@ -129,7 +130,7 @@ def after_write(store: Store, commit: object) -> bool:
     raw = getattr(commit, "raw", b"")
     if not raw or raw[-1] % CHECK_EVERY or not due(store):
         return False
-    with try_flocked(store.commondir, "maintenance") as free:
+    with try_flocked(store.commondir, LOCK) as free:
         if not free:  # one is running: starting another Python only to find that out costs
             return False  # ~0.1 s of CPU, every 16th write of every writer while a repack runs
     try:
@@ -144,7 +145,7 @@ def after_write(store: Store, commit: object) -> bool:
 def run_auto(store: Store) -> MaintenanceResult | None:
     """``maintenance --auto``: run when due and nobody else is running the loose step;
     the roll-up only if no other roll-up runs (module docstring)."""
-    with try_flocked(store.commondir, "maintenance") as taken:
+    with try_flocked(store.commondir, LOCK) as taken:
         if not taken or not due(store):
             return None
         before = count_objects(store)
@@ -155,9 +156,7 @@ def run_auto(store: Store) -> MaintenanceResult | None:
 
 def run(store: Store) -> MaintenanceResult:
     """Run the safe maintenance tasks; returns loose/packed counts before and after."""
-    from .locks import flocked
-
-    with flocked(store.commondir, "maintenance"):
+    with flocked(store.commondir, LOCK):
         before = count_objects(store)
         done = _loose(store)
     done += _rollup(store, wait=True)
@@ -178,38 +177,29 @@ def _loose(store: Store) -> list[str]:
 def _rollup(store: Store, *, wait: bool) -> list[str]:
     """The geometric roll-up, under its own lock, once there are more than ROLLUP_AT
     packs (always for an explicit run, which waits for a running roll-up)."""
-    from .locks import flocked
-
     if not wait and count_objects(store).packs <= ROLLUP_AT:
         return []
-    with (flocked(store.commondir, LOCKS[1]) if wait else
-          try_flocked(store.commondir, LOCKS[1])) as taken:
+    with (flocked(store.commondir, ROLLUP_LOCK) if wait else
+          try_flocked(store.commondir, ROLLUP_LOCK)) as taken:
         if taken is False:
             return []
         _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
     return [ROLLUP]
 
 
-LOCKS = ("maintenance", "maintenance-rollup")  # taken in this order, never the other
-
-
 @contextlib.contextmanager
-def quiesced(store: Store) -> Iterator[None]:
+def quiesced(commondir: str) -> Iterator[None]:
     """Hold off storm's maintenance (both steps) for the block, waiting for a running
     one to finish: for what must not see objects move between packs (``git fsck``
     lists packs, then loose objects, and calls an object that moved between the two
     missing)."""
-    from .locks import flocked
-
-    with flocked(store.commondir, LOCKS[0]), flocked(store.commondir, LOCKS[1]):
+    with flocked(commondir, LOCK), flocked(commondir, ROLLUP_LOCK):
         yield
 
 
 def running(store: Store) -> bool:
     """Whether a storm maintenance (either step) runs now."""
-    from .locks import is_locked
-
-    return any(is_locked(store.commondir, name) for name in LOCKS)
+    return is_locked(store.commondir, LOCK) or is_locked(store.commondir, ROLLUP_LOCK)
 
 
 def _check(r: subprocess.CompletedProcess, task: str) -> None:
