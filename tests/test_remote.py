@@ -226,7 +226,8 @@ def test_unreachable_server_changes_nothing(tmp_path, daemon):
     daemon.stop()
     r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
     assert r.returncode == 3, r.stderr
-    assert r.stderr.count("\n") == 1 and "cannot fetch" in r.stderr and "origin" in r.stderr
+    # the write validated against the local copy; its push was the first contact with the server
+    assert r.stderr.count("\n") == 1 and "cannot push the write to origin" in r.stderr, r.stderr
     assert (snapshot_refs(a), _journal(a, "eng_a"), (a / "src/util.py").read_bytes()) == before
     code, err = storm_json(a, "sync")
     assert code == 3 and err["error"]["kind"] == "remote_unreachable"
@@ -281,7 +282,9 @@ def test_lost_push_answer_is_not_applied_twice(tmp_path):
     assert r.returncode == -9 and marker.exists(), (r.returncode, r.stderr)
     landed = server_log(srv, h0)
     assert len(landed) == 1  # the server took it
-    assert rev(a, WS) == h0  # ... and the client never heard
+    # ... and the client never heard: its copy of the server's head is the old one (its
+    # local ref holds the write as queued, the state a push starts from)
+    assert rev(a, "refs/storm-remote/origin/storm/workspace") == h0 and rev(a, WS) == landed[0]
     assert git(srv, "notes", "--ref=storm/agents/eng_a", "show", landed[0], check=False).returncode == 0
     # the agent runs the same write again: the next fetch shows it there; nothing new lands
     code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")

@@ -1,21 +1,31 @@
 """The remote validated write, and joining, syncing and pushing reads.
 
-:class:`RemoteWorkspace` is storm mode (:class:`SharedWorkspace`) with two steps
-replaced, both under the workspace lock:
+:class:`RemoteWorkspace` is storm mode (:class:`SharedWorkspace`) whose shared ref
+lives on a git server, which does the compare-and-swap. A write:
 
-* before each attempt, ``_refresh_locked`` fetches the storm refs and copies the
-  remote's values onto the local ones, so validation runs against the remote's
-  head ``H`` — the local validation code, unchanged;
-* the compare-and-swap, ``_publish``, folds the agent's journal (so the write's
-  provenance note exists) and pushes commit and notes in one atomic push with a
-  lease on ``H``. Only when the server took it does the local ref move.
+1. is validated, under the workspace lock, against the clone's local copy of the
+   shared head, with the local code unchanged; its provenance note is folded and
+   the commit is *queued*: the local ref moves to it (``_publish``);
+2. lands (``_land``), the workspace lock released, under the clone's ``remote``
+   lock: the first queued writer to get it pushes everything queued on the local
+   ref — its write and those other processes of this clone queued meanwhile, with
+   their agents' notes refs — in one ``git push --atomic`` with a lease on the
+   server's head as last known. The others find theirs landed (group commit: one
+   round trip carries many writes).
 
-A stale lease is another machine's write: the agent's read-set journal and notes
-are put back as they were before the attempt, the loop fetches and re-validates
-(a real conflict becomes the usual rejection), after a jittered back-off; bounded
-by storm.remoteRetrySeconds. The server unreachable or refusing: the same put-back, exit 3.
-A push whose answer was lost is found on the next fetch: the write's commit is
-then on the server's ref, and re-running the same write changes nothing.
+A stale lease is another machine's write: the queue is dropped (the local ref goes
+back to the server's new head, fetched), each queued writer's journal and notes
+are put back as they were, and it validates again on the new head — a real
+conflict becomes the usual rejection — after a jittered back-off, bounded by
+``storm.remoteRetrySeconds``. A verdict that pushes nothing (a rejection, a write
+that changes nothing, a reservation to wait for) is given only once the write has
+fetched, so it is always the server's verdict. The server unreachable or refusing:
+the queue is dropped, everything put back, exit 3. A push whose answer was lost is
+found on the next fetch: the write's commit is then on the server's ref, and
+re-running the same write changes nothing.
+
+Lock order: ``remote`` (fetches, pushes, the tracking refs), then ``workspace``
+(the local refs), then an agent's lock; never the other way round.
 
 Reads are recorded locally (the journal) and travel with the agent's next write,
 or with ``push_reads``; validation never needs another machine's read set.
@@ -31,7 +41,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import readsets
+from ..core import readsets, trailers
 from ..core.errors import Busy, NotInitialised, RepoStateError
 from ..core.locks import flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
@@ -44,6 +54,11 @@ RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losi
 BACKOFF_BASE = 0.004
 BACKOFF_CAP = 0.5
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
+# Taken around every exchange with the server (fetch, push) and before the workspace
+# lock, never inside it: the tracking refs only move under it, and a network round
+# trip never holds up this clone's local validation.
+REMOTE_LOCK = "remote"
+LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
 
 def remote_of(store: Store) -> str | None:
@@ -63,91 +78,177 @@ class _Snapshot:
 class RemoteWorkspace(SharedWorkspace):
     """Storm mode whose shared ref lives on ``remote`` (module docstring)."""
 
+    _lands_later = True
+
     def __init__(self, store: Store, remote: str) -> None:
         super().__init__(store)
         self.remote = remote
         self._snap: dict[str, _Snapshot] = {}
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
         self.pushes = 0
+        self.batched = 0  # writes of other processes that landed in this object's pushes
         self._stale_now = 0  # stale leases of the write in progress
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
+        self._fresh = False  # the write in progress has fetched: its verdicts are the server's
+        self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True) -> pygit2.Oid:
         """Fetch the storm refs and bring the local copies (and the disk) to them."""
-        with flocked(self.store.commondir, "workspace"):
-            self._refresh_locked()
+        with flocked(self.store.commondir, REMOTE_LOCK):
+            self._fetch_adopt()
         if disk:
             from ..core.disk import sync
 
             sync(self.store)
         return self.head()
 
-    def _refresh_locked(self) -> None:
+    def _fetch_adopt(self) -> None:
+        """Fetch, then copy the server's values onto the local refs (remote lock held)."""
         transport.fetch(self.store, self.remote)
-        adopt_tracking(self.store, self.remote)
+        with flocked(self.store.commondir, "workspace"):
+            adopt_tracking(self.store, self.remote)
+
+    def _verdict_is_final(self) -> bool:
+        # A verdict that pushes nothing is the server's only when it was reached on the
+        # server's head: once this write has fetched (the local copy may be older than
+        # what the agent read: a push whose answer was lost), and with nothing queued
+        # on top (a queued write of another process may still be dropped).
+        store = self.store
+        return self._fresh and store.ref_target(WORKSPACE_REF) == _tracked_head(store, self.remote)
+
+    def _refresh_for_verdict(self, agent: str) -> None:
+        self._put_back(agent)  # a write that changed nothing journaled its versions: not yet
+        with flocked(self.store.commondir, REMOTE_LOCK):
+            with flocked(self.store.commondir, "workspace"):
+                queued = _queue(self.store, self.remote)[0] is not None
+            if queued:
+                self._push_queue(None)  # what is queued lands or is dropped first
+            self._fetch_adopt()
+        self._fresh = True
 
     # -- the compare-and-swap, done by the server ------------------------------------
     def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+        """Queue the write on the local ref (workspace lock held): its provenance note is
+        folded first, so that whichever process pushes the queue pushes it too."""
+        readsets.fold(self.store, agent)
+        if not self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op} (queued for {self.remote})"):
+            return False
+        self._queued = commit
+        return True
+
+    def _land(self, agent: str, commit: pygit2.Oid) -> bool:
+        """Group commit: under the remote lock, the first queued writer pushes every
+        write queued on the local ref (its own and those queued behind or before it,
+        by other processes of this clone) in one atomic push with a lease on the
+        server's head; the others find theirs landed when they get the lock. A stale
+        lease drops the queue (the local ref goes back to the server's head): each
+        writer validates again on the new head."""
         store = self.store
-        readsets.fold(store, agent)  # the provenance note must exist to travel with the commit
-        notes = store.ref_target(agent_ref(agent))
-        updates = [(str(commit), WORKSPACE_REF, str(head))]
-        if notes is not None and notes != store.ref_target(tracking_ref(self.remote, agent_ref(agent))):
-            updates.append((str(notes), agent_ref(agent), None))  # fast-forward only
+        with flocked(store.commondir, REMOTE_LOCK):
+            while True:
+                state = self._state_of(commit)
+                if state == LANDED:
+                    self._queued = None
+                    self._snap.pop(agent, None)
+                    return True
+                if state == DROPPED:
+                    self._queued = None
+                    self._put_back(agent)
+                    self._repair()
+                    if time.monotonic() - self._started > store.config_float("storm.remoteRetrySeconds",
+                                                                             RETRY_SECONDS):
+                        raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+                                   hint="other machines kept writing first; retry the write (or raise "
+                                        "storm.remoteRetrySeconds)")
+                    return False
+                self._push_queue(agent)
+
+    def _state_of(self, commit: pygit2.Oid) -> str:
+        with flocked(self.store.commondir, "workspace"):
+            return _state(self.store, self.remote, commit)
+
+    def _push_queue(self, agent: str | None) -> None:
+        """Push what is queued on the local ref (remote lock held); on failure the queue
+        is dropped, or the server's answer is learnt by a fetch. Raises when the
+        server cannot be reached or refuses: nothing of the queue then lands."""
+        store = self.store
+        with flocked(store.commondir, "workspace"):
+            tip, base, updates, count = _queue(store, self.remote)
+        if tip is None:
+            return
         out = transport.push(store, self.remote, updates)
         self.pushes += 1
         if out.ok:
-            self._accepted(ref, commit, notes, agent)
-            return True
-        if (out.stale(WORKSPACE_REF) or out.lost_race) and not out.non_fast_forward(agent_ref(agent)):
+            with flocked(store.commondir, "workspace"):
+                for src, dst, _lease in updates:
+                    _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
+            self.batched += count - 1
+            self._fresh = True
+            return
+        if out.stale(WORKSPACE_REF) or out.lost_race:
+            # another machine wrote: its head replaces the queue, every queued write is validated again
             self.stale_leases += 1
             self._stale_now += 1
-            self._put_back(agent)
-            if time.monotonic() - self._started > self.store.config_float("storm.remoteRetrySeconds", RETRY_SECONDS):
-                raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
-                           hint="other machines kept writing first; retry the write (or raise "
-                                "storm.remoteRetrySeconds)")
             time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._stale_now, 8))))
-            return False
-        if out.non_fast_forward(agent_ref(agent)) or out.stale(agent_ref(agent)):
+            self._fetch_adopt()
+            self._fresh = True
+            return
+        if not out.unreachable and not out.remote_rejected() and not _notes_refused(out, updates):
+            try:  # an unclear failure: the server may have taken it, only its answer was lost
+                self._fetch_adopt()
+            except Unreachable:
+                pass
+            else:
+                self._fresh = True
+                if self._state_of(tip) == LANDED:
+                    return
+        self._drop_queue(base)
+        if agent is not None:
+            self._queued = None
             self._put_back(agent)
+        notes_ref = _notes_refused(out, updates)
+        if notes_ref:
             raise RepoStateError(
-                f"{agent_ref(agent)} on {self.remote} was written from another clone: agent {agent} "
-                "has notes there that this clone does not have",
+                f"{notes_ref} on {self.remote} was written from another clone: agent "
+                f"{notes_ref[len(AGENTS_PREFIX):]} has notes there that this clone does not have",
                 hint="an agent id works from one clone at a time; use another --agent here")
         refused = out.remote_rejected()
         if refused:
-            self._put_back(agent)
             why = [ln.split("remote:", 1)[1].strip() for ln in out.stderr.splitlines() if "git storm guard" in ln]
             raise RemoteRefused(f"{self.remote} refused the write: {why[0] if why else refused}",
                                 hint="nothing was changed; see docs/remote.md (the server's guard)")
-        if not out.unreachable and self._landed(commit):
-            self._accepted(ref, commit, notes, agent)  # the server took it; only its answer was lost
-            return True
-        self._put_back(agent)
         raise Unreachable(f"cannot push the write to {self.remote}: {transport.describe_failure(out)}",
                           hint="check that the server is up and reachable, then retry the write; "
                                "nothing was changed here")
 
-    def _accepted(self, ref: pygit2.Reference, commit: pygit2.Oid, notes: pygit2.Oid | None, agent: str) -> None:
-        """The server has the write: move the local copies to it."""
+    def _repair(self) -> None:
+        """A local ref that is not on the server's head as last known (edited by hand,
+        left by a crash) goes back to it: no write can be queued on it."""
         store = self.store
-        if not store.cas(ref, WORKSPACE_REF, commit, f"storm: pushed to {self.remote}"):
-            _force(store, WORKSPACE_REF, commit)  # refresh runs under the same lock: cannot happen
-        _force(store, tracking_ref(self.remote, WORKSPACE_REF), commit)
-        if notes is not None:
-            _force(store, tracking_ref(self.remote, agent_ref(agent)), notes)
-        self._snap.pop(agent, None)
+        with flocked(store.commondir, "workspace"):
+            local, tracked = store.ref_target(WORKSPACE_REF), _tracked_head(store, self.remote)
+            if tracked is not None and local != tracked and (
+                    local is None or not store.repo.descendant_of(local, tracked)):
+                _force(store, WORKSPACE_REF, tracked)
 
-    def _landed(self, commit: pygit2.Oid) -> bool:
-        """Whether ``commit`` is on the server's shared ref (a push whose answer was lost)."""
-        try:
-            transport.fetch(self.store, self.remote)
-        except Unreachable:
-            return False
-        tip = self.store.ref_target(tracking_ref(self.remote, WORKSPACE_REF))
-        return tip is not None and (tip == commit or self.store.repo.descendant_of(tip, commit))
+    def _drop_queue(self, base: pygit2.Oid | None) -> None:
+        """Take the local ref back to the server's head as last known: no queued write
+        may land after its writer was told it failed."""
+        with flocked(self.store.commondir, "workspace"):
+            if base is not None and self.store.ref_target(WORKSPACE_REF) != base:
+                _force(self.store, WORKSPACE_REF, base)
+
+    def flush(self) -> int:
+        """Push writes queued on the local ref by processes that stopped before pushing
+        them (``sync``, ``status``); returns how many landed."""
+        with flocked(self.store.commondir, REMOTE_LOCK):
+            with flocked(self.store.commondir, "workspace"):
+                tip, _base, _updates, count = _queue(self.store, self.remote)
+            if tip is None:
+                return 0
+            self._push_queue(None)
+            return count if self._state_of(tip) == LANDED else 0
 
     # -- the agent's read set around an attempt -------------------------------------
     def _take_snapshot(self, agent: str) -> None:
@@ -188,11 +289,17 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
-        self._stale_now, self._started = 0, time.monotonic()
+        self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
         self._take_snapshot(agent)
         try:
             res = super().apply(agent, changes, **kw)
         except BaseException:
+            if self._queued is not None:  # queued, not landed: it must not land after this failure
+                with flocked(self.store.commondir, "workspace"):
+                    tracked = _tracked_head(self.store, self.remote)
+                    if tracked is not None and _state(self.store, self.remote, self._queued) == QUEUED:
+                        _force(self.store, WORKSPACE_REF, tracked)
+                self._queued = None
             self._put_back(agent)
             raise
         finally:
@@ -233,7 +340,7 @@ class RemoteWorkspace(SharedWorkspace):
         If another machine moved them meanwhile, the next fetch wins (a reservation is
         advice against livelock, not a guarantee: the validation is)."""
         store = self.store
-        with flocked(store.commondir, "workspace"):  # the tracking refs only move under this lock
+        with flocked(store.commondir, REMOTE_LOCK):  # the tracking refs only move under it
             local = store.ref_target(RESERVATIONS_REF)
             remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
             if local is None or local == remote:
@@ -243,7 +350,8 @@ class RemoteWorkspace(SharedWorkspace):
             except Unreachable:
                 return
             if out.ok:
-                _force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
+                with flocked(store.commondir, "workspace"):
+                    _force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
 
     # -- reads and reports see the remote's head -------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
@@ -251,6 +359,7 @@ class RemoteWorkspace(SharedWorkspace):
         return super().read(paths, agent=agent)
 
     def status(self, **kw: Any) -> Any:
+        self.flush()
         self.refresh()
         st = super().status(**kw)
         st.extra["remote"] = self.remote
@@ -259,6 +368,55 @@ class RemoteWorkspace(SharedWorkspace):
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         self.refresh(disk=False)
         return super().log(limit)
+
+
+def _state(store: Store, remote: str, commit: pygit2.Oid) -> str:
+    """Where a queued write stands (workspace lock held): on the server's head as last
+    known (LANDED), still queued on the local ref on top of it (QUEUED), or neither:
+    its queue was dropped (DROPPED)."""
+    tracked = _tracked_head(store, remote)
+    if tracked is not None and (tracked == commit or store.repo.descendant_of(tracked, commit)):
+        return LANDED
+    local = store.ref_target(WORKSPACE_REF)
+    if local is not None and (local == commit or store.repo.descendant_of(local, commit)) and (
+            tracked is None or store.repo.descendant_of(local, tracked)):
+        return QUEUED
+    return DROPPED
+
+
+def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | None,
+                                               list[tuple[str, str, str | None]], int]:
+    """What one push sends (workspace lock held): the local ref's tip, the server's head
+    it is leased on, the updates (the shared ref, then the notes refs of the agents
+    whose writes are queued: their provenance lands with them) and how many writes.
+    (None, base, [], 0) when nothing is queued: a local ref that is not ahead of the
+    server's head is never pushed (a forced push of it would rewrite the server's history)."""
+    tip, base = store.ref_target(WORKSPACE_REF), _tracked_head(store, remote)
+    if tip is None or base is None or tip == base or not store.repo.descendant_of(tip, base):
+        return None, base, [], 0
+    agents: list[str] = []
+    count = 0
+    walker = store.repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
+    walker.hide(base)
+    for c in walker:
+        count += 1
+        who = trailers.parse(c.message).get("Storm-Agent")
+        if who and who[0] not in agents:
+            agents.append(who[0])
+    updates: list[tuple[str, str, str | None]] = [(str(tip), WORKSPACE_REF, str(base))]
+    for a in agents:
+        notes = store.ref_target(agent_ref(a))
+        if notes is not None and notes != store.ref_target(tracking_ref(remote, agent_ref(a))):
+            updates.append((str(notes), agent_ref(a), None))  # fast-forward only
+    return tip, base, updates, count
+
+
+def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str | None]]) -> str | None:
+    """The agent notes ref the server refused as not a fast-forward (one agent on two clones)."""
+    for _src, dst, _lease in updates[1:]:
+        if out.non_fast_forward(dst) or out.stale(dst):
+            return dst
+    return None
 
 
 def _force(store: Store, name: str, oid: pygit2.Oid) -> None:
@@ -280,6 +438,8 @@ def adopt_tracking(store: Store, remote: str) -> None:
             if mine is not None:
                 store.repo.references.delete(name)
         elif mine != theirs:
+            if name == WORKSPACE_REF and mine is not None and store.repo.descendant_of(mine, theirs):
+                continue  # writes queued here on top of the server's head: they wait for their push
             _force(store, name, theirs)
     prefix = tracking_ref(remote, AGENTS_PREFIX)
     for tracked in store.refs_under(prefix):
@@ -319,7 +479,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     from ..admin.setup import init
 
     transport.check_remote(store, remote)
-    with flocked(store.commondir, "workspace"):
+    with flocked(store.commondir, REMOTE_LOCK):
         transport.fetch(store, remote)
     if _tracked_head(store, remote) is not None:
         res = join(store, remote)
@@ -327,10 +487,11 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
             res.warnings.append(f"{remote} already has a shared workspace: joined it, --base was not used")
         return res
     local = init(store, base)
-    with flocked(store.commondir, "workspace"):
-        head = store.ref_target(WORKSPACE_REF)
-        updates = [(str(head), WORKSPACE_REF, "")]
-        updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
+    with flocked(store.commondir, REMOTE_LOCK):
+        with flocked(store.commondir, "workspace"):
+            head = store.ref_target(WORKSPACE_REF)
+            updates = [(str(head), WORKSPACE_REF, "")]
+            updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
         out = transport.push(store, remote, updates)
         if not out.ok and not out.stale(WORKSPACE_REF):
             if out.unreachable:
@@ -341,7 +502,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     if not out.ok:  # another clone created it first: join that one
         return join(store, remote)
     store.config_set("storm.remote", remote)
-    with flocked(store.commondir, "workspace"):
+    with flocked(store.commondir, REMOTE_LOCK):
         transport.fetch(store, remote)
     return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
 
@@ -357,7 +518,7 @@ def join(store: Store, remote: str) -> JoinResult:
     if mode not in (None, "storm"):
         raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
     warnings = []
-    with flocked(store.commondir, "workspace"):
+    with flocked(store.commondir, REMOTE_LOCK), flocked(store.commondir, "workspace"):
         transport.fetch(store, remote)
         if _tracked_head(store, remote) is None:
             raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
@@ -406,9 +567,10 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     from ..core.disk import sync
 
     before = store.ref_target(WORKSPACE_REF)
-    with flocked(store.commondir, "workspace"):
-        transport.fetch(store, remote)
-        adopt_tracking(store, remote)
+    ws = RemoteWorkspace(store, remote)
+    ws.flush()  # writes queued here by processes that stopped before pushing them
+    with flocked(store.commondir, REMOTE_LOCK):
+        ws._fetch_adopt()
     res = sync(store, full=True)
     return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors)
 
@@ -416,9 +578,10 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
 def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     """Fold the agent's journal and push its notes ref alone (fast-forward only)."""
     readsets.fold(store, agent)
-    with flocked(store.commondir, "workspace"):
+    with flocked(store.commondir, REMOTE_LOCK):
         transport.fetch(store, remote)
-        adopt_tracking(store, remote)
+        with flocked(store.commondir, "workspace"):
+            adopt_tracking(store, remote)
         mine = store.ref_target(agent_ref(agent))
         theirs = store.ref_target(tracking_ref(remote, agent_ref(agent)))
         if mine is None or mine == theirs:
@@ -430,5 +593,6 @@ def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
                                   hint="check that the server is up, then retry; the reads stay recorded here")
             raise RepoStateError(f"{remote} did not take the notes of {agent}: {transport.describe_failure(out)}",
                                  hint="an agent id works from one clone at a time; use another --agent here")
-        _force(store, tracking_ref(remote, agent_ref(agent)), mine)
+        with flocked(store.commondir, "workspace"):
+            _force(store, tracking_ref(remote, agent_ref(agent)), mine)
     return {"agent": agent, "pushed": True, "notes": str(mine)}

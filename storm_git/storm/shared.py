@@ -129,15 +129,30 @@ class SharedWorkspace(BaseWorkspace):
     def head(self) -> pygit2.Oid:
         return self._head_ref().target
 
-    # -- where the compare-and-swap happens (storm_git.remote overrides both) -------
-    def _refresh_locked(self) -> None:
-        """Bring the local copy of the shared refs up to date (workspace lock held).
-        Locally the refs are the truth: nothing to do."""
+    # -- where the compare-and-swap happens (storm_git.remote overrides these) ------
+    # Locally the shared ref is the truth: the CAS under the workspace lock is the
+    # write, and every verdict is final. On a remote (storm_git.remote.client) the
+    # local CAS only queues the commit; it lands when the server takes a push.
+    _lands_later = False
 
     def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
         """Move the shared ref from ``head`` to ``commit`` (workspace lock held); False
         when it moved meanwhile (the write is re-validated and retried)."""
         return self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}")
+
+    def _land(self, agent: str, commit: pygit2.Oid) -> bool:
+        """With ``_lands_later``: called without the workspace lock once ``commit`` is
+        on the local ref; True when it is on the shared ref for good, False when it
+        was dropped (the write is validated again)."""
+        return True
+
+    def _verdict_is_final(self) -> bool:
+        """Whether a verdict that pushes nothing (a rejection, a write that changes
+        nothing, a reservation to wait for) may be given as it is."""
+        return True
+
+    def _refresh_for_verdict(self, agent: str) -> None:
+        """Make the next attempt's verdict final (called without the workspace lock)."""
 
     # -- read ------------------------------------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
@@ -295,12 +310,24 @@ class SharedWorkspace(BaseWorkspace):
         retries = 0
         announced: Reservation | None = None  # the reservation being waited for (on_wait told)
         blocked_at = blocked_end = 0.0  # time spent on reservations only, not on the lock
+        landing: pygit2.Oid | None = None  # a commit made under the lock, landed outside it (remote)
+        refresh = False  # the verdict pushes nothing: confirm it on a fresh head first (remote)
         while True:
+            if landing is not None:
+                if self._land(agent, landing):
+                    if held:  # the reservation ends once the write is on the shared ref
+                        with flocked(store.commondir, "workspace"):
+                            reservations.update(store, {p: None for p in held}, agent=agent,
+                                                message=f"storm: {agent} wrote; reservation ends")
+                    break
+                landing, retries, pre = None, retries + 1, None  # dropped: validate again
+            if refresh:
+                self._refresh_for_verdict(agent)
+                refresh, pre = False, None
             blocked: Reservation | None = None
             granted: Reservation | None = None
             commit: pygit2.Oid | None = None
             with flocked(store.commondir, "workspace"):
-                self._refresh_locked()
                 ref = self._head_ref()
                 head = ref.target
                 tree = store.commit(head).tree
@@ -358,12 +385,24 @@ class SharedWorkspace(BaseWorkspace):
                         if commit is not None and not self._publish(ref, commit, head, agent, op):
                             retries += 1
                             continue
+                        if commit is not None and self._lands_later:
+                            landing = commit  # pushed at the top of the loop, the lock released
+                            continue
+                        if commit is None and not self._verdict_is_final():
+                            refresh = True
+                            continue
                         if held:
                             reservations.update(store, {p: None for p in held}, agent=agent,
                                                 message=f"storm: {agent} wrote; reservation ends")
                         break
+                    if not self._verdict_is_final():
+                        refresh = True
+                        continue
                     granted = self._reject_locked(agent, op, paths, verdict, head, now, hold)
                     break
+                if not self._verdict_is_final():
+                    refresh = True
+                    continue
                 if not wait or time.monotonic() - started >= wait_budget:
                     verdict = _Verdict(RESERVED, {p: store.entry(tree, p) for p in paths}, [], [])
                     events.append(store, "rejection", agent, f"{agent} {op} {blocked.path}: reserved",

@@ -1,0 +1,208 @@
+"""Group commit on a remote (issue 11): the writers of one clone queue their validated
+commits on the local ref and one push lands them all. Each window is held open
+deterministically: the test holds the clone's ``remote`` flock (the lock every push and
+fetch takes) while writers queue behind it, then changes the world and lets go."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import git, rev, snapshot_refs, storm, storm_json
+from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log  # noqa: F401 (daemon: fixture)
+
+LOCK = Path(".git/storm/locks/remote")
+TRACKED = "refs/storm-remote/origin/storm/workspace"
+
+
+def hold(repo: Path) -> subprocess.Popen:
+    """Hold the clone's remote flock from another process; returns once it is held."""
+    path = repo / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["flock", "-o", str(path), "sleep", "120"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
+        assert time.monotonic() < deadline, "could not take the lock"
+        time.sleep(0.01)
+    return proc
+
+
+def release(holder: subprocess.Popen) -> None:
+    try:
+        os.killpg(holder.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    holder.wait()
+
+
+def waiters(repo: Path) -> int:
+    """Processes blocked in flock() on the clone's remote lock (from /proc/locks)."""
+    ino = os.stat(repo / LOCK).st_ino
+    with open("/proc/locks") as fh:
+        return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
+
+
+def start_write(repo: Path, agent: str, path: str, content: str) -> subprocess.Popen:
+    env = dict(os.environ, STORM_AGENT=agent)
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", path, "--json"], cwd=repo, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(content.encode())
+    p.stdin.close()
+    p.stdin = None  # communicate() must not flush it again
+    return p
+
+
+def wait_queued(repo: Path, n: int) -> None:
+    """Until ``n`` writers are blocked on the remote lock, each with its commit queued."""
+    deadline = time.monotonic() + 60
+    while waiters(repo) < n:
+        assert time.monotonic() < deadline, f"{waiters(repo)} writer(s) reached the remote lock, not {n}"
+        time.sleep(0.02)
+    ahead = git(repo, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip()
+    assert ahead == str(n), f"{ahead} commit(s) queued on the local ref, not {n}"
+
+
+def finish(p: subprocess.Popen) -> tuple[int, dict]:
+    import json
+
+    out, err = p.communicate(timeout=120)
+    return p.returncode, json.loads(out) if out.strip() else {"stderr": err.decode()}
+
+
+def push_counter(srv: Path) -> Path:
+    """A post-receive hook that writes a line per push that moved the shared ref."""
+    log = srv / "pushes.log"
+    hook = srv / "hooks" / "post-receive"
+    hook.write_text(f"#!/bin/sh\ngrep -q ' {WS}$' && echo push >> '{log}'\nexit 0\n")
+    hook.chmod(0o755)
+    return log
+
+
+def test_writers_of_one_clone_land_in_one_push(tmp_path, daemon):  # noqa: F811
+    srv = bare(daemon.base / "proj.git")
+    a = seed(tmp_path, daemon.url("proj.git"))
+    h0 = rev(srv, WS)
+    log = push_counter(srv)
+    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "src/util.py")):
+        assert storm(a, "read", path, agent=agent).returncode == 0
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n")
+        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        wait_queued(a, 2)
+        assert rev(srv, WS) == h0  # queued here, nothing on the server yet
+    finally:
+        release(holder)
+    (cx, rx), (cy, ry) = finish(px), finish(py)
+    assert cx == 0 and cy == 0 and rx["accepted"] and ry["accepted"], (rx, ry)
+    assert sorted(server_log(srv, h0)) == sorted([rx["commit"], ry["commit"]])
+    assert log.read_text().count("push") == 1  # one push carried both writes
+    for agent, res in (("eng_x", rx), ("eng_y", ry)):  # each with its provenance
+        note = git(srv, "notes", f"--ref=storm/agents/{agent}", "show", res["commit"], check=False)
+        assert note.returncode == 0, agent
+    assert (a / "src/api.py").read_text() == "X\n" and (a / "src/util.py").read_text() == "Y\n"
+    assert rev(a, WS) == rev(a, TRACKED) == rev(srv, WS)
+
+
+def test_a_stale_lease_drops_the_queue_and_each_writer_is_judged_again(tmp_path):
+    """While two writes wait in clone a's queue, clone b lands a write of one of their
+    files. a's push is refused (stale lease); the queue is dropped and each writer is
+    validated again on the new head: the disjoint one lands, the other is the usual
+    rejection, given at a head that is on the server."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "src/util.py")):
+        assert storm(a, "read", path, agent=agent).returncode == 0
+    assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n")
+        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        wait_queued(a, 2)
+        code, rz = storm_json(b, "write", "src/util.py", input="Z\n", agent="eng_z")
+        assert code == 0 and rz["accepted"]
+    finally:
+        release(holder)
+    (cx, rx), (cy, ry) = finish(px), finish(py)
+    assert cx == 0 and rx["accepted"] and rx["cas_retries"] >= 1, rx
+    assert cy == 1 and ry["rejection"]["reason"] == "direct_conflict", ry
+    assert ry["rejection"]["head"] in server_log(srv) and ry["rejection"]["current_content"] == "Z\n"
+    assert ry["rejection"]["changed_by"] == ["eng_z"]
+    assert server_log(srv)[:2] == [rx["commit"], rz["commit"]]
+    assert rev(a, WS) == rev(srv, WS) and (a / "src/util.py").read_text() == "Z\n"
+
+
+def test_an_unreachable_server_lands_no_queued_write(tmp_path, daemon):  # noqa: F811
+    """The server goes away while two writes are queued: both writers fail (exit 3), the
+    local ref goes back to the server's head, and no queued write can land afterwards."""
+    srv = bare(daemon.base / "proj.git")
+    a = seed(tmp_path, daemon.url("proj.git"))
+    h0 = rev(srv, WS)
+    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "src/util.py")):
+        assert storm(a, "read", path, agent=agent).returncode == 0
+    before = (snapshot_refs(a), (a / ".git/storm/journal/eng_x").read_bytes(),
+              (a / ".git/storm/journal/eng_y").read_bytes())
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n")
+        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        wait_queued(a, 2)
+        daemon.stop()
+    finally:
+        release(holder)
+    (cx, rx), (cy, ry) = finish(px), finish(py)
+    assert (cx, cy) == (3, 3), (rx, ry)
+    assert rev(a, WS) == rev(a, TRACKED) == h0 == rev(srv, WS)
+    assert (snapshot_refs(a), (a / ".git/storm/journal/eng_x").read_bytes(),
+            (a / ".git/storm/journal/eng_y").read_bytes()) == before
+
+
+def test_a_killed_writers_queued_commit_lands_and_no_rejection_rests_on_it(tmp_path):
+    """A writer killed while queued leaves its commit on the local ref, as a local write
+    killed after its compare-and-swap is applied. Another agent of the clone whose write
+    conflicts with it is not rejected on a commit the server does not have: storm pushes
+    the queue first, and the rejection names the head that landed."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    h0 = rev(srv, WS)
+    for agent in ("eng_x", "eng_y"):
+        assert storm(a, "read", "src/util.py", agent=agent).returncode == 0
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/util.py", "X\n")
+        wait_queued(a, 1)
+        px.kill()
+        px.wait()
+        queued = rev(a, WS)
+    finally:
+        release(holder)
+    assert rev(srv, WS) == h0
+    code, ry = storm_json(a, "write", "src/util.py", input="Y\n", agent="eng_y")
+    assert code == 1 and ry["rejection"]["reason"] == "direct_conflict", ry
+    assert ry["rejection"]["head"] == queued == rev(srv, WS)  # it landed first
+    assert ry["rejection"]["changed_by"] == ["eng_x"]
+    assert git(srv, "notes", "--ref=storm/agents/eng_x", "show", queued, check=False).returncode == 0
+
+
+def test_sync_pushes_what_a_stopped_writer_queued(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n")
+        wait_queued(a, 1)
+        px.kill()
+        px.wait()
+        queued = rev(a, WS)
+    finally:
+        release(holder)
+    r = storm(a, "sync")
+    assert r.returncode == 0, r.stderr
+    assert rev(srv, WS) == queued == rev(a, TRACKED)
+    assert storm(b, "sync").returncode == 0 and (b / "src/api.py").read_text() == "X\n"
