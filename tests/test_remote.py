@@ -642,3 +642,25 @@ def test_guard_runs_only_for_storm_refs_and_fails_closed(guarded):
     code, err = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
     assert code == 3 and err["error"]["kind"] == "remote_refused", err
     assert rev(srv, WS) == h
+
+
+def test_remote_protocol_setting(tmp_path, daemon):
+    """storm.remoteProtocol: auto fetches git:// with protocol v0 (v2 stalls on git
+    daemon), keeps git's default elsewhere; an explicit version is used as given; a bad
+    value is a one-line usage error (exit 2) that changes nothing."""
+    from storm_git.core.store import Store
+    from storm_git.remote.transport import protocol_args
+
+    srv = bare(daemon.base / "proj.git")
+    a = seed(tmp_path, daemon.url("proj.git"))
+    store = Store.discover(str(a))
+    assert protocol_args(store, daemon.url("proj.git")) == ["-c", "protocol.version=0"]
+    assert protocol_args(store, f"file://{srv}") == [] and protocol_args(store, str(srv)) == []
+    git(a, "config", "storm.remoteProtocol", "2")
+    assert protocol_args(Store.discover(str(a)), daemon.url("proj.git")) == ["-c", "protocol.version=2"]
+    assert storm(a, "sync").returncode == 0  # v2 works, only slower
+    git(a, "config", "storm.remoteProtocol", "fast")
+    before = snapshot_refs(a)
+    code, err = storm_json(a, "sync")
+    assert code == 2 and "storm.remoteProtocol is 'fast'" in err["error"]["message"], err
+    assert snapshot_refs(a) == before
