@@ -7,13 +7,15 @@ without storm's pre-receive guard), it prints medians of:
 * latency: a remote validated write vs a local one on the same machine (library
   calls, no CLI start-up), beside one bare ``git fetch`` of the storm refs and one
   bare ``git push --atomic --force-with-lease``: the target is remote - local <= fetch + push;
-* throughput: aggregate accepted writes/s with 2, 4 and 8 clones (one writer process
-  each) on disjoint files, for --seconds each;
+* throughput: aggregate accepted writes/s with 2, 4 and 8 clones on disjoint files,
+  with one writer process per clone and with several (--per-clone: the writers of one
+  clone share its pushes, group commit), for --seconds each, and pushes per write;
 * contention: 4 clones writing one shared file (read, write, re-plan on rejection):
   lease retries and rejections per accepted write.
 
     python3 benchmarks/bench_remote.py                 # guard installed, 6 s per point
     python3 benchmarks/bench_remote.py --no-guard --seconds 3 --json
+    python3 benchmarks/bench_remote.py --no-guard --per-clone 1,4,8 --clones 8
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def start_daemon(base: str) -> tuple[subprocess.Popen, int]:
     raise SystemExit("git daemon did not start")
 
 
-def make_project(path: str, n_files: int = 16) -> None:
+def make_project(path: str, n_files: int = 64) -> None:
     os.makedirs(path)
     git(path, "init", "-q", "-b", "main")
     for i in range(n_files):
@@ -73,14 +75,18 @@ def make_project(path: str, n_files: int = 16) -> None:
 
 
 WORKER = r'''
-import json, sys, time
+import json, os, sys, time
 from storm_git import open_workspace
-clone, agent, path, seconds, shared = sys.argv[1:6]
+clone, agent, path, seconds, shared, go = sys.argv[1:7]
 ws = open_workspace(clone)
 [r] = ws.read([path], agent=agent)
 content = r.content or b""
+open(go + "." + agent, "w").close()  # ready: the timed window starts when every writer is
+while not os.path.exists(go):
+    time.sleep(0.01)
 acc = rej = retries = 0
 lat = []
+pushes0 = getattr(ws, "pushes", 0)
 end = time.monotonic() + float(seconds)
 while time.monotonic() < end:
     t0 = time.monotonic()
@@ -97,7 +103,8 @@ while time.monotonic() < end:
     else:
         rej += 1
         content = res.rejection.current_content or b""
-print(json.dumps({"accepted": acc, "rejected": rej, "retries": retries, "latency": lat}))
+print(json.dumps({"accepted": acc, "rejected": rej, "retries": retries, "latency": lat,
+                  "pushes": getattr(ws, "pushes", 0) - pushes0}))
 '''
 
 
@@ -126,13 +133,62 @@ def setup(tmp: str, guard: bool, clones: int) -> tuple[subprocess.Popen, str, li
     return proc, srv, out
 
 
-def run_workers(clones: list[str], seconds: float, shared: bool) -> list[dict]:
-    procs = []
+def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int = 1) -> list[dict]:
+    """Start the writers, wait until each has opened its clone and read its file, then
+    open the timed window for all of them at once (process start-up is not counted)."""
+    go = os.path.join(os.path.dirname(clones[0]), f"go-{time.monotonic_ns()}")
+    procs, names = [], []
     for i, c in enumerate(clones):
-        path = "shared.txt" if shared else f"f{i:02d}.txt"
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, f"w{i}", path, str(seconds),
-                                       "1" if shared else "0"], stdout=subprocess.PIPE))
+        for k in range(per_clone):
+            n = i * per_clone + k
+            path = "shared.txt" if shared else f"f{n:02d}.txt"
+            names.append(f"w{n}")
+            procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, f"w{n}", path, str(seconds),
+                                           "1" if shared else "0", go], stdout=subprocess.PIPE))
+    while not all(os.path.exists(f"{go}.{a}") for a in names):
+        if any(p.poll() is not None for p in procs):
+            raise SystemExit("a writer failed to start")
+        time.sleep(0.02)
+    open(go, "w").close()
     return [json.loads(p.communicate()[0]) for p in procs]
+
+
+GIT_WORKER = r'''
+import os, subprocess, sys, time
+clone, name, seconds, go, ref = sys.argv[1:6]
+def git(*a, input=None):
+    return subprocess.run(["git", *a], cwd=clone, capture_output=True, input=input)
+open(go + "." + name, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+ok = fail = 0
+end = time.monotonic() + float(seconds)
+while time.monotonic() < end:
+    git("-c", "protocol.version=0", "fetch", "-q", "--no-tags", "origin", f"+{ref}:refs/bench/shared")
+    h = git("rev-parse", "refs/bench/shared").stdout.decode().strip()
+    blob = git("hash-object", "-w", "--stdin", input=f"{name} {ok} {time.time()}\n".encode()).stdout.decode().strip()
+    tree = git("mktree", input=f"100644 blob {blob}\t{name}.txt\n".encode()).stdout.decode().strip()
+    new = git("-c", "user.name=b", "-c", "user.email=b@x", "commit-tree", "-p", h, "-m", name, tree).stdout.decode().strip()
+    r = git("push", "-q", "--atomic", "--porcelain", f"--force-with-lease={ref}:{h}", "origin", f"{new}:{ref}")
+    ok, fail = (ok + 1, fail) if r.returncode == 0 else (ok, fail + 1)
+print(ok, fail)
+'''
+
+
+def plain_git(clones: list[str], seconds: float) -> tuple[int, int]:
+    """The same race without storm: each clone loops fetch, one new commit on the
+    fetched head, push with a lease on it (one write per push), on a scratch ref."""
+    ref = "refs/bench/plain"
+    git(clones[0], "push", "-q", "origin", f"{WS}:{ref}")
+    go = os.path.join(os.path.dirname(clones[0]), f"go-git-{time.monotonic_ns()}")
+    names = [f"g{i}" for i in range(len(clones))]
+    procs = [subprocess.Popen([sys.executable, "-c", GIT_WORKER, c, n, str(seconds), go, ref], stdout=subprocess.PIPE)
+             for c, n in zip(clones, names)]
+    while not all(os.path.exists(f"{go}.{n}") for n in names):
+        time.sleep(0.02)
+    open(go, "w").close()
+    outs = [p.communicate()[0].decode().split() for p in procs]
+    return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs)
 
 
 def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
@@ -157,7 +213,7 @@ def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
     c = clones[0]
     for _ in range(n):
         t0 = time.perf_counter()
-        git(c, "fetch", "-q", "--no-tags", "origin", "+refs/storm/*:refs/bench/storm/*")
+        git(c, "-c", "protocol.version=0", "fetch", "-q", "--no-tags", "origin", "+refs/storm/*:refs/bench/storm/*")
         out["git_fetch"].append(time.perf_counter() - t0)
     # a push with a lease of one new commit (a new blob in it) to a scratch ref: the
     # objects a write sends, without storm (the guard only looks at storm's refs)
@@ -185,6 +241,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="duration of each throughput point")
     ap.add_argument("--latency-n", type=int, default=15)
     ap.add_argument("--clones", default="2,4,8")
+    ap.add_argument("--per-clone", default="1,4", help="writer processes per clone (default 1,4)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.clones.split(",")]
@@ -202,21 +259,31 @@ def main() -> int:
                   f"({'within' if extra <= lat['git_fetch'] + lat['git_push'] else 'over'} one fetch + one push)",
                   file=log)
             result["throughput"] = {}
+            result["plain_git"] = {}
             for n in counts:
-                h0 = git(srv, "rev-parse", WS)
-                t0 = time.monotonic()
-                res = run_workers(clones[:n], args.seconds, shared=False)
-                wall = time.monotonic() - t0
-                acc = sum(r["accepted"] for r in res)
-                landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
-                per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
-                result["throughput"][n] = {"accepted": acc, "on_server": landed, "writes_per_s": acc / args.seconds,
-                                           "median_write_ms": round(per_write * 1000, 1),
-                                           "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
-                print(f"{n} clones, disjoint files: {acc} accepted in {args.seconds:.0f} s = "
-                      f"{acc / args.seconds:.1f} writes/s (server commits {landed}; median write "
-                      f"{per_write * 1000:.0f} ms; {result['throughput'][n]['retries_per_write']:.2f} lease retries"
-                      f"/write; wall {wall:.1f} s)", file=log)
+                ok, fail = plain_git(clones[:n], args.seconds)
+                result["plain_git"][n] = {"writes_per_s": ok / args.seconds, "failed_leases_per_write": fail / max(ok, 1)}
+                print(f"plain git, {n} clones (fetch, commit, leased push; one write per push): "
+                      f"{ok / args.seconds:.1f} writes/s, {fail / max(ok, 1):.2f} failed leases per write", file=log)
+            for per in [int(x) for x in args.per_clone.split(",")]:
+                for n in counts:
+                    h0 = git(srv, "rev-parse", WS)
+                    t0 = time.monotonic()
+                    res = run_workers(clones[:n], args.seconds, shared=False, per_clone=per)
+                    wall = time.monotonic() - t0
+                    acc = sum(r["accepted"] for r in res)
+                    landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
+                    pushes = sum(r["pushes"] for r in res)
+                    per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
+                    point = {"clones": n, "per_clone": per, "accepted": acc, "on_server": landed,
+                             "writes_per_s": acc / args.seconds, "median_write_ms": round(per_write * 1000, 1),
+                             "pushes_per_write": pushes / max(acc, 1),
+                             "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
+                    result["throughput"][f"{n}x{per}"] = point
+                    print(f"{n} clones x {per} writer(s), disjoint files: {acc} accepted in {args.seconds:.0f} s = "
+                          f"{acc / args.seconds:.1f} writes/s (server commits {landed}; median write "
+                          f"{per_write * 1000:.0f} ms; {point['pushes_per_write']:.2f} pushes/write; "
+                          f"{point['retries_per_write']:.2f} lease retries/write; wall {wall:.1f} s)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
