@@ -175,7 +175,9 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         with flocked(store.commondir, "workspace"):
             tip, base, updates, count = _queue(store, self.remote)
-        if tip is None:
+        if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
+            self._fetch_adopt()
+            self._fresh = True
             return
         out = transport.push(store, self.remote, updates)
         self.pushes += 1
