@@ -206,3 +206,31 @@ def test_sync_pushes_what_a_stopped_writer_queued(tmp_path):
     assert r.returncode == 0, r.stderr
     assert rev(srv, WS) == queued == rev(a, TRACKED)
     assert storm(b, "sync").returncode == 0 and (b / "src/api.py").read_text() == "X\n"
+
+
+def test_a_killed_fetchs_ref_lock_is_reported_and_cleared(tmp_path):
+    """A ``git fetch`` killed mid-update leaves ``<tracking ref>.lock``: every later fetch
+    of that ref would fail. Under storm's remote flock an old one is the dead's and
+    the next fetch clears it; doctor reports it; a young one (git's own gc or
+    pack-refs for a moment) is left alone, and the fetch fails with exit 3."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    lock = a / ".git" / "refs" / "storm-remote" / "origin" / "storm" / "workspace.lock"
+    for content in ("B1\n", "B2\n"):
+        assert storm(b, "read", "src/api.py", agent="eng_b").returncode == 0
+        assert storm_json(b, "write", "src/api.py", input=content, agent="eng_b")[0] == 0
+        lock.write_text("0" * 40 + "\n")
+        if content == "B1\n":  # a young lock: left alone, the fetch cannot update the ref
+            code, err = storm_json(a, "sync")
+            assert code == 3 and "cannot update the local copies" in err["error"]["message"], err
+            assert lock.exists() and rev(a, TRACKED) != rev(srv, WS)
+            continue
+        old = time.time() - 3600
+        os.utime(lock, (old, old))
+        code, rep = storm_json(a, "doctor")
+        assert code == 3 and [f["what"] for f in rep["findings"] if f["kind"] == "stale_ref_lock"] == [
+            "refs/storm-remote/origin/storm/workspace"], rep
+        assert storm(a, "sync").returncode == 0  # the fetch clears it itself
+        assert not lock.exists() and rev(a, TRACKED) == rev(srv, WS) == rev(a, WS)
+        assert (a / "src/api.py").read_text() == "B2\n"

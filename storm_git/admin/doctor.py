@@ -7,7 +7,8 @@ When all is well neither changes anything (not a ref, not a file).
 What it looks for:
 
 * ``stale_ref_lock``: a ``<ref>.lock`` under storm's refs (``refs/storm/``,
-  ``refs/notes/storm/``) left by a writer that died between locking and
+  ``refs/notes/storm/``, and a remote's copies in ``refs/storm-remote/``, which
+  a killed ``git fetch`` can leave) left by a writer that died between locking and
   renaming. It is removed only while doctor itself holds the storm flock that
   guards the ref (so no storm writer is mid-update: the kernel drops a dead
   holder's flock), and only when older than ``STALE_REF_LOCK_SECONDS`` (git's own
@@ -54,10 +55,11 @@ import pygit2
 from ..core import readsets, reservations
 from ..core.agents import validate_agent
 from ..core.errors import CorruptState, StormError
-from ..core.locks import flocked, is_locked, pid_alive
+from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
+    REMOTE_TRACKING_PREFIX,
     RESERVATIONS_REF,
     FUTURE_REF_LOCK_SECONDS,
     STALE_REF_LOCK_SECONDS,
@@ -66,7 +68,7 @@ from ..core.store import (
     git_env,
 )
 
-STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm")
+STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))
 TEMP_RE = re.compile(r"\.storm-tmp-([0-9]+)\Z")  # \Z: "$" also matches before a final newline
 
 
@@ -104,6 +106,8 @@ def guard_of(ref: str) -> str | None:
         return "workspace"
     if ref.startswith(AGENTS_PREFIX):
         return readsets.agent_lock(ref[len(AGENTS_PREFIX):])
+    if ref.startswith(REMOTE_TRACKING_PREFIX):
+        return REMOTE_LOCK  # the copies of a server's refs move only in storm's fetches and pushes
     return None
 
 

@@ -11,7 +11,10 @@ Lock files live in ``<common git dir>/storm/locks/``:
 
 * ``workspace`` guards the shared ref, reservations and the event log;
 * ``agent-<id>`` guards one agent's notes refs (reads never contend across agents);
-* ``worktree`` guards writing the shared working tree.
+* ``worktree`` guards writing the shared working tree;
+* ``remote`` (a clone of a workspace on a git server) guards every fetch and push of
+  the storm refs and the copies of the server's refs (``refs/storm-remote/``); it is
+  taken before ``workspace``, never inside it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ import fcntl
 import os
 from contextlib import contextmanager
 from typing import Iterator
+
+
+REMOTE_LOCK = "remote"
 
 
 def lock_dir(commondir: str) -> str:

@@ -20,6 +20,9 @@ RESERVATIONS_REF = "refs/storm/reservations"
 EVENTS_REF = "refs/storm/log"
 # One notes ref per agent holds its read set and its writes' provenance notes.
 AGENTS_PREFIX = "refs/notes/storm/agents/"
+# A clone of a shared workspace on a git remote keeps the server's storm refs here
+# (storm_git.remote), moved only under the REMOTE_LOCK flock.
+REMOTE_TRACKING_PREFIX = "refs/storm-remote/"
 
 MODE_BLOB = pygit2.GIT_FILEMODE_BLOB
 MODE_EXEC = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE

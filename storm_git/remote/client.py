@@ -43,7 +43,10 @@ import pygit2
 
 from ..core import readsets, trailers
 from ..core.errors import Busy, NotInitialised, RepoStateError
-from ..core.locks import flocked
+# REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
+# workspace lock, never inside it: the tracking refs only move under it, and a network
+# round trip never holds up this clone's local validation.
+from ..core.locks import REMOTE_LOCK, flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
@@ -54,10 +57,6 @@ RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losi
 BACKOFF_BASE = 0.004
 BACKOFF_CAP = 0.5
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
-# Taken around every exchange with the server (fetch, push) and before the workspace
-# lock, never inside it: the tracking refs only move under it, and a network round
-# trip never holds up this clone's local validation.
-REMOTE_LOCK = "remote"
 LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
 

@@ -8,15 +8,16 @@ the local refs under storm's workspace lock, so a fetch never races a local writ
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 
 from ..core.errors import RepoStateError, UsageError
-from ..core.store import Store, git_env
+from ..core.store import REMOTE_TRACKING_PREFIX, Store, git_env
 
 ZERO = "0" * 40
-TRACKING_PREFIX = "refs/storm-remote/"
+TRACKING_PREFIX = REMOTE_TRACKING_PREFIX
 # Connection failures: nothing reached the server (the write did not happen).
 _UNREACHABLE = ("could not read from remote", "unable to connect", "connection refused", "could not resolve",
                 "does not appear to be a git repository", "no such file or directory", "unable to look up",
@@ -101,13 +102,29 @@ def fetch(store: Store, remote: str) -> None:
         r = _git(store, args, FETCH_TIMEOUT, protocol_args(store, url))
         if r.returncode == 0 or b"cannot lock ref" not in r.stderr:
             break
-        time.sleep(0.05 * (attempt + 1))  # a git process outside storm's lock holds a tracking ref
+        # every fetch runs under storm's remote flock: an old <ref>.lock here was left by a
+        # killed fetch (a young one may be git's own pack-refs or gc, which waits it out)
+        for ref in _locked_tracking_refs(store, remote):
+            store.clear_stale_ref_lock(ref)
+        time.sleep(0.05 * (attempt + 1))
     else:
         raise RepoStateError(f"cannot update the local copies of {remote}'s storm refs: {_first_line(r.stderr)}",
                              hint="another git fetch may be running here; retry (git storm doctor if it stays)")
     if r.returncode != 0:
         raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
                           hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+def _locked_tracking_refs(store: Store, remote: str) -> list[str]:
+    """The tracking refs of ``remote`` that have a ``<ref>.lock`` file."""
+    base = os.path.join(store.commondir, *f"{TRACKING_PREFIX}{remote}".split("/"))
+    out = []
+    for dirpath, _dirs, files in os.walk(base):
+        for name in files:
+            if name.endswith(".lock"):
+                full = os.path.join(dirpath, name)
+                out.append(os.path.relpath(full, store.commondir).replace(os.sep, "/")[:-len(".lock")])
+    return out
 
 
 @dataclass
