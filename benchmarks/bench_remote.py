@@ -179,7 +179,7 @@ def plain_git(clones: list[str], seconds: float) -> tuple[int, int]:
     """The same race without storm: each clone loops fetch, one new commit on the
     fetched head, push with a lease on it (one write per push), on a scratch ref."""
     ref = "refs/bench/plain"
-    git(clones[0], "push", "-q", "origin", f"{WS}:{ref}")
+    git(clones[0], "push", "-q", "origin", f"+{WS}:{ref}")
     go = os.path.join(os.path.dirname(clones[0]), f"go-git-{time.monotonic_ns()}")
     names = [f"g{i}" for i in range(len(clones))]
     procs = [subprocess.Popen([sys.executable, "-c", GIT_WORKER, c, n, str(seconds), go, ref], stdout=subprocess.PIPE)

@@ -1,7 +1,8 @@
 """Group commit on a remote (issue 11): the writers of one clone queue their validated
 commits on the local ref and one push lands them all. Each window is held open
-deterministically: the test holds the clone's ``remote`` flock (the lock every push and
-fetch takes) while writers queue behind it, then changes the world and lets go."""
+deterministically: the test holds the clone's ``remote`` and ``remote-landing`` flocks
+(what every push and fetch holds) while writers queue and wait, then changes the
+world and lets go."""
 from __future__ import annotations
 
 import os
@@ -14,18 +15,20 @@ from pathlib import Path
 from helpers import git, rev, snapshot_refs, storm, storm_json
 from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log  # noqa: F401 (daemon: fixture)
 
-LOCK = Path(".git/storm/locks/remote")
+LOCKS = Path(".git/storm/locks")
 TRACKED = "refs/storm-remote/origin/storm/workspace"
 
 
 def hold(repo: Path) -> subprocess.Popen:
-    """Hold the clone's remote flock from another process; returns once it is held."""
-    path = repo / LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(["flock", "-o", str(path), "sleep", "120"], start_new_session=True)
+    """Hold the clone's remote and landing flocks from another process, as a push in
+    progress does; returns once both are held."""
+    remote, landing = repo / LOCKS / "remote", repo / LOCKS / "remote-landing"
+    remote.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["flock", "-o", str(remote), "flock", "-o", str(landing), "sleep", "120"],
+                            start_new_session=True)
     deadline = time.monotonic() + 10
-    while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
-        assert time.monotonic() < deadline, "could not take the lock"
+    while subprocess.run(["flock", "-n", str(landing), "true"]).returncode == 0:
+        assert time.monotonic() < deadline, "could not take the locks"
         time.sleep(0.01)
     return proc
 
@@ -39,8 +42,9 @@ def release(holder: subprocess.Popen) -> None:
 
 
 def waiters(repo: Path) -> int:
-    """Processes blocked in flock() on the clone's remote lock (from /proc/locks)."""
-    ino = os.stat(repo / LOCK).st_ino
+    """Writers asleep on the clone's landing lock, waiting for the push in progress
+    (from /proc/locks)."""
+    ino = os.stat(repo / LOCKS / "remote-landing").st_ino
     with open("/proc/locks") as fh:
         return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
 
@@ -56,10 +60,10 @@ def start_write(repo: Path, agent: str, path: str, content: str) -> subprocess.P
 
 
 def wait_queued(repo: Path, n: int) -> None:
-    """Until ``n`` writers are blocked on the remote lock, each with its commit queued."""
+    """Until ``n`` writers wait for the push in progress, each with its commit queued."""
     deadline = time.monotonic() + 60
     while waiters(repo) < n:
-        assert time.monotonic() < deadline, f"{waiters(repo)} writer(s) reached the remote lock, not {n}"
+        assert time.monotonic() < deadline, f"{waiters(repo)} writer(s) waiting, not {n}"
         time.sleep(0.02)
     ahead = git(repo, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip()
     assert ahead == str(n), f"{ahead} commit(s) queued on the local ref, not {n}"
@@ -134,6 +138,8 @@ def test_a_stale_lease_drops_the_queue_and_each_writer_is_judged_again(tmp_path)
     assert ry["rejection"]["changed_by"] == ["eng_z"]
     assert server_log(srv)[:2] == [rx["commit"], rz["commit"]]
     assert rev(a, WS) == rev(srv, WS) and (a / "src/util.py").read_text() == "Z\n"
+    # the stale lease opened the clone's back-off window; the push that landed closed it
+    assert (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
 
 
 def test_an_unreachable_server_lands_no_queued_write(tmp_path, daemon):  # noqa: F811
@@ -222,6 +228,8 @@ def test_a_killed_fetchs_ref_lock_is_reported_and_cleared(tmp_path):
         assert storm_json(b, "write", "src/api.py", input=content, agent="eng_b")[0] == 0
         lock.write_text("0" * 40 + "\n")
         if content == "B1\n":  # a young lock: left alone, the fetch cannot update the ref
+            soon = time.time() + 4.5  # young (< 2 s old) for 6.5 s, however slow the machine is
+            os.utime(lock, (soon, soon))
             code, err = storm_json(a, "sync")
             assert code == 3 and "cannot update the local copies" in err["error"]["message"], err
             assert lock.exists() and rev(a, TRACKED) != rev(srv, WS)

@@ -14,7 +14,8 @@ Lock files live in ``<common git dir>/storm/locks/``:
 * ``worktree`` guards writing the shared working tree;
 * ``remote`` (a clone of a workspace on a git server) guards every fetch and push of
   the storm refs and the copies of the server's refs (``refs/storm-remote/``); it is
-  taken before ``workspace``, never inside it.
+  taken before ``workspace``, never inside it; its holder also holds
+  ``remote-landing``, which queued writers wait on, shared.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from typing import Iterator
 
 
 REMOTE_LOCK = "remote"
+# Held exclusively by whoever holds REMOTE_LOCK; queued writers take it shared to
+# sleep until the push (or fetch) in progress is over, then all wake at once.
+LANDING_LOCK = "remote-landing"
 
 
 def lock_dir(commondir: str) -> str:
@@ -32,8 +36,8 @@ def lock_dir(commondir: str) -> str:
 
 
 @contextmanager
-def flocked(commondir: str, name: str) -> Iterator[None]:
-    """Hold an exclusive flock on ``storm/locks/<name>`` for the block."""
+def flocked(commondir: str, name: str, *, shared: bool = False) -> Iterator[None]:
+    """Hold an exclusive (or ``shared``) flock on ``storm/locks/<name>`` for the block."""
     d = lock_dir(commondir)
     path = os.path.join(d, name)
     try:
@@ -42,7 +46,7 @@ def flocked(commondir: str, name: str) -> Iterator[None]:
         os.makedirs(d, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing drops the flock

@@ -35,7 +35,8 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ from ..core.errors import Busy, NotInitialised, RepoStateError
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
-from ..core.locks import REMOTE_LOCK, flocked
+from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
@@ -54,8 +55,12 @@ from . import transport
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
-BACKOFF_BASE = 0.004
-BACKOFF_CAP = 0.5
+# After a stale lease the clone waits before its next push, a random time in a window
+# that doubles with each stale lease in a row (reset by a push that lands): clones
+# that collide spread out, and the writes queued meanwhile go in the same push.
+BACKOFF_BASE = 0.008
+BACKOFF_CAP = 1.0
+GATE_FILE = "remote-gate"  # <stale leases in a row> <monotonic time before which no push>
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
 LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
@@ -94,7 +99,7 @@ class RemoteWorkspace(SharedWorkspace):
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True) -> pygit2.Oid:
         """Fetch the storm refs and bring the local copies (and the disk) to them."""
-        with flocked(self.store.commondir, REMOTE_LOCK):
+        with exchanging(self.store):
             self._fetch_adopt()
         if disk:
             from ..core.disk import sync
@@ -118,7 +123,7 @@ class RemoteWorkspace(SharedWorkspace):
 
     def _refresh_for_verdict(self, agent: str) -> None:
         self._put_back(agent)  # a write that changed nothing journaled its versions: not yet
-        with flocked(self.store.commondir, REMOTE_LOCK):
+        with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
                 queued = _queue(self.store, self.remote)[0] is not None
             if queued:
@@ -128,40 +133,78 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- the compare-and-swap, done by the server ------------------------------------
     def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
-        """Queue the write on the local ref (workspace lock held): its provenance note is
-        folded first, so that whichever process pushes the queue pushes it too."""
-        readsets.fold(self.store, agent)
+        """Queue the write on the local ref (workspace lock held). Its provenance is in
+        its agent's journal; whichever process pushes the queue folds it first."""
         if not self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op} (queued for {self.remote})"):
             return False
         self._queued = commit
         return True
 
     def _land(self, agent: str, commit: pygit2.Oid) -> bool:
-        """Group commit: under the remote lock, the first queued writer pushes every
-        write queued on the local ref (its own and those queued behind or before it,
-        by other processes of this clone) in one atomic push with a lease on the
-        server's head; the others find theirs landed when they get the lock. A stale
-        lease drops the queue (the local ref goes back to the server's head): each
-        writer validates again on the new head."""
+        """Group commit: the first queued writer to take the remote lock pushes every
+        write queued on the local ref (its own and those other processes of this
+        clone queued before or behind it) in one atomic push with a lease on the
+        server's head; the others sleep on the landing lock until that attempt is
+        over, then find theirs landed. A stale lease drops the queue (the local ref
+        goes back to the server's head): each writer validates again on the new head."""
         store = self.store
-        with flocked(store.commondir, REMOTE_LOCK):
-            while True:
-                state = self._state_of(commit)
-                if state == LANDED:
-                    self._queued = None
-                    self._snap.pop(agent, None)
-                    return True
-                if state == DROPPED:
-                    self._queued = None
-                    self._put_back(agent)
-                    self._repair()
-                    if time.monotonic() - self._started > store.config_float("storm.remoteRetrySeconds",
-                                                                             RETRY_SECONDS):
-                        raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
-                                   hint="other machines kept writing first; retry the write (or raise "
-                                        "storm.remoteRetrySeconds)")
-                    return False
-                self._push_queue(agent)
+        while True:
+            state = self._state_of(commit)
+            if state == LANDED:
+                self._queued = None
+                self._snap.pop(agent, None)
+                return True
+            if state == DROPPED:
+                self._queued = None
+                self._put_back(agent)
+                self._repair()
+                if time.monotonic() - self._started > store.config_float("storm.remoteRetrySeconds",
+                                                                         RETRY_SECONDS):
+                    raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+                               hint="other machines kept writing first; retry the write (or raise "
+                                    "storm.remoteRetrySeconds)")
+                return False
+            with exchanging(store, wait=False) as pusher:
+                if pusher:
+                    self._gate_wait()  # writers that queue meanwhile go in this push
+                    self._push_queue(agent)
+                    continue
+            t0 = time.monotonic()
+            with flocked(store.commondir, LANDING_LOCK, shared=True):
+                pass  # another process's exchange is over (or it has not taken this lock yet)
+            if time.monotonic() - t0 < 0.001:
+                time.sleep(0.002)
+
+    # -- the clone's back-off after stale leases ------------------------------------
+    def _gate_path(self) -> str:
+        return os.path.join(self.store.commondir, "storm", GATE_FILE)
+
+    def _gate(self) -> tuple[int, float]:
+        try:
+            with open(self._gate_path()) as fh:
+                streak, until = fh.read().split()
+            return int(streak), float(until)
+        except (OSError, ValueError):
+            return 0, 0.0
+
+    def _gate_wait(self) -> None:
+        """Sleep until the clone's back-off is over (remote lock held)."""
+        delay = self._gate()[1] - time.monotonic()
+        if delay > 0:
+            time.sleep(min(delay, BACKOFF_CAP))
+
+    def _gate_after(self, stale: bool) -> None:
+        """Record a push's outcome (remote lock held): a landed push resets the back-off,
+        a stale lease doubles its window."""
+        streak = self._gate()[0] + 1 if stale else 0
+        until = time.monotonic() + random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))) \
+            if stale else 0.0
+        if not stale and streak == 0 and not os.path.exists(self._gate_path()):
+            return
+        tmp = f"{self._gate_path()}.{os.getpid()}"
+        with open(tmp, "w") as fh:
+            fh.write(f"{streak} {until}\n")
+        os.replace(tmp, self._gate_path())
 
     def _state_of(self, commit: pygit2.Oid) -> str:
         with flocked(self.store.commondir, "workspace"):
@@ -173,7 +216,10 @@ class RemoteWorkspace(SharedWorkspace):
         server cannot be reached or refuses: nothing of the queue then lands."""
         store = self.store
         with flocked(store.commondir, "workspace"):
-            tip, base, updates, count = _queue(store, self.remote)
+            tip, base, agents, count = _queue(store, self.remote)
+        for a in agents:  # the provenance of each queued write must travel with it
+            readsets.fold(store, a)
+        updates = _updates(store, self.remote, tip, base, agents) if tip is not None else []
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
             self._fetch_adopt()
             self._fresh = True
@@ -186,12 +232,13 @@ class RemoteWorkspace(SharedWorkspace):
                     _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
             self.batched += count - 1
             self._fresh = True
+            self._gate_after(stale=False)
             return
         if out.stale(WORKSPACE_REF) or out.lost_race:
             # another machine wrote: its head replaces the queue, every queued write is validated again
             self.stale_leases += 1
             self._stale_now += 1
-            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._stale_now, 8))))
+            self._gate_after(stale=True)
             self._fetch_adopt()
             self._fresh = True
             return
@@ -243,9 +290,9 @@ class RemoteWorkspace(SharedWorkspace):
     def flush(self) -> int:
         """Push writes queued on the local ref by processes that stopped before pushing
         them (``sync``, ``status``); returns how many landed."""
-        with flocked(self.store.commondir, REMOTE_LOCK):
+        with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
-                tip, _base, _updates, count = _queue(self.store, self.remote)
+                tip, _base, _agents, count = _queue(self.store, self.remote)
             if tip is None:
                 return 0
             self._push_queue(None)
@@ -341,7 +388,7 @@ class RemoteWorkspace(SharedWorkspace):
         If another machine moved them meanwhile, the next fetch wins (a reservation is
         advice against livelock, not a guarantee: the validation is)."""
         store = self.store
-        with flocked(store.commondir, REMOTE_LOCK):  # the tracking refs only move under it
+        with exchanging(store):  # the tracking refs only move under it
             local = store.ref_target(RESERVATIONS_REF)
             remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
             if local is None or local == remote:
@@ -371,6 +418,23 @@ class RemoteWorkspace(SharedWorkspace):
         return super().log(limit)
 
 
+@contextmanager
+def exchanging(store: Store, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the remote lock and the landing lock for a fetch or a push (see
+    storm_git.core.locks). ``wait=False``: yield False at once if another process
+    holds the remote lock."""
+    if wait:
+        with flocked(store.commondir, REMOTE_LOCK), flocked(store.commondir, LANDING_LOCK):
+            yield True
+        return
+    with try_flocked(store.commondir, REMOTE_LOCK) as taken:
+        if not taken:
+            yield False
+            return
+        with flocked(store.commondir, LANDING_LOCK):
+            yield True
+
+
 def _state(store: Store, remote: str, commit: pygit2.Oid) -> str:
     """Where a queued write stands (workspace lock held): on the server's head as last
     known (LANDED), still queued on the local ref on top of it (QUEUED), or neither:
@@ -385,13 +449,11 @@ def _state(store: Store, remote: str, commit: pygit2.Oid) -> str:
     return DROPPED
 
 
-def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | None,
-                                               list[tuple[str, str, str | None]], int]:
-    """What one push sends (workspace lock held): the local ref's tip, the server's head
-    it is leased on, the updates (the shared ref, then the notes refs of the agents
-    whose writes are queued: their provenance lands with them) and how many writes.
-    (None, base, [], 0) when nothing is queued: a local ref that is not ahead of the
-    server's head is never pushed (a forced push of it would rewrite the server's history)."""
+def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | None, list[str], int]:
+    """What is queued (workspace lock held): the local ref's tip, the server's head it
+    is leased on, the agents whose writes are queued, and how many writes. (None,
+    base, [], 0) when nothing is: a local ref that is not ahead of the server's head
+    is never pushed (a forced push of it would rewrite the server's history)."""
     tip, base = store.ref_target(WORKSPACE_REF), _tracked_head(store, remote)
     if tip is None or base is None or tip == base or not store.repo.descendant_of(tip, base):
         return None, base, [], 0
@@ -404,12 +466,19 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
         who = trailers.parse(c.message).get("Storm-Agent")
         if who and who[0] not in agents:
             agents.append(who[0])
+    return tip, base, agents, count
+
+
+def _updates(store: Store, remote: str, tip: pygit2.Oid, base: pygit2.Oid,
+             agents: list[str]) -> list[tuple[str, str, str | None]]:
+    """One push's ref updates: the shared ref leased on ``base``, then the notes refs of
+    the queued agents (their provenance lands with their writes), fast-forward only."""
     updates: list[tuple[str, str, str | None]] = [(str(tip), WORKSPACE_REF, str(base))]
     for a in agents:
         notes = store.ref_target(agent_ref(a))
         if notes is not None and notes != store.ref_target(tracking_ref(remote, agent_ref(a))):
-            updates.append((str(notes), agent_ref(a), None))  # fast-forward only
-    return tip, base, updates, count
+            updates.append((str(notes), agent_ref(a), None))
+    return updates
 
 
 def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str | None]]) -> str | None:
@@ -480,7 +549,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     from ..admin.setup import init
 
     transport.check_remote(store, remote)
-    with flocked(store.commondir, REMOTE_LOCK):
+    with exchanging(store):
         transport.fetch(store, remote)
     if _tracked_head(store, remote) is not None:
         res = join(store, remote)
@@ -488,7 +557,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
             res.warnings.append(f"{remote} already has a shared workspace: joined it, --base was not used")
         return res
     local = init(store, base)
-    with flocked(store.commondir, REMOTE_LOCK):
+    with exchanging(store):
         with flocked(store.commondir, "workspace"):
             head = store.ref_target(WORKSPACE_REF)
             updates = [(str(head), WORKSPACE_REF, "")]
@@ -503,7 +572,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     if not out.ok:  # another clone created it first: join that one
         return join(store, remote)
     store.config_set("storm.remote", remote)
-    with flocked(store.commondir, REMOTE_LOCK):
+    with exchanging(store):
         transport.fetch(store, remote)
     return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
 
@@ -519,7 +588,7 @@ def join(store: Store, remote: str) -> JoinResult:
     if mode not in (None, "storm"):
         raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
     warnings = []
-    with flocked(store.commondir, REMOTE_LOCK), flocked(store.commondir, "workspace"):
+    with exchanging(store), flocked(store.commondir, "workspace"):
         transport.fetch(store, remote)
         if _tracked_head(store, remote) is None:
             raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
@@ -570,7 +639,7 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     before = store.ref_target(WORKSPACE_REF)
     ws = RemoteWorkspace(store, remote)
     ws.flush()  # writes queued here by processes that stopped before pushing them
-    with flocked(store.commondir, REMOTE_LOCK):
+    with exchanging(store):
         ws._fetch_adopt()
     res = sync(store, full=True)
     return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors)
@@ -579,7 +648,7 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
 def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     """Fold the agent's journal and push its notes ref alone (fast-forward only)."""
     readsets.fold(store, agent)
-    with flocked(store.commondir, REMOTE_LOCK):
+    with exchanging(store):
         transport.fetch(store, remote)
         with flocked(store.commondir, "workspace"):
             adopt_tracking(store, remote)
