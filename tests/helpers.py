@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,3 +92,31 @@ def show(repo: str | Path, ref: str, path: str) -> bytes:
 def snapshot_refs(repo: str | Path) -> str:
     """Every ref and its value: to assert that a refused command changed nothing."""
     return git(repo, "for-each-ref", "--format=%(refname) %(objectname)").stdout.decode()
+
+
+STORM_LOCKS = Path(".git/storm/locks")
+
+
+def hold(repo: str | Path, *names: str, seconds: float = 120) -> subprocess.Popen:
+    """Hold storm's flocks ``names`` (in that order) from another process, as a storm
+    process would; returns once the last is held. ``release`` ends it early."""
+    paths = [Path(repo) / STORM_LOCKS / n for n in names]
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    cmd: list[str] = []
+    for p in paths:  # -o: held by flock itself, not inherited by sleep: killing the group frees it
+        cmd += ["flock", "-o", str(p)]
+    proc = subprocess.Popen(cmd + ["sleep", str(seconds)], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while subprocess.run(["flock", "-n", str(paths[-1]), "true"]).returncode == 0:
+        assert time.monotonic() < deadline, "could not take the lock"
+        time.sleep(0.01)
+    return proc
+
+
+def release(holder: subprocess.Popen) -> None:
+    """End a ``hold`` early (the whole process group: the flocks and the sleep)."""
+    try:
+        os.killpg(holder.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    holder.wait()

@@ -15,32 +15,15 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import git, rev, show, snapshot_refs, storm, storm_json
+import helpers
+from helpers import git, release, rev, show, snapshot_refs, storm, storm_json
 
 LOCKS = Path(".git/storm/locks")
 
 
 def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
     """Hold storm's flock ``name`` from another process; returns once it is held."""
-    path = repo / LOCKS / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # -o: the lock is held by flock itself, not inherited by sleep, so killing the
-    # holder (release()) frees it at once
-    proc = subprocess.Popen(["flock", "-o", str(path), "sleep", str(seconds)], start_new_session=True)
-    deadline = time.monotonic() + 10
-    while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
-        assert time.monotonic() < deadline, "could not take the lock"
-        time.sleep(0.01)
-    return proc
-
-
-def release(holder: subprocess.Popen) -> None:
-    """End a ``hold`` early (the whole process group: flock and its sleep)."""
-    try:
-        os.killpg(holder.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    holder.wait()
+    return helpers.hold(repo, name, seconds=seconds)
 
 
 def spawn(repo: Path, *args: str, agent: str | None = None, input: bytes | None = None) -> subprocess.Popen:

@@ -6,13 +6,13 @@ world and lets go."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from helpers import git, rev, snapshot_refs, storm, storm_json
+import helpers
+from helpers import git, release, rev, snapshot_refs, storm, storm_json
 from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log  # noqa: F401 (daemon: fixture)
 
 LOCKS = Path(".git/storm/locks")
@@ -20,25 +20,8 @@ TRACKED = "refs/storm-remote/origin/storm/workspace"
 
 
 def hold(repo: Path) -> subprocess.Popen:
-    """Hold the clone's remote and landing flocks from another process, as a push in
-    progress does; returns once both are held."""
-    remote, landing = repo / LOCKS / "remote", repo / LOCKS / "remote-landing"
-    remote.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(["flock", "-o", str(remote), "flock", "-o", str(landing), "sleep", "120"],
-                            start_new_session=True)
-    deadline = time.monotonic() + 10
-    while subprocess.run(["flock", "-n", str(landing), "true"]).returncode == 0:
-        assert time.monotonic() < deadline, "could not take the locks"
-        time.sleep(0.01)
-    return proc
-
-
-def release(holder: subprocess.Popen) -> None:
-    try:
-        os.killpg(holder.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    holder.wait()
+    """Hold the clone's remote and landing flocks, as a push in progress does."""
+    return helpers.hold(repo, "remote", "remote-landing")
 
 
 def waiters(repo: Path) -> int:
@@ -74,6 +57,20 @@ def finish(p: subprocess.Popen) -> tuple[int, dict]:
 
     out, err = p.communicate(timeout=120)
     return p.returncode, json.loads(out) if out.strip() else {"stderr": err.decode()}
+
+
+def queue_and_kill(repo: Path, agent: str, path: str, content: str) -> str:
+    """A writer SIGKILLed while its write is queued (a push in progress holds the
+    locks); returns the queued commit, left on the local ref."""
+    holder = hold(repo)
+    try:
+        p = start_write(repo, agent, path, content)
+        wait_queued(repo, 1)
+        p.kill()
+        p.wait()
+        return rev(repo, WS)
+    finally:
+        release(holder)
 
 
 def push_counter(srv: Path) -> Path:
@@ -177,15 +174,7 @@ def test_a_killed_writers_queued_commit_lands_and_no_rejection_rests_on_it(tmp_p
     h0 = rev(srv, WS)
     for agent in ("eng_x", "eng_y"):
         assert storm(a, "read", "src/util.py", agent=agent).returncode == 0
-    holder = hold(a)
-    try:
-        px = start_write(a, "eng_x", "src/util.py", "X\n")
-        wait_queued(a, 1)
-        px.kill()
-        px.wait()
-        queued = rev(a, WS)
-    finally:
-        release(holder)
+    queued = queue_and_kill(a, "eng_x", "src/util.py", "X\n")
     assert rev(srv, WS) == h0
     code, ry = storm_json(a, "write", "src/util.py", input="Y\n", agent="eng_y")
     assert code == 1 and ry["rejection"]["reason"] == "direct_conflict", ry
@@ -199,15 +188,7 @@ def test_sync_pushes_what_a_stopped_writer_queued(tmp_path):
     a = seed(tmp_path, str(srv))
     b = clone(tmp_path, str(srv), "b")
     assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
-    holder = hold(a)
-    try:
-        px = start_write(a, "eng_x", "src/api.py", "X\n")
-        wait_queued(a, 1)
-        px.kill()
-        px.wait()
-        queued = rev(a, WS)
-    finally:
-        release(holder)
+    queued = queue_and_kill(a, "eng_x", "src/api.py", "X\n")
     r = storm(a, "sync")
     assert r.returncode == 0, r.stderr
     assert rev(srv, WS) == queued == rev(a, TRACKED)
