@@ -18,7 +18,6 @@ import pytest
 import helpers
 from helpers import git, release, rev, show, snapshot_refs, storm, storm_json
 
-LOCKS = Path(".git/storm/locks")
 
 
 def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
