@@ -308,14 +308,15 @@ def test_a_changed_class_header_rejects(classes):
     _read(classes, "a", "user.py", "store.py")
     _change(classes, "store.py", "class Store:", "class Store(dict):")  # the body is the same
     code, out = _write(classes, "user.py", NEW_USER, "--deps", "auto")
-    assert code == 1 and _moved(out, "store.py") == "changed Store, which the write uses", out
+    assert code == 1 and _moved(out, "store.py") == "changed Store (its header), which the write uses", out
 
 
 def test_a_new_statement_in_the_class_body_rejects(classes):
     _read(classes, "a", "user.py", "store.py")
     _change(classes, "store.py", "    LIMIT = 3\n", "    LIMIT = 3\n    print('Store defined')\n")
     code, out = _write(classes, "user.py", NEW_USER, "--deps", "auto")
-    assert code == 1 and _moved(out, "store.py") == "changed Store, which the write uses", out
+    assert code == 1 and _moved(out, "store.py") == \
+        "changed Store (a statement in its body), which the write uses", out
 
 
 def test_a_changed_field_of_a_dataclass_rejects(classes):

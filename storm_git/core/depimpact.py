@@ -493,6 +493,11 @@ def _evaluated(s: ast.stmt) -> list[ast.AST]:
     return [s]
 
 
+def _is_docstring(node: ast.stmt, cls: ast.ClassDef) -> bool:
+    return node is cls.body[0] and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+        and isinstance(node.value.value, str)
+
+
 def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
@@ -576,18 +581,22 @@ class _ClassUse:
                 or (_is_field(nodes) and bool(cls.decorator_list or [b for b in cls.bases if _base_name(b) != "object"]))
                 or cls.name in self.write.subclassed)
 
-    def judge(self, name: str) -> tuple[set[str], set[str], str] | None:
+    def judge(self, name: str) -> tuple[set[str], set[str], str] | str | None:
         """For a changed class: its changed members used, those not used, and why all
-        count if they do; None if the class itself changed (a header, a statement that
-        is not a definition, or not one class in both versions)."""
+        count if they do; what changed if the class changed as a whole (its header, its
+        docstring, another statement that is not a definition); None if ``name`` is not
+        one class in both versions."""
         old, new = (v.get(("def", name), []) for v in self.versions)
-        if not (len(old) == len(new) == 1 and isinstance(old[0], ast.ClassDef)
-                and isinstance(new[0], ast.ClassDef) and _header(old[0]) == _header(new[0])):
+        if not (len(old) == len(new) == 1 and isinstance(old[0], ast.ClassDef) and isinstance(new[0], ast.ClassDef)):
             return None
+        if _header(old[0]) != _header(new[0]):
+            return "its header"
         mo, mn = _members(old[0]), _members(new[0])
         changed = _changed(mo, mn)
-        if any(kind == "stmt" for kind, _ in changed):
-            return None
+        stmts = [n for k in changed if k[0] == "stmt" for n in mo.get(k, []) + mn.get(k, [])]
+        if stmts:
+            return "its docstring" if all(_is_docstring(n, c) for n in stmts for c in (old[0], new[0])
+                                          if n in c.body) else "a statement in its body"
         why = ""
         if name in self.write.subclassed:
             why = f"the write subclasses {name}"
@@ -752,8 +761,8 @@ def _verdict(r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses, relat
     kept, spared, whys = set(), {}, []
     for n in hit:
         got_m = classes.judge(n)
-        if got_m is None:
-            kept.add(n)
+        if got_m is None or isinstance(got_m, str):
+            kept.add(n if got_m is None else f"{n} ({got_m})")
             continue
         members_used, members_unused, why = got_m
         if members_used:
