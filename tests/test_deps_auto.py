@@ -54,9 +54,10 @@ def test_unrelated_stale_read_is_accepted_only_with_auto(repo):
 
 
 def test_changed_import_is_rejected_with_the_scope_named(repo):
+    # the write reads User.name (a write that never does is left out: test_deps_impact.py)
     _read(repo, "a", "app.py", "pkg/models.py", "notes.py")
     _change(repo, "pkg/models.py", "name = ''", "full_name = ''")
-    code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
+    code, out = _write(repo, "app.py", NEW_APP + "\n\ndef user_name():\n    return User().name\n", "--deps", "auto")
     assert code == 1, out
     rej = out["rejection"]
     assert rej["reason"] == "stale_dependency" and [s["path"] for s in rej["stale"]] == ["pkg/models.py"]

@@ -64,6 +64,9 @@ class RunMetrics:
     agent_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the runner had to work around
     per_agent: dict[str, dict[str, float]] = field(default_factory=dict)  # retries, re-reads, waits per agent
+    # storm mode: each stale_dependency rejection (agent, change, target, stale paths,
+    # needless) with, under --deps auto, why each moved file still counted ("moved")
+    stale_rejections: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -302,6 +302,11 @@ class _Run:
                     row = m.rejections_by_reason.setdefault(x["reason"], {"all": 0, "needless": 0})
                     row["all"] += 1
                     row["needless"] += int(x["unchanged"] and not failed)
+                    if x["reason"] == "stale_dependency":
+                        m.stale_rejections.append({
+                            "agent": name, "change": (t["message"].splitlines() or [""])[0],
+                            "path": x["path"], "stale": x["stale"], "moved": x.get("moved"),
+                            "needless": bool(x["unchanged"] and not failed)})
                 m.rereads += t["rereads"]
                 m.judgement += t["judgement"]
                 m.reservation_waits += t["reservation_waits"]
