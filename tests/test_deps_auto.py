@@ -217,3 +217,37 @@ def test_a_deletion_falls_back_to_the_whole_read_set(repo):
     _change(repo, "notes.py", "X = 1", "X = 4")
     code, out = storm_json(repo, "rm", "pkg/models.py", "--deps", "auto", agent="a")
     assert code == 1 and out["rejection"]["scope"]["name"] == "auto:all" and "deleted" in out["rejection"]["scope"]["why"]
+
+
+def _mixed_write(repo, *extra_reads, moved=("notes.py", "X = 1", "X = 7")):
+    """Agent a writes app.py with a changelog line in README.md (one write of both),
+    under --deps auto, after agent b changed ``moved``; returns the result."""
+    from storm_git.api import open_workspace
+    from storm_git.storm.shared import AUTO_DEPS
+
+    ws = open_workspace(str(repo))
+    ws.read(["app.py", "README.md", *extra_reads], agent="a")
+    _change(repo, *moved)
+    return ws.apply("a", {"app.py": NEW_APP.encode(), "README.md": b"# demo\n\n* run_twice\n"},
+                    intent="a: run_twice, and say so", deps=AUTO_DEPS, wait=False, op="write")
+
+
+def test_a_non_python_file_written_with_code_depends_on_what_the_code_does(repo):
+    """A changelog written in the same write as code is validated against the code's
+    computed scope and the non-Python files read: a Python file that nothing in the
+    write depends on no longer rejects it (it did: the whole read set)."""
+    res = _mixed_write(repo, "notes.py")
+    assert res.accepted, res.rejection and res.rejection.message
+    assert git(repo, "show", "refs/storm/workspace:README.md").stdout == b"# demo\n\n* run_twice\n"
+
+
+def test_a_mixed_write_is_still_rejected_by_a_moved_non_python_read(repo):
+    res = _mixed_write(repo, "data.txt", moved=("data.txt", "one", "two"))
+    assert not res.accepted and res.rejection.reason == "stale_dependency"
+    assert [s.path for s in res.rejection.stale] == ["data.txt"]
+    assert "the non-Python files read" in res.rejection.scope["why"]
+
+
+def test_a_mixed_write_is_still_rejected_by_what_its_code_uses(repo):
+    res = _mixed_write(repo, "pkg/core.py", moved=("pkg/core.py", "return 1", "return 2"))
+    assert not res.accepted and [s.path for s in res.rejection.stale] == ["pkg/core.py"], res.rejection

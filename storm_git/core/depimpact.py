@@ -66,7 +66,8 @@ from typing import Any
 
 import pygit2
 
-from .depscope import UNPARSABLE, Resolver, dependents, is_python, own_writes, parse, resolve, target_deps
+from .depscope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse, python_targets, resolve,
+                       target_deps)
 from .readsets import ReadEntry
 from .store import Store
 
@@ -667,9 +668,8 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
     if not moved:
         return out
     new: dict[str, bytes] = {}
-    for p, c in changes.items():
-        c = c[0] if isinstance(c, tuple) else c
-        if not is_python(p) or not isinstance(c, bytes) or parse(c) is None:
+    for p, c in python_targets(changes).items():  # a non-Python target uses no name
+        if not isinstance(c, bytes) or parse(c) is None:
             out.kept.update({d: "the write's scope is the whole read set" for d in moved})
             return out
         new[p] = c

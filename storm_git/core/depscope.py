@@ -19,10 +19,15 @@ depends on, found with Python's ``ast`` on the content being written:
   are looked at, so a caller that started using the target meanwhile counts);
 * every file the agent wrote in this task (its own work must still fit together).
 
-Anything else in the read set is left out. A target that is not Python, does not
-parse, or is deleted falls back to the whole read set (``auto:all``), as does a
-write of several paths with one such target. The scope only ever drops read
-files; the target itself is always validated.
+Anything else in the read set is left out. A write whose targets are none of them
+Python, or with a Python target that does not parse or is deleted, falls back to
+the whole read set (``auto:all``). A file that is not Python written together
+with Python (a changelog entry, a README line, a config key for the new code)
+documents or configures that code: it depends on what the code depends on, plus
+every read file that is not Python either (prose read beside it); before, such a
+write used the whole read set, and these mixed writes were 10 of the 28
+stale-dependency rejections left in the replays of docs/simulation.md. The scope
+only ever drops read files; the targets themselves are always validated.
 """
 from __future__ import annotations
 
@@ -361,11 +366,11 @@ def dependents(r: Resolver, targets: set[str], new: list[ModuleInfo]) -> set[str
 def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
             head: pygit2.Oid) -> Scope:
     """The read files the write of ``changes`` depends on, at ``head`` (module docstring)."""
-    for p, c in changes.items():
-        if isinstance(c, tuple):
-            c = c[0]
-        if not is_python(p):
-            return Scope(FALLBACK, None, f"{p} is not Python: the whole read set", head)
+    code = python_targets(changes)
+    others = [p for p in changes if p not in code]
+    if not code:
+        return Scope(FALLBACK, None, f"{others[0]} is not Python: the whole read set", head)
+    for p, c in code.items():
         if c is None:
             return Scope(FALLBACK, None, f"{p} is deleted: the whole read set", head)
         if not isinstance(c, bytes) or parse(c) is None:
@@ -373,15 +378,26 @@ def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, 
     r = Resolver(store, store.commit(head).tree, reads, changes)
     deps: set[str] = set()
     new = []
-    for p, c in changes.items():
-        info = parse(c[0] if isinstance(c, tuple) else c)
+    for p, c in code.items():
+        info = parse(c)
         new.append(info)
         deps |= target_deps(r, p, info)
-    deps |= dependents(r, set(changes), new)
+    deps |= dependents(r, set(code), new)
     deps |= own_writes(store, agent, reads)
+    why = "imports, name definitions, importers and the agent's own writes"
+    if others:
+        # a file that is not code (a changelog, a README, a config) written with code: it
+        # documents or configures that change, so it depends on what the code depends on,
+        # and on every other file read that is not Python either (prose read beside it)
+        deps |= {p for p in reads if not is_python(p)}
+        why += f"; {', '.join(others[:3])}{' …' if len(others) > 3 else ''}: the non-Python files read"
     paths = {p for p in deps if p in reads and p not in changes}
-    return Scope(AUTO, paths, f"{len(paths)} of {len(reads)} read file(s): imports, name definitions, "
-                              "importers and the agent's own writes", head)
+    return Scope(AUTO, paths, f"{len(paths)} of {len(reads)} read file(s): {why}", head)
+
+
+def python_targets(changes: dict[str, Any]) -> dict[str, Any]:
+    """The Python files among a write's targets, with their new content (None: deleted)."""
+    return {p: (c[0] if isinstance(c, tuple) else c) for p, c in changes.items() if is_python(p)}
 
 
 def widen(scope: Scope, store: Store, agent: str, changes: dict[str, Any], reads: dict[str, ReadEntry],
