@@ -11,7 +11,7 @@ repository (a run leaves objects and packs that slow the next one's writes down)
   interleaved with the bare cycle (blob + trees + commit + CAS; benchmarks/bench_core);
 * a read of a new path and a re-read at an unchanged head, against the bare blob
   lookup ``revparse_single("refs/storm/workspace:PATH")``;
-* the new loose objects per storm write, its provenance notes folded in (the floor makes one blob,
+* the new loose objects per storm write, its share of the journal's fold included (the floor makes one blob,
   the trees along the path and a commit; automatic maintenance is off for the count);
 * 8 writer processes on disjoint files: aggregate accepted writes/s.
 
@@ -106,7 +106,7 @@ def child(repo: str, writes: int, throughput: bool) -> dict:
                 fd_s.append(time.perf_counter() - t)
         if k == 1:
             out["floor_disk_ms"] = med(fd_s)
-        try:  # the provenance notes the journal still holds, folded now so that they are counted
+        try:  # the journal's fold (before issue 13 it wrote a provenance note per write), now, so that it is counted
             from storm_git.core import readsets
             n0 = loose_objects(repo)
             readsets.fold(ws.store, agent)
