@@ -10,7 +10,8 @@ A storm-mode write then says what it was validated against (its *provenance*;
 issue 13: the commit carries it, so a write costs no note of its own):
 
 * ``Storm-Validated-At: <commit>``: the shared head it was validated at (its parent);
-* ``Storm-Scope: all|deps|auto|fallback``: which part of the read set counted;
+* ``Storm-Scope: all|deps|auto|auto:all``: which part of the read set counted
+  (``auto:all``: ``--deps auto`` fell back to the whole read set);
 * ``Storm-Read-Set: <blob|none> <n>``: the agent's read set at that moment, by
   reference: the read-set note blob it extends (``none``: no fold yet) plus the
   first ``n`` reads of the journal that extends it (``storm_git.core.readsets``
@@ -38,7 +39,7 @@ class Provenance:
     """What a write was validated against, as its commit's trailers carry it."""
 
     validated_at: str  # the head (the commit's parent)
-    scope: str  # all, deps, auto, fallback
+    scope: str  # all, deps, auto, auto:all (storm_git.core.depscope.FALLBACK)
     base: str  # the read-set note blob the agent's journal extended, or "none"
     reads: int  # how many of that journal's reads counted
     deps: list[str] | None = field(default=None)  # the scope's paths (deps, auto); None: the whole read set
