@@ -127,6 +127,8 @@ def test_provenance_resolves_before_the_fold_from_the_live_journal(repo):
     assert journal(repo, "a").read_bytes().startswith(b"storm journal 1 base none\n")  # not folded
     header, got = provenance(repo, c)
     assert got == before and header["read-set"] == "none" and header["journal-reads"] == "2"
+    [entry] = [e for e in storm_json(repo, "log")[1] if e.get("commit") == c]  # git storm log shows it too
+    assert entry["validated"] == {"at": rev(repo, f"{c}^"), "scope": "all", "read_set": "none 2", "deps": None}
     # a second write on a folded base, its journal not folded yet
     assert storm(repo, "status").returncode == 0
     assert storm(repo, "read", "README.md", agent="a").returncode == 0
