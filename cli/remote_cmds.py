@@ -154,8 +154,9 @@ def server_hook_install(path: str, as_json: bool) -> None:
 
     The guard refuses a push that moves refs/storm/workspace other than forward
     by validated writes: a non-fast-forward, a commit without storm's trailers,
-    a commit without a provenance note on its agent's notes ref, or one whose
-    provenance contradicts the parent. The hook runs with this interpreter; a
+    a commit without provenance (its Storm-Read-Set trailers, resolved from its
+    agent's notes ref; or, written before those, a provenance note), or one
+    whose provenance contradicts the parent. The hook runs with this interpreter; a
     pre-receive hook already there is kept and chained.
 
     \b

@@ -416,7 +416,7 @@ def log(limit: int, as_json: bool) -> None:
     \b
     Example:
       git storm log -n 20
-      git log --notes='storm/agents/*' refs/storm/workspace   # what each write was based on
+      git log refs/storm/workspace   # each write's trailers say what it was validated against
     """
     from storm_git.core import render
 

@@ -3,7 +3,8 @@ no accepted write that broke the validity rule, and a clean ``git fsck``.
 
 8 writer processes × 50 writes, mixing each agent's own files with three files
 every agent fights over. The checks come from git itself: the shared ref's
-history, the provenance notes and the blobs the payloads name.
+history, each write's provenance (its commit's trailers, resolved through the
+agents' notes) and the blobs the payloads name.
 """
 from __future__ import annotations
 
@@ -105,13 +106,14 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
     from storm_git.core import readsets
 
     ws = open_workspace(str(repo))
-    ws.status()  # folds every agent's journal: provenance notes are written then
+    ws.status()  # folds every agent's journal, which the commits' provenance points into
     for c in history:
         a, it = by_commit[c]
-        note = git(repo, "notes", f"--ref=storm/agents/{a}", "show", c).stdout.decode()
+        message = git(repo, "log", "-1", "--format=%B", c).stdout.decode()
         parent = rev(repo, f"{c}^")
-        assert f"validated-at: {parent}" in note
-        _header, entries = readsets.load_provenance(ws.store, a, c)
+        assert f"\nStorm-Validated-At: {parent}\n" in message and "\nStorm-Read-Set: " in message
+        header, entries = readsets.load_provenance(ws.store, a, c)
+        assert header["validated-at"] == parent
         assert any(e.path == it["path"] for e in entries) or _blob(repo, parent, it["path"]) is None
         for e in entries:
             assert e.blob == _blob(repo, parent, e.path), (c, e.path)

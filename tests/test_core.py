@@ -185,12 +185,13 @@ def test_forget_resets_read_set(ws):
     assert ws.read_set("e1") == {}
 
 
-def test_provenance_note_names_validated_read_set(repo, ws):
+def test_provenance_trailers_name_validated_read_set(repo, ws):
     ws.read(["src/api.py", "src/util.py"], agent="e1")
     res = ws.write("src/api.py", b"p\n", agent="e1")
-    ws.status()  # folds the journal: provenance notes are written then
-    note = git(repo, "notes", "--ref=storm/agents/e1", "show", res.commit).stdout.decode()
-    assert f"validated-at: {rev(repo, 'refs/storm/workspace^')}" in note
+    ws.status()  # folds the journal the provenance points into
+    message = git(repo, "log", "-1", "--format=%B", res.commit).stdout.decode()
+    assert f"\nStorm-Validated-At: {rev(repo, 'refs/storm/workspace^')}\n" in message
+    assert "\nStorm-Scope: all\nStorm-Read-Set: none 2\n" in message
     header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
     assert header["scope"] == "all"
     assert sorted(e.path for e in entries) == ["src/api.py", "src/util.py"]

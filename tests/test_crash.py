@@ -10,7 +10,8 @@ every kill:
   fine: a killed writer leaves unreferenced objects behind);
 * every write that had been acknowledged (the writer records it only after
   ``write()`` returned accepted) is in the shared ref's history, its line is in
-  the file at the head, and its provenance note exists;
+  the file at the head, and its provenance (its commit's trailers) resolves to a
+  read set validated at its parent;
 * the next writer (the killed agent, restarted) succeeds without manual help:
   ``Store.cas`` clears a ``<ref>.lock`` left by the dead writer;
 * ``git storm doctor --fix`` repairs what is left (e.g. a temporary file of a
@@ -35,7 +36,6 @@ import pytest
 
 from figures import long_run, record
 from helpers import git, make_repo, no_maintenance, snapshot_refs
-from storm_git.core.readsets import provenance_ref
 from storm_git.core.store import STALE_REF_LOCK_SECONDS
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
@@ -71,19 +71,19 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
         if a["path"] not in head_files:
             head_files[a["path"]] = git(repo, "show", f"refs/storm/workspace:{a['path']}").stdout.decode()
         assert a["line"] + "\n" in head_files[a["path"]], f"line of acknowledged write {a} lost"
-    # provenance of every acknowledged write (checked on a sample: one git call each): a
-    # note once its writer's journal is folded, or still in the journal of a writer that
-    # is stopped right now holding its lock (folding never waits for a busy agent)
+    # provenance of every acknowledged write (checked on a sample): its commit's trailers,
+    # resolved through the folded journal, or the live one of a writer killed before its
+    # fold or stopped right now holding its lock (folding never waits for a busy agent)
     from storm_git.core import readsets
     from storm_git.core.store import Store
 
-    readsets.fold_all(Store.discover(str(repo)))
+    store = Store.discover(str(repo))
+    readsets.fold_all(store)
     for a in random.sample(acked, min(5, len(acked))):
         agent = a["line"].split()[0]
-        note = git(repo, "notes", "--ref=" + provenance_ref(agent), "show", a["commit"], check=False)
-        journal = repo / ".git" / "storm" / "journal" / agent
-        pending = journal.exists() and f"\np {a['commit']} ".encode() in journal.read_bytes()
-        assert (note.returncode == 0 and b"validated-at:" in note.stdout) or pending, a
+        got = readsets.load_provenance(store, agent, a["commit"])
+        assert got is not None and got[0]["validated-at"] == git(repo, "rev-parse", a["commit"] + "^").stdout.decode().strip(), a
+        assert a["path"] in {e.path for e in got[1]}, a  # the writer read the file it wrote
 
 
 def _walk(root: Path, suffix_re: str, skip_git: bool) -> list[Path]:

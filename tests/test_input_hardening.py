@@ -327,8 +327,8 @@ def test_corrupt_read_set_is_named_reported_and_reset_by_forget(repo):
 def test_doctor_finds_and_fixes_a_corrupt_read_set(repo):
     storm(repo, "read", "README.md", agent="e1")
     assert storm(repo, "write", "README.md", input="# e1\n", agent="e1").returncode == 0
-    assert storm(repo, "status").returncode == 0  # folds the journal: the provenance note is written
-    provenance = git(repo, "notes", "--ref", "refs/notes/storm/agents/e1", "list").stdout.decode()
+    assert storm(repo, "status").returncode == 0  # folds the journal the write's provenance points into
+    folded = git(repo, "notes", "--ref", "refs/notes/storm/agents/e1", "list").stdout.decode()
     _plant_garbage_read_set(repo, "e1")
     code, rep = storm_json(repo, "doctor")
     found = [f for f in rep["findings"] if f["kind"] == "corrupt_read_set"]
@@ -337,10 +337,16 @@ def test_doctor_finds_and_fixes_a_corrupt_read_set(repo):
     assert code == 0 and [f["fixed"] for f in rep["findings"] if f["kind"] == "corrupt_read_set"] == [True]
     assert storm_json(repo, "doctor")[1]["findings"] == []
     assert storm(repo, "read", "README.md", agent="e1").returncode == 0
-    # the provenance note of e1's write is history: kept
+    # the journal e1's write's provenance points into is history: kept, and it still resolves
+    from storm_git.core import readsets
+    from storm_git.core.store import Store
+
+    journal_key = git(repo, "hash-object", "--stdin", input=b"storm journal: e1 none\n").stdout.decode().strip()
+    assert journal_key in folded and journal_key in git(repo, "notes", "--ref", "refs/notes/storm/agents/e1",
+                                                        "list").stdout.decode()
     commit = rev(repo, "refs/storm/workspace")
-    assert commit in provenance and commit in git(repo, "notes", "--ref", "refs/notes/storm/agents/e1",
-                                                  "list").stdout.decode()
+    header, entries = readsets.load_provenance(Store.discover(str(repo)), "e1", commit)
+    assert header["validated-at"] == rev(repo, "refs/storm/workspace^") and [e.path for e in entries] == ["README.md"]
 
 
 # -- 9b. a reservation from a skewed clock ----------------------------------------------------------------------

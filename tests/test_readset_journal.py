@@ -19,7 +19,7 @@ import pytest
 
 from helpers import git, make_repo, rev, storm, storm_json
 from storm_git import open_workspace
-from storm_git.core import readsets
+from storm_git.core import readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES
 
 
@@ -94,8 +94,8 @@ def test_forget_then_a_replayed_journal_cannot_resurrect_paths(repo):
 
 
 def test_a_writer_killed_between_its_journal_and_its_cas(repo):
-    """The write's entries and provenance are journaled before the CAS: killed there,
-    nothing is published, the agent's own view errs on the side of a rejection."""
+    """The write's entries are journaled before the CAS: killed there, nothing is
+    published, the agent's own view errs on the side of a rejection."""
     ws = open_workspace(str(repo))
     head = rev(repo, "refs/storm/workspace")
     assert storm(repo, "read", "src/api.py", "src/util.py", agent="e1").returncode == 0
@@ -107,7 +107,7 @@ def test_a_writer_killed_between_its_journal_and_its_cas(repo):
     p.stdin.write(b"lost = 1\n")
     p.stdin.close()
     deadline = time.monotonic() + 30
-    while b"\np " not in journal(repo, "e1").read_bytes():
+    while journal(repo, "e1").read_bytes().count(b"\n") < 4:  # header, 2 reads, the write's entry
         assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() else "no append"
         time.sleep(0.01)
     p.send_signal(signal.SIGKILL)
@@ -164,15 +164,23 @@ def test_provenance_of_deps_and_after_a_concurrent_fold(repo):
     ws.status()
     header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
     assert header["scope"] == "deps" and sorted(e.path for e in entries) == ["src/api.py", "src/util.py"]
-    # another process of the same agent folded between this write's load and its journal
-    # append: the provenance is written explicitly at once
-    view = readsets.load_view(ws.store, "e1")
+    # another process of the same agent folds between this write's load of its read set
+    # and its commit: the commit names the read set it loaded, which the fold kept
     ws.read(["src/client.py"], agent="e1")
-    readsets.fold(ws.store, "e1")
+    view = readsets.load_view(ws.store, "e1")
+    assert view.counted == 1 and "src/client.py" in view.entries
+    same_agent = open_workspace(str(repo))  # its own Store: another process's view
+    same_agent.read(["docs/new.md"], agent="e1")
+    assert readsets.fold(same_agent.store, "e1")
     head = ws.head()
-    readsets.record_write(ws.store, "e1", [], head, head, "all", view, None)
-    header, entries = readsets.load_provenance(ws.store, "e1", str(head))
+    prov = trailers.Provenance(str(head), "all", view.base, view.counted)
+    commit = ws.store.make_commit(ws.store.commit(head).tree_id, [head], "e1",
+                                  trailers.format_message("by hand", "e1", "write", ["x"], prov))
+    readsets.record_write(ws.store, "e1", [])
+    header, entries = readsets.load_provenance(open_workspace(str(repo)).store, "e1", str(commit))
+    assert header["read-set"] == view.base != readsets.load_view(ws.store, "e1").base
     assert {e.path: e.blob for e in entries} == {p: e.blob for p, e in view.entries.items()}
+    assert "docs/new.md" not in {e.path for e in entries}
 
 
 def test_status_does_not_wait_for_an_agent_holding_its_lock(repo):

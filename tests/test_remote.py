@@ -111,6 +111,20 @@ def remote(request, tmp_path: Path):
     return srv, (f"file://{srv}" if request.param == "file" else str(srv))
 
 
+def server_provenance(srv: Path, agent: str, commit: str):
+    """(the commit's provenance trailers, the read set they name) resolved on the server
+    alone: its copy of the agent's notes ref holds the journal they point into."""
+    import pygit2
+
+    from storm_git.core import readsets, trailers
+
+    r = pygit2.Repository(str(srv))
+    prov = trailers.provenance(trailers.parse(r[pygit2.Oid(hex=commit)].message))
+    assert prov is not None, commit
+    tip = r.lookup_reference(f"refs/notes/storm/agents/{agent}").target
+    return prov, readsets.provenance_entries(r, r[tip].tree, agent, prov)
+
+
 def _install_guard(srv: Path) -> None:
     r = storm(srv, "server-hook", "install", str(srv))
     assert r.returncode == 0, r.stderr
@@ -133,9 +147,9 @@ def test_init_join_write_sync(remote, tmp_path):
     assert (b / "src/api.py").read_text() == new
     msg = git(srv, "log", "-1", "--format=%B", WS).stdout.decode()
     assert "Storm-Agent: eng_b" in msg and "Storm-Path: src/api.py" in msg
-    # its provenance travelled in the same push
-    note = git(srv, "notes", "--ref=storm/agents/eng_b", "show", res["commit"], check=False)
-    assert note.returncode == 0 and b"validated-at: " + h0.encode() in note.stdout
+    # its provenance is in the commit, and the journal it points into travelled in the same push
+    prov, entries = server_provenance(srv, "eng_b", res["commit"])
+    assert prov.validated_at == h0 and [e.path for e in entries] == ["src/api.py"]
     # the other clone converges with sync
     assert (a / "src/api.py").read_text() != new
     r = storm(a, "sync")
@@ -285,7 +299,7 @@ def test_lost_push_answer_is_not_applied_twice(tmp_path):
     # ... and the client never heard: its copy of the server's head is the old one (its
     # local ref holds the write as queued, the state a push starts from)
     assert rev(a, "refs/storm-remote/origin/storm/workspace") == h0 and rev(a, WS) == landed[0]
-    assert git(srv, "notes", "--ref=storm/agents/eng_a", "show", landed[0], check=False).returncode == 0
+    assert server_provenance(srv, "eng_a", landed[0])[0].validated_at == rev(srv, f"{landed[0]}^")
     # the agent runs the same write again: the next fetch shows it there; nothing new lands
     code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
     assert code == 0 and res["accepted"] and res["commit"] is None, res
@@ -461,6 +475,53 @@ def test_guard_refuses_provenance_contradicting_the_parent(guarded):
     r = _push(a, f"{c}:{WS}", f"{notes}:refs/notes/storm/agents/eng_z")
     assert r.returncode == 0, r.stderr
     assert rev(srv, WS) == c
+
+
+def test_guard_resolves_provenance_trailers_and_refuses_one_contradicting_the_parent(guarded):
+    """A commit's Storm-Read-Set names a read set by reference (a read-set note blob and
+    the first reads of its journal): the guard resolves it from the agent's notes ref
+    as pushed and checks it against the parent, like an old-format note."""
+    srv, a = guarded
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/util.py", "src/api.py", agent="eng_a").returncode == 0
+    assert storm(a, "write", "src/util.py", input="A\n", agent="eng_a").returncode == 0
+    h1 = rev(srv, WS)
+    first = git(a, "log", "-1", "--format=%B", h1).stdout.decode()
+    stale = [ln for ln in first.splitlines() if ln.startswith("Storm-Read-Set: ")]
+    assert stale == ["Storm-Read-Set: none 2"], first  # util.py as it was at h0: not h1's
+    # a hand-made write of eng_a on h1 that claims the read set of eng_a's first write
+    def forged(read_set: str, at: str = h1) -> str:
+        return _commit(a, h1, {"src/api.py": "skipped validation\n"},
+                       _trailers("eng_a", "src/api.py") + f"Storm-Validated-At: {at}\nStorm-Scope: all\n{read_set}\n")
+    c = forged(stale[0])
+    r = _push(a, f"{c}:{WS}")
+    assert r.returncode != 0 and b"read src/util.py as" in r.stderr and b"but the parent has" in r.stderr, r.stderr
+    assert rev(srv, WS) == h1
+    # a journal that is nowhere (not folded, not pushed) cannot vouch for anything
+    notes_tip = rev(a, "refs/notes/storm/agents/eng_a")
+    base = readsets_base(a, "eng_a")
+    r = _push(a, f"{forged(f'Storm-Read-Set: {base} 3')}:{WS}")
+    assert r.returncode != 0 and b"is not in refs/notes/storm/agents/eng_a" in r.stderr, r.stderr
+    # validated somewhere else than at the parent
+    r = _push(a, f"{forged(f'Storm-Read-Set: {base} 0', at=h0)}:{WS}")
+    assert r.returncode != 0 and b"not at its parent" in r.stderr, r.stderr
+    # malformed
+    r = _push(a, f"{forged('Storm-Read-Set: yesterday')}:{WS}")
+    assert r.returncode != 0 and b"provenance trailers cannot be read" in r.stderr, r.stderr
+    # the read set as it is now (eng_a's read-set note after its write: util.py at h1) passes
+    assert rev(srv, "refs/notes/storm/agents/eng_a") == notes_tip
+    c = forged(f"Storm-Read-Set: {base} 0")
+    r = _push(a, f"{c}:{WS}")
+    assert r.returncode == 0, r.stderr
+    assert rev(srv, WS) == c
+
+
+def readsets_base(repo: Path, agent: str) -> str:
+    """The agent's current read-set note blob (what its next write's Storm-Read-Set names)."""
+    from storm_git.core.readsets import load_view
+    from storm_git.core.store import Store
+
+    return load_view(Store.discover(str(repo)), agent).base
 
 
 def test_guard_refuses_a_write_that_changes_unnamed_paths(guarded):

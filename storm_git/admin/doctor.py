@@ -26,10 +26,13 @@ What it looks for:
   are both gone (``git storm cleanup`` ran), and in any mode any agent the
   operator names with ``forget_agents`` (``--forget-agent ID``). Storm mode has
   no registry of agents, so it never guesses. The fix empties the read set;
-  the provenance notes in the same notes ref are history and are kept.
+  the folded journals in the same notes ref (which the agent's writes'
+  provenance trailers point into) and any old provenance notes are history and
+  are kept.
 * ``corrupt_read_set``: an agent's read-set note that cannot be parsed. Every
   command of that agent refuses (naming it) until it is reset; the fix empties
-  it (``forget --agent A`` does the same), provenance notes stay.
+  it (``forget --agent A`` does the same), the journals its writes' provenance
+  points into stay.
 * ``expired_reservations``: reservations past their expiry still stored in
   ``refs/storm/reservations`` (harmless; pruned by the next reservation change).
 * ``skewed_reservation``: a reservation ending further ahead than
@@ -194,7 +197,7 @@ def _orphan_read_sets(store: Store, forget_agents: list[str], fix: bool, out: li
             continue
         try:
             if not readsets.peek(store, agent):
-                continue  # nothing to drop (its provenance notes are history and stay)
+                continue  # nothing to drop (its folded journals are history and stay)
         except StormError:
             continue  # reported as broken_ref
         f = Finding("orphan_read_set", agent, f"{AGENTS_PREFIX}{agent} (read set): {why}", True)
@@ -213,14 +216,14 @@ def _corrupt_read_sets(store: Store, fix: bool, out: list[Finding]) -> None:
         except StormError:
             continue  # a broken ref: reported as broken_ref
         f = Finding("corrupt_read_set", agent, f"{AGENTS_PREFIX}{agent}: {detail}; the fix empties it "
-                    f"(provenance notes stay)", True)
+                    f"(its writes' provenance stays)", True)
         out.append(f)
         if fix:
             f.fixed = _drop_read_set(store, agent)
 
 
 def _drop_read_set(store: Store, agent: str) -> bool:
-    """Empty the agent's read set (its provenance notes stay: they are the audit trail)."""
+    """Empty the agent's read set (its folded journals stay: its writes' provenance points into them)."""
     readsets.forget(store, agent, None)
     return not readsets.load(store, agent)
 

@@ -1,29 +1,41 @@
-"""Agents' read sets and the provenance of their writes: a journal folded into git notes.
+"""Agents' read sets, and the journals a write's provenance points into: a journal folded into git notes.
 
 Each agent has one notes ref, ``refs/notes/storm/agents/<agent>`` (one ref per
 agent, so agents never contend on a ref: GIT-FACTS measured a shared notes ref
 losing 60–75 % of notes). It holds:
 
-* the agent's read set ``S_a``, as one note on a small per-agent key blob: one
-  line ``<blob-hex|absent> <head-hex> <path>`` per path (the version seen and
-  the shared head it was read at);
-* one provenance note on each commit the agent wrote: the read set that write
-  was validated against, so ``git log --notes='storm/agents/*'`` shows it.
+* the agent's read set ``S_a``, as one note on a small per-agent key blob
+  (``storm read set: <agent>``): a header naming the fold, then one line
+  ``<blob-hex|absent> <head-hex> <path>`` per path (the version seen and the
+  shared head it was read at). Every fold writes a new, unique note blob, even
+  for an empty read set, so a note blob names one state of the read set for good;
+* every journal ever folded, as a note on the key blob ``storm journal: <agent>
+  <base>``, where ``<base>`` is the read-set note blob (or ``none``) the journal
+  extended. Those keys are never reused, so these notes are never replaced.
 
-A notes commit per read or write made reads ~24x a blob lookup and writes grow
-with the read set (issue 13). So what happens between two folds goes to the
-agent's **journal**, ``<commondir>/storm/journal/<agent>``: one ``write()`` of
-whole lines per read (``r <blob|absent> <head> <path>``) and per accepted write
-(its new versions, then ``p <commit> <validated-at> <scope> <n>``: validated
-against the read set as of the journal's first ``n`` ``r`` lines). The journal's
-first line names the read-set note blob it extends; every fold writes a unique
-note (its header holds a fresh fold id), so a journal left behind by a fold
-killed after its notes commit no longer matches and is ignored — replaying it
-could not change anything anyway. A fold writes, in one notes commit, the new
-read set, the journal itself (a note on a per-agent key, so a compact provenance
-note can point into it) and a provenance note per write. It runs at an agent's
-write once the journal holds FOLD_BYTES, and at ``status``/``doctor``/
-``maintenance``/``forget``; never on a read's path.
+What happens between two folds goes to the agent's **journal**,
+``<commondir>/storm/journal/<agent>``: one ``write()`` of whole lines per read
+(``r <blob|absent> <head> <path>``) and per accepted write (its new versions, as
+``r`` lines too). The journal's first line names the read-set note blob it
+extends. A notes commit per read or write made reads ~24x a blob lookup and writes
+grow with the read set (issue 13); the journal costs one append.
+
+**Provenance** — the read set a write was validated against — travels in the
+write's commit (``storm_git.core.trailers``): ``Storm-Read-Set: <base> <n>``
+says the read set was the note ``<base>`` plus the first ``n`` reads of the
+journal that extends it. :func:`load_provenance` resolves it from the folded
+journal note, or from the live journal file while ``<base>`` is not folded yet.
+Nothing per write goes into the notes, so a fold costs a few objects however many
+writes it covers. (Before issue 13 a fold wrote a provenance note per write, from
+``p <commit> <validated-at> <scope> <n>`` journal lines; such notes are still read,
+and a journal left with ``p`` lines by that code still gets them at its fold.)
+
+Every fold writes a unique note (its header holds a fresh fold id), so a journal
+left behind by a fold killed after its notes commit no longer matches and is
+ignored — it was folded, and its note keeps it for the provenance that points
+into it. A fold writes, in one notes commit, the new read set and the journal. It
+runs at an agent's write once the journal holds FOLD_BYTES, and at
+``status``/``doctor``/``maintenance``/``forget``; never on a read's path.
 """
 from __future__ import annotations
 
@@ -35,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 
 import pygit2
 
-from . import notes
+from . import notes, trailers
 from .errors import CorruptState
 from .locks import flocked, try_flocked
 from .store import AGENTS_PREFIX, Store
@@ -118,8 +130,9 @@ def _key(agent: str) -> bytes:
     return f"{READ_SET_HEADER}: {agent}\n".encode("utf-8")
 
 
-def _journal_key(agent: str) -> bytes:
-    return f"{JOURNAL_KEY_HEADER}: {agent}\n".encode("utf-8")
+def _journal_key(agent: str, base: str) -> bytes:
+    """The key blob whose note is the journal that extended read-set note ``base``."""
+    return f"{JOURNAL_KEY_HEADER}: {agent} {base}\n".encode("utf-8")
 
 
 # -- the folded read set (the note) ---------------------------------------------------------------
@@ -149,10 +162,9 @@ def _lines(text: str | None, agent: str, out: dict[str, str] | None = None) -> d
     return out
 
 
-def _note_text(agent: str, lines: dict[str, str]) -> bytes | None:
-    """The note of a read set; a fresh fold id makes every fold's blob unique."""
-    if not lines:
-        return None
+def _note_text(agent: str, lines: dict[str, str]) -> bytes:
+    """The note of a read set; a fresh fold id makes every fold's blob unique (an
+    empty read set too: a journal's key names its base, so no base may come back)."""
     header = f"{READ_SET_HEADER} of {agent}: <version|absent> <head> <path> (fold {uuid.uuid4().hex})\n"
     return (header + "".join(lines[p] + "\n" for p in sorted(lines))).encode("utf-8")
 
@@ -396,25 +408,16 @@ def record(store: Store, agent: str, entries: Iterable[ReadEntry], *, why: str =
         return len(new)
 
 
-def record_write(store: Store, agent: str, entries: Iterable[ReadEntry], commit: pygit2.Oid | None,
-                 validated_at: pygit2.Oid, scope: str, view: ReadSetView, deps: list[str] | None) -> int:
-    """Journal an accepted write before its CAS: its new versions, and (when it made a
-    commit) its provenance — validated against ``view`` (or its ``deps`` paths).
-    A write whose CAS then fails or never happens leaves entries naming versions
-    the agent itself produced: they can only make a later write of it be refused.
-    Returns the journal's size in bytes (the caller folds past FOLD_BYTES)."""
+def record_write(store: Store, agent: str, entries: Iterable[ReadEntry]) -> int:
+    """Journal an accepted write's new versions before its CAS. Its provenance is in
+    its commit (``Storm-Read-Set``: the view it was validated against), which points
+    at reads already in the journal, so nothing else is written. A write whose CAS
+    then fails or never happens leaves entries naming versions the agent itself
+    produced: they can only make a later write of it be refused. Returns the
+    journal's size in bytes (the caller folds past FOLD_BYTES)."""
     with flocked(store.commondir, agent_lock(agent)):
         c = _load_locked(store, agent)
         data = "".join("r " + e.line() for e in entries)
-        if commit is not None:
-            if c.base == view.base:
-                tail = "" if deps is None else " " + "\0".join(deps)
-                data += f"p {commit} {validated_at} {scope} {view.counted}{tail}\n"
-            else:  # a fold ran meanwhile (another process of this agent): list the entries
-                shown = view.entries.values() if deps is None else [view.entries[d] for d in deps if d in view.entries]
-                notes.update_notes(store, agent_ref(agent),
-                                   {str(commit): provenance_text(agent, validated_at, scope, shown).encode()},
-                                   agent=agent, message=f"storm: provenance of {commit}")
         return _append(store, agent, c.base, data, c, copy=True)
 
 
@@ -442,18 +445,22 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
     lines = {} if reset else _lines(base_text, agent)
     changes: dict[str, bytes | None] = {}
     if journal is not None and journal.lines:
+        # kept for good under a key naming its base: the provenance of this journal's
+        # writes (Storm-Read-Set: <base> <n>) points into it
         jbytes = raw[:journal.size]
-        jblob = str(pygit2.hash(jbytes))
-        store.write_blob(_journal_key(agent))  # note targets must exist (git notes prune)
-        changes[str(pygit2.hash(_journal_key(agent)))] = jbytes
-        done = 0
-        applied = dict(lines)  # the read set as each write saw it, replayed in order
-        for commit, at, scope, counted, deps in journal.writes:
-            while done < counted and done < len(journal.reads):
-                ln = journal.reads[done]
-                applied[ln.split(" ", 2)[2]] = ln
-                done += 1
-            changes[commit] = _provenance(agent, at, scope, base, jblob, counted, deps, applied).encode()
+        jkey = _journal_key(agent, base)
+        store.write_blob(jkey)  # note targets must exist (git notes prune)
+        changes[str(pygit2.hash(jkey))] = jbytes
+        if journal.writes:  # "p" lines: writes of the code before provenance moved into commits
+            jblob = str(pygit2.hash(jbytes))
+            done = 0
+            applied = dict(lines)  # the read set as each write saw it, replayed in order
+            for commit, at, scope, counted, deps in journal.writes:
+                while done < counted and done < len(journal.reads):
+                    ln = journal.reads[done]
+                    applied[ln.split(" ", 2)[2]] = ln
+                    done += 1
+                changes[commit] = _provenance(agent, at, scope, base, jblob, counted, deps, applied).encode()
         if not reset:
             for ln in journal.reads:
                 lines[ln.split(" ", 2)[2]] = ln
@@ -464,7 +471,7 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
     changes[str(pygit2.hash(_key(agent)))] = text
     notes.update_notes(store, agent_ref(agent), changes, agent=agent,
                        message=f"storm: {agent} folds {journal.lines if journal else 0} journal line(s)")
-    _start_journal(store, agent, str(pygit2.hash(text)) if text else NO_BASE)
+    _start_journal(store, agent, str(pygit2.hash(text)))
     _cache(store).pop(agent, None)
     return True
 
@@ -487,7 +494,8 @@ def fold_all(store: Store) -> list[str]:
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
-    Provenance notes stay: they are the audit trail of past writes."""
+    The folded journals stay (and old provenance notes): past writes' provenance
+    points into them, the audit trail."""
     with flocked(store.commondir, agent_lock(agent)):
         try:
             current = dict(_line_map(store, agent))
@@ -505,16 +513,25 @@ def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
 
 def _reset_unreadable(store: Store, agent: str) -> list[str]:
     """Empty an unparsable read set (the way out its error offers); returns the
-    paths still recognisable in it, or a marker when none is."""
-    _n, _base, tree = _base_of(store, agent)
+    paths still recognisable in it, or a marker when none is. The journal is kept
+    as it was, under its base's key, like any folded journal."""
+    _n, base, tree = _base_of(store, agent)
     blob = _note_blob(store, tree, _key(agent))
     text = "" if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
-    text += (_read_journal(store, agent) or b"").decode("utf-8", "surrogateescape")
+    raw = _read_journal(store, agent) or b""
+    text += raw.decode("utf-8", "surrogateescape")
     found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2 and not ln.startswith("p ")]
+    changes: dict[str, bytes | None] = {}
+    kept = raw[:raw.rfind(b"\n") + 1]
+    if kept.startswith(f"{JOURNAL_HEADER}{base}\n".encode()) and kept.count(b"\n") > 1:
+        store.write_blob(_journal_key(agent, base))
+        changes[str(pygit2.hash(_journal_key(agent, base)))] = kept
+    empty = _note_text(agent, {})
     store.write_blob(_key(agent))
-    notes.update_notes(store, agent_ref(agent), {str(pygit2.hash(_key(agent))): None}, agent=agent,
+    changes[str(pygit2.hash(_key(agent)))] = empty
+    notes.update_notes(store, agent_ref(agent), changes, agent=agent,
                        message=f"storm: {agent} reset an unreadable read set")
-    _start_journal(store, agent, NO_BASE)
+    _start_journal(store, agent, str(pygit2.hash(empty)))
     _cache(store).pop(agent, None)
     return [f.removeprefix("r ").split(" ", 2)[-1] for f in found] or ["(unreadable read set)"]
 
@@ -531,8 +548,50 @@ def agents(store: Store) -> list[str]:
 
 # -- provenance -----------------------------------------------------------------------------------
 
+class ProvenanceNotFound(CorruptState):
+    """A write's provenance names a journal that cannot be found (the agent's notes
+    ref was deleted or rewound, or its journal file lost before it was folded)."""
+
+    kind = "provenance_not_found"
+
+
+def read_set_at(repo: pygit2.Repository, tree: pygit2.Tree | None, agent: str, base: str, reads: int,
+                live: bytes | None = None) -> dict[str, ReadEntry]:
+    """The read set ``Storm-Read-Set: <base> <reads>`` names: the read-set note blob
+    ``base`` plus the first ``reads`` reads of the journal that extended it — its note
+    in the notes tree ``tree`` (the agent's ref), else ``live`` (the journal file, while
+    ``base`` is not folded yet). Raises ProvenanceNotFound, CorruptReadSet, KeyError."""
+    text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
+    lines = _lines(text, agent)
+    if reads:
+        jblob = _note_blob(None, tree, _journal_key(agent, base))  # type: ignore[arg-type]
+        if jblob is not None:
+            raw = repo[jblob].data
+        elif live is not None and live.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
+            raw = live
+        else:
+            raise ProvenanceNotFound(f"the journal of {agent} extending {base[:12]} is not in "
+                                     f"{agent_ref(agent)}", hint="was the agent's notes ref deleted or rewound?")
+        j = _parse_journal(raw, agent)
+        if len(j.reads) < reads:
+            raise ProvenanceNotFound(f"the journal of {agent} extending {base[:12]} holds {len(j.reads)} "
+                                     f"reads, not the {reads} a write counted")
+        for ln in j.reads[:reads]:
+            lines[ln.split(" ", 2)[2]] = ln
+    return {p: ReadEntry.parse(ln) for p, ln in lines.items()}
+
+
+def provenance_entries(repo: pygit2.Repository, tree: pygit2.Tree | None, agent: str,
+                       prov: trailers.Provenance, live: bytes | None = None) -> list[ReadEntry]:
+    """The entries a write with provenance ``prov`` was validated against (its
+    ``Storm-Dep`` paths of the read set, or all of it), sorted by path."""
+    full = read_set_at(repo, tree, agent, prov.base, prov.reads, live)
+    keep = sorted(full) if prov.deps is None else sorted(p for p in set(prov.deps) if p in full)
+    return [full[p] for p in keep]
+
+
 def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Iterable[ReadEntry]) -> str:
-    """A provenance note listing the read set explicitly."""
+    """A provenance note listing the read set explicitly (the format before issue 13)."""
     lines = [
         "storm provenance: the read set this write was validated against",
         f"agent: {agent}",
@@ -545,9 +604,9 @@ def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Ite
 
 def _provenance(agent: str, at: str, scope: str, base: str, jblob: str, counted: int,
                 deps: list[str], applied: dict[str, str]) -> str:
-    """Deps (few paths) are listed; a whole read set is named by reference — the
-    read-set note it started from plus the first ``counted`` reads of the journal
-    blob — so a fold costs the same whatever the read set's size."""
+    """The note a ``p`` line of an old journal becomes (the format before issue 13):
+    deps (few paths) are listed; a whole read set is named by reference — the
+    read-set note it started from plus the first ``counted`` reads of the journal blob."""
     if deps:
         return provenance_text(agent, at, scope, [ReadEntry.parse(applied[p]) for p in deps if p in applied])
     return (f"storm provenance: the read set this write was validated against\n"
@@ -559,7 +618,7 @@ _FIELDS = ("agent", "validated-at", "scope", "read-set", "journal", "journal-rea
 
 
 def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header fields, entries listed in the note) of a provenance note."""
+    """(header fields, entries listed in the note) of a provenance note (before issue 13)."""
     header: dict[str, str] = {}
     entries: list[ReadEntry] = []
     for line in text.splitlines()[1:]:
@@ -571,21 +630,50 @@ def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
     return header, entries
 
 
-def load_provenance(store: Store, agent: str, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
-    """(header, the full read set the write was validated against), following a
-    by-reference note to the read-set note and journal it names. None before the
-    agent's journal is folded (``git storm status`` folds)."""
-    tree = notes.notes_tree(store, store.ref(provenance_ref(agent)))
-    raw = notes.read_note(store, tree, commit)
-    if raw is None:
-        return None
+def note_entries(repo: pygit2.Repository, agent: str, raw: bytes) -> tuple[dict[str, str], list[ReadEntry]]:
+    """(header, read set) of a provenance note (before issue 13), following a
+    by-reference note to the read-set note and journal blob it names."""
     header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
     if "journal" in header:
         base = header["read-set"]
-        text = None if base == NO_BASE else store.blob_bytes(pygit2.Oid(hex=base)).decode("utf-8", "surrogateescape")
+        text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
         lines = _lines(text, agent)
-        j = _parse_journal(store.blob_bytes(pygit2.Oid(hex=header["journal"])), agent)
+        j = _parse_journal(repo[pygit2.Oid(hex=header["journal"])].data, agent)
         for ln in j.reads[:int(header["journal-reads"])]:
             lines[ln.split(" ", 2)[2]] = ln
         entries = [ReadEntry.parse(lines[p]) for p in sorted(lines)]
     return header, entries
+
+
+def load_provenance(store: Store, agent: str | None, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
+    """(header, the read set the write ``commit`` was validated against), from its
+    commit's trailers (header ``validated-at``, ``scope``, ``read-set``,
+    ``journal-reads``), or for a commit written before issue 13 from its
+    provenance note. Resolves from the folded journal, or from the live journal
+    before the fold. None when the commit carries neither (not a storm write, or
+    an old write whose journal is not folded yet: ``git storm status`` folds).
+    ``agent`` None: the commit's ``Storm-Agent``."""
+    c = store.commit(pygit2.Oid(hex=str(commit)))
+    found = trailers.parse(c.message)
+    agent = agent or (found.get("Storm-Agent") or [""])[0]
+    try:
+        prov = trailers.provenance(found)
+    except ValueError as exc:
+        raise CorruptState(f"the provenance trailers of {str(commit)[:12]} are unreadable ({exc})") from None
+    if prov is not None:
+        header = {"agent": agent, "validated-at": prov.validated_at, "scope": prov.scope,
+                  "read-set": prov.base, "journal-reads": str(prov.reads)}
+        for attempt in (0, 1):
+            tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
+            live = _read_journal(store, agent)
+            try:
+                return header, provenance_entries(store.repo, tree, agent, prov, live)
+            except ProvenanceNotFound:
+                if attempt:  # a fold between the two looks: its notes commit came first, look again
+                    raise
+        raise AssertionError("unreachable")
+    tree = notes.notes_tree(store, store.ref(provenance_ref(agent)))
+    raw = notes.read_note(store, tree, str(commit))
+    if raw is None:
+        return None
+    return note_entries(store.repo, agent, raw)

@@ -18,7 +18,8 @@ from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError,
 WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
 EVENTS_REF = "refs/storm/log"
-# One notes ref per agent holds its read set and its writes' provenance notes.
+# One notes ref per agent holds its read set and its folded journals (which its
+# writes' provenance trailers point into; before issue 13, provenance notes).
 AGENTS_PREFIX = "refs/notes/storm/agents/"
 # A clone of a shared workspace on a git remote keeps the server's storm refs here
 # (storm_git.remote), moved only under the REMOTE_LOCK flock.

@@ -5,15 +5,74 @@
 without any side table. ``Storm-Time`` (epoch seconds, microseconds) places the
 write among the rejections and other events of ``refs/storm/log``, which git's
 commit time (whole seconds) cannot.
+
+A storm-mode write then says what it was validated against (its *provenance*;
+issue 13: the commit carries it, so a write costs no note of its own):
+
+* ``Storm-Validated-At: <commit>``: the shared head it was validated at (its parent);
+* ``Storm-Scope: all|deps|auto|auto:all``: which part of the read set counted
+  (``auto:all``: ``--deps auto`` fell back to the whole read set);
+* ``Storm-Read-Set: <blob|none> <n>``: the agent's read set at that moment, by
+  reference: the read-set note blob it extends (``none``: no fold yet) plus the
+  first ``n`` reads of the journal that extends it (``storm_git.core.readsets``
+  keeps every folded journal as a note keyed by that blob, so this resolves for good);
+* one ``Storm-Dep: <path>`` per path of a ``deps``/``auto`` scope (the scope is then
+  those entries of the read set; with none, the whole read set), encoded like
+  ``Storm-Path``.
+
+``storm_git.core.readsets.load_provenance`` expands them into the read set;
+commits written before this had a provenance note in the agent's notes ref instead.
 """
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 
 from .errors import UsageError
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")  # one C-level scan a value (a write of 2,000 paths)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a write was validated against, as its commit's trailers carry it."""
+
+    validated_at: str  # the head (the commit's parent)
+    scope: str  # all, deps, auto, auto:all (storm_git.core.depscope.FALLBACK)
+    base: str  # the read-set note blob the agent's journal extended, or "none"
+    reads: int  # how many of that journal's reads counted
+    deps: list[str] | None = field(default=None)  # the scope's paths (deps, auto); None: the whole read set
+
+    def lines(self) -> list[str]:
+        out = [f"Storm-Validated-At: {self.validated_at}", f"Storm-Scope: {self.scope}",
+               f"Storm-Read-Set: {self.base} {self.reads}"]
+        return out + [f"Storm-Dep: {d}" for d in self.deps or ()]
+
+
+PROVENANCE_KEYS = ("Storm-Validated-At", "Storm-Scope", "Storm-Read-Set")
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def provenance(found: dict[str, list[str]]) -> Provenance | None:
+    """The provenance in parsed trailers; None when the commit carries none (written
+    before provenance moved into the commit). Raises ValueError when it is there but
+    malformed (some keys missing, repeated, or values that do not parse)."""
+    if not any(k in found for k in PROVENANCE_KEYS) and "Storm-Dep" not in found:
+        return None
+    missing = [k for k in PROVENANCE_KEYS if len(found.get(k, [])) != 1]
+    if missing:
+        raise ValueError(f"trailer {missing[0]} missing or repeated")
+    at, scope = found["Storm-Validated-At"][0], found["Storm-Scope"][0]
+    base, _sp, n = found["Storm-Read-Set"][0].partition(" ")
+    if not _HEX.fullmatch(at):
+        raise ValueError(f"Storm-Validated-At {at[:60]!r} is not a commit id")
+    if not (base == "none" or _HEX.fullmatch(base)) or not n.isdigit() or not n.isascii():
+        raise ValueError(f"Storm-Read-Set {found['Storm-Read-Set'][0][:60]!r} is not '<blob|none> <count>'")
+    if not scope or " " in scope:
+        raise ValueError(f"Storm-Scope {scope[:60]!r} is not a scope name")
+    deps = found.get("Storm-Dep")
+    return Provenance(at, scope, base, int(n), list(deps) if deps is not None else None)
 
 
 def _check_fields(agent: str, op: str, paths: list[str]) -> None:
@@ -41,13 +100,17 @@ def _safe_intent(intent: str | None) -> str | None:
     return re.sub(r"(?m)^(?=---(?:\s|$))", " ", intent)
 
 
-def format_message(intent: str | None, agent: str, op: str, paths: list[str]) -> str:
-    _check_fields(agent, op, paths)
+def format_message(intent: str | None, agent: str, op: str, paths: list[str],
+                   provenance: Provenance | None = None) -> str:
+    """The commit message: the intent as subject, then the trailers (module docstring)."""
+    _check_fields(agent, op, paths + list(provenance.deps or ()) if provenance else paths)
     intent = _safe_intent(intent)
     subject = (intent or "").strip() or f"storm: {agent} {op} {', '.join(paths[:3])}"
     lines = [subject, "", f"Storm-Agent: {agent}", f"Storm-Op: {op}"]
     lines += [f"Storm-Path: {p}" for p in paths]
     lines.append(f"Storm-Time: {time.time():.6f}")
+    if provenance is not None:
+        lines += provenance.lines()
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,8 @@ refs; the remote's ``refs/storm/workspace`` is the truth. A write fetches the
 storm refs (never branches), runs the local validated write against the
 fetched head ``H`` (:class:`storm_git.storm.shared.SharedWorkspace`, unchanged), and
 publishes it with one ``git push --atomic --force-with-lease=…:<H>`` carrying
-the commit and the agent's notes (its provenance): both land or neither does.
+the commit (its provenance in its trailers) and the agent's notes (the read set
+and journal those trailers name): both land or neither does.
 A stale lease means another machine wrote: fetch, re-validate, retry.
 
 * :mod:`.transport` — the ``git`` subprocesses (fetch of the storm refs, atomic push);

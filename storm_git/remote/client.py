@@ -4,12 +4,13 @@
 lives on a git server, which does the compare-and-swap. A write:
 
 1. is validated, under the workspace lock, against the clone's local copy of the
-   shared head, with the local code unchanged; its provenance note is folded and
-   the commit is *queued*: the local ref moves to it (``_publish``);
+   shared head, with the local code unchanged; the commit, its provenance in its
+   trailers, is *queued*: the local ref moves to it (``_publish``);
 2. lands (``_land``), the workspace lock released, under the clone's ``remote``
    lock: the first queued writer to get it pushes everything queued on the local
    ref — its write and those other processes of this clone queued meanwhile, with
-   their agents' notes refs — in one ``git push --atomic`` with a lease on the
+   their agents' notes refs, each agent's journal folded first (the read set its
+   writes' ``Storm-Read-Set`` names) — in one ``git push --atomic`` with a lease on the
    server's head as last known. The others find theirs landed (group commit: one
    round trip carries many writes).
 
@@ -134,7 +135,8 @@ class RemoteWorkspace(SharedWorkspace):
     # -- the compare-and-swap, done by the server ------------------------------------
     def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
         """Queue the write on the local ref (workspace lock held). Its provenance is in
-        its agent's journal; whichever process pushes the queue folds it first."""
+        its commit; the journal its ``Storm-Read-Set`` points into is folded by whichever
+        process pushes the queue, before it pushes (``_push_queue``)."""
         if not self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op} (queued for {self.remote})"):
             return False
         self._queued = commit
@@ -217,7 +219,7 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         with flocked(store.commondir, "workspace"):
             tip, base, agents, count = _queue(store, self.remote)
-        for a in agents:  # the provenance of each queued write must travel with it
+        for a in agents:  # the journals the queued writes' provenance trailers point into travel with them
             readsets.fold(store, a)
         updates = _updates(store, self.remote, tip, base, agents) if tip is not None else []
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
@@ -310,7 +312,7 @@ class RemoteWorkspace(SharedWorkspace):
 
     def _put_back(self, agent: str) -> None:
         """Undo what a failed attempt did to the agent's journal and notes: the write's
-        new versions and provenance must not count as read when it did not land."""
+        new versions must not count as read when it did not land."""
         snap = self._snap.get(agent)
         self._valid.pop(agent, None)
         if snap is None:
@@ -472,7 +474,7 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
 def _updates(store: Store, remote: str, tip: pygit2.Oid, base: pygit2.Oid,
              agents: list[str]) -> list[tuple[str, str, str | None]]:
     """One push's ref updates: the shared ref leased on ``base``, then the notes refs of
-    the queued agents (their provenance lands with their writes), fast-forward only."""
+    the queued agents (the journals their writes' provenance names land with them), fast-forward only."""
     updates: list[tuple[str, str, str | None]] = [(str(tip), WORKSPACE_REF, str(base))]
     for a in agents:
         notes = store.ref_target(agent_ref(a))

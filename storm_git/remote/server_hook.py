@@ -3,11 +3,17 @@
 The server's authentication decides who may push; this hook decides what a push
 may contain. ``refs/storm/workspace`` only moves forward, one validated write per
 commit: each new commit has one parent, storm's trailers (``Storm-Agent``,
-``Storm-Op``, ``Storm-Path``), changes only the paths its trailers name, and has
-a provenance note on its agent's notes ref (as pushed in the same push, or
-already there) whose read set was validated at the parent and agrees with the
-parent's tree: every path it names has, in the parent, the blob it recorded. An
-agent's notes ref only moves forward (provenance is never rewritten). A client
+``Storm-Op``, ``Storm-Path``), changes only the paths its trailers name, and
+carries its provenance (``Storm-Validated-At``, ``Storm-Scope``,
+``Storm-Read-Set``, ``Storm-Dep``: storm_git.core.trailers), validated at the
+parent and agreeing with the parent's tree: every path of the read set it names
+has, in the parent, the blob it recorded. The read set is resolved from the
+agent's notes ref as pushed in the same push (or already there): the read-set
+note blob plus the first reads of the journal folded under that blob's key (the
+client folds before it queues a write, so both travel with it). A commit written
+before provenance moved into commits has no such trailers; it passes with a
+provenance note on that ref instead (the old format), and nothing else does. An
+agent's notes ref only moves forward (its journals are never rewritten). A client
 that skips validation, rewrites history or pushes a hand-made commit is refused.
 
 Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
@@ -24,9 +30,10 @@ import pygit2
 
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
-from ..core.readsets import NO_BASE, CorruptReadSet, ReadEntry, _lines, _parse_journal, parse_provenance
+from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
+from ..core.trailers import provenance as parse_provenance_trailers
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
@@ -93,7 +100,7 @@ def check(repo: pygit2.Repository, updates: list[Update]) -> Verdict:
             if u.ref == WORKSPACE_REF:
                 v.checked += _check_workspace(repo, u, post)
             elif u.ref.startswith(AGENTS_PREFIX):
-                _check_forward(repo, u, "provenance is never rewritten")
+                _check_forward(repo, u, "the journals provenance points into are never rewritten")
         except Refused as exc:
             v.refused.append(f"{u.ref}: {exc}")
     return v
@@ -120,7 +127,7 @@ def _check_workspace(repo: pygit2.Repository, u: Update, post: dict[str, str]) -
 
 
 def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]) -> None:
-    """One write: trailers, paths, and a provenance note consistent with the parent."""
+    """One write: trailers, paths, and provenance consistent with the parent."""
     short = str(c.id)[:10]
     if len(c.parent_ids) != 1:
         raise Refused(f"{short} has {len(c.parent_ids)} parents: a write has exactly one (its head)")
@@ -139,7 +146,7 @@ def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]
     extra = sorted(set(changed) - set(paths))
     if extra:
         raise Refused(f"{short} changes {', '.join(extra[:3])}, which its Storm-Path trailers do not name")
-    entries, header = _provenance(repo, agent, str(c.id), post)
+    entries, header = _provenance(repo, agent, c, t, post)
     if header.get("validated-at") != str(parent.id):
         raise Refused(f"{short}: its provenance was validated at {header.get('validated-at', '?')[:10]}, "
                       f"not at its parent {str(parent.id)[:10]}")
@@ -169,10 +176,17 @@ def _blob_at(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | Non
     return None if obj.filemode == pygit2.GIT_FILEMODE_TREE else str(obj.id)
 
 
-def _provenance(repo: pygit2.Repository, agent: str, commit: str,
+def _provenance(repo: pygit2.Repository, agent: str, c: pygit2.Commit, t: dict[str, list[str]],
                 post: dict[str, str]) -> tuple[list[ReadEntry], dict[str, str]]:
+    """(the read set the write says it was validated against, its header): from the
+    commit's provenance trailers, or from an old-format provenance note."""
     from ..core.notes import read_note
 
+    commit = str(c.id)
+    try:
+        prov = parse_provenance_trailers(t)
+    except ValueError as exc:
+        raise Refused(f"{commit[:10]}: its provenance trailers cannot be read ({exc})") from None
     ref = AGENTS_PREFIX + agent
     tip = post.get(ref)
     if tip is None:
@@ -180,21 +194,26 @@ def _provenance(repo: pygit2.Repository, agent: str, commit: str,
             tip = str(repo.lookup_reference(ref).target)
         except KeyError:
             tip = None
-    if tip is None or tip == ZERO:
-        raise Refused(f"{commit[:10]} has no provenance: {ref} is not in the push nor on the server")
-    raw = read_note(_Repo(repo), repo[pygit2.Oid(hex=tip)].tree, commit)  # type: ignore[arg-type]
+    tree = None if tip is None or tip == ZERO else repo[pygit2.Oid(hex=tip)].tree
+    if prov is not None:
+        if prov.reads and tree is None:
+            raise Refused(f"{commit[:10]}: its provenance points into {ref}, which is not in the push "
+                          "nor on the server: push the agent's notes with the write")
+        try:
+            entries = provenance_entries(repo, tree, agent, prov)
+        except ProvenanceNotFound as exc:
+            raise Refused(f"{commit[:10]}: {exc.message}: push the agent's notes (folded) with the write") from None
+        except (CorruptReadSet, RepoStateError, KeyError, ValueError, AttributeError, TypeError) as exc:
+            raise Refused(f"{commit[:10]}: the read set its provenance names cannot be read ({exc})") from None
+        return entries, {"validated-at": prov.validated_at, "scope": prov.scope}
+    if tree is None:
+        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer, and {ref} "
+                      "is not in the push nor on the server")
+    raw = read_note(_Repo(repo), tree, commit)  # type: ignore[arg-type]
     if raw is None:
-        raise Refused(f"{commit[:10]} has no provenance note on {ref}: push the agent's notes with the write")
+        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer and no note on {ref}")
     try:
-        header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
-        if "journal" in header:
-            base = header["read-set"]
-            text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
-            lines = _lines(text, agent)
-            j = _parse_journal(repo[pygit2.Oid(hex=header["journal"])].data, agent)
-            for ln in j.reads[:int(header["journal-reads"])]:
-                lines[ln.split(" ", 2)[2]] = ln
-            entries = [ReadEntry.parse(lines[p]) for p in sorted(lines)]
+        header, entries = note_entries(repo, agent, raw)
     except (CorruptReadSet, RepoStateError, KeyError, ValueError) as exc:
         raise Refused(f"{commit[:10]}: its provenance note cannot be read ({exc})") from None
     return entries, header

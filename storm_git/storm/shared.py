@@ -9,9 +9,10 @@ The write path: blobs are written before any lock; then, under the workspace
 flock, the reservation check, the validation against head ``H``, the commit on
 ``H`` and the CAS of ``refs/storm/workspace`` from ``H`` happen as one step. If
 the CAS fails (a writer outside storm's lock moved the ref) the write is
-re-validated against the new head. Provenance, the agent's read set and the
-working tree are updated afterwards under their own locks, so writers by
-different agents only serialise on the short critical section.
+re-validated against the new head. The commit carries its provenance (what
+it was validated against: trailers, storm_git.core.trailers). The agent's read
+set and the working tree are updated afterwards under their own locks, so
+writers by different agents only serialise on the short critical section.
 """
 from __future__ import annotations
 
@@ -371,17 +372,19 @@ class SharedWorkspace(BaseWorkspace):
                         new_tree = store.tree_with(tree, placed)
                         commit = None
                         if new_tree != tree.id:
-                            message = trailers.format_message(intent, agent, op, paths)
+                            # the provenance travels in the commit: what it was validated
+                            # against, the read set by reference (storm_git.core.trailers)
+                            prov = trailers.Provenance(str(head), scope_name, view.base, view.counted, dep_list)
+                            message = trailers.format_message(intent, agent, op, paths, prov)
                             commit = store.make_commit(new_tree, [head], agent, message)
                         # journaled before the CAS: a kill after it cannot lose the agent's view
-                        # of its own write, nor the write's provenance (readsets module docstring)
+                        # of its own write (readsets module docstring)
                         if whole:
                             # valid at head, and at this commit too: it changes only the paths
                             # written, whose new entries are journaled now and so re-checked
                             self._valid[agent] = (view.gen, view.changed_at, commit or head)
                         journal_size = readsets.record_write(
-                            store, agent, [ReadEntry(p, hex_(b), str(commit or head)) for p, b in blobs.items()],
-                            commit, head, scope_name, view, dep_list)
+                            store, agent, [ReadEntry(p, hex_(b), str(commit or head)) for p, b in blobs.items()])
                         if commit is not None and not self._publish(ref, commit, head, agent, op):
                             retries += 1
                             continue
@@ -712,10 +715,18 @@ class SharedWorkspace(BaseWorkspace):
             t = trailers.parse(c.message)
             if "Storm-Agent" not in t:
                 break
-            out.append({"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
-                        "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
-                        "paths": t.get("Storm-Path", []),
-                        "time": trailers.precise_time(c.message, c.commit_time)})
+            item = {"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
+                    "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
+                    "paths": t.get("Storm-Path", []),
+                    "time": trailers.precise_time(c.message, c.commit_time)}
+            try:
+                prov = trailers.provenance(t)
+            except ValueError:
+                prov = None
+            if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
+                item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
+                                     "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
+            out.append(item)
             if not c.parent_ids:
                 break
             c = self.store.commit(c.parent_ids[0])

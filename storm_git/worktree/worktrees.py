@@ -446,7 +446,7 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                     run_git(["worktree", "remove", "--force", "--force", wt.path], store.main_workdir)
                 run_git(["update-ref", "-d", "refs/heads/" + branch, str(tip)], store.main_workdir)
                 # its read set named versions in the worktree just removed: left, it would be
-                # an orphan doctor reports (its provenance notes stay, they are history)
+                # an orphan doctor reports (its folded journals stay, they are history)
                 readsets.forget(store, agent, None)
                 res.removed.append({"agent": agent, "branch": branch, "path": wt.path if wt else None,
                                     "head": str(tip), "merged": ahead == 0, "dirty": dirty})
