@@ -108,33 +108,47 @@ def test_writers_of_one_clone_land_in_one_push(tmp_path, daemon):  # noqa: F811
     assert rev(a, WS) == rev(a, TRACKED) == rev(srv, WS)
 
 
-def test_a_stale_lease_drops_the_queue_and_each_writer_is_judged_again(tmp_path):
-    """While two writes wait in clone a's queue, clone b lands a write of one of their
-    files. a's push is refused (stale lease); the queue is dropped and each writer is
-    validated again on the new head: the disjoint one lands, the other is the usual
-    rejection, given at a head that is on the server."""
+def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_changed(tmp_path):
+    """While three writes wait in clone a's queue, clone b lands a write of src/util.py.
+    a's push is refused (stale lease); after the fetch the queue is moved onto the new
+    head where it still holds: x (its read set and target untouched by b) is rebuilt
+    there without being validated again; y (it read src/util.py) and w (it writes
+    src/util.py) are dropped, and their writers get the usual rejections, given at a
+    head that is on the server."""
     srv = bare(tmp_path / "proj.git")
+    assert storm(srv, "server-hook", "install", str(srv)).returncode == 0  # it checks the moved write too
     a = seed(tmp_path, f"file://{srv}")
     b = clone(tmp_path, f"file://{srv}", "b")
-    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "src/util.py")):
-        assert storm(a, "read", path, agent=agent).returncode == 0
+    reads = {"eng_x": ["src/api.py"], "eng_y": ["README.md", "src/util.py"], "eng_w": ["src/util.py"]}
+    for agent, paths in reads.items():
+        assert storm(a, "read", *paths, agent=agent).returncode == 0
     assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
     holder = hold(a)
-    try:
+    try:  # queued in this order: none of them depends on another's write
         px = start_write(a, "eng_x", "src/api.py", "X\n")
-        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        wait_queued(a, 1)
+        py = start_write(a, "eng_y", "README.md", "# Y\n")
         wait_queued(a, 2)
+        pw = start_write(a, "eng_w", "src/util.py", "W\n")
+        wait_queued(a, 3)
         code, rz = storm_json(b, "write", "src/util.py", input="Z\n", agent="eng_z")
         assert code == 0 and rz["accepted"]
     finally:
         release(holder)
-    (cx, rx), (cy, ry) = finish(px), finish(py)
-    assert cx == 0 and rx["accepted"] and rx["cas_retries"] >= 1, rx
-    assert cy == 1 and ry["rejection"]["reason"] == "direct_conflict", ry
-    assert ry["rejection"]["head"] in server_log(srv) and ry["rejection"]["current_content"] == "Z\n"
-    assert ry["rejection"]["changed_by"] == ["eng_z"]
+    (cx, rx), (cy, ry), (cw, rw) = finish(px), finish(py), finish(pw)
+    assert cx == 0 and rx["accepted"] and rx["cas_retries"] == 1, rx
+    assert git(srv, "rev-parse", f"{rx['commit']}^").stdout.decode().strip() == rz["commit"]
+    msg = git(srv, "log", "-1", "--format=%B", rx["commit"]).stdout.decode()
+    assert f"Storm-Validated-At: {rz['commit']}" in msg  # moved: validated at its new parent
+    assert cy == 1 and ry["rejection"]["reason"] == "stale_dependency", ry
+    assert [s["path"] for s in ry["rejection"]["stale"]] == ["src/util.py"]
+    assert cw == 1 and rw["rejection"]["reason"] == "direct_conflict", rw
+    assert rw["rejection"]["current_content"] == "Z\n" and rw["rejection"]["changed_by"] == ["eng_z"]
+    for r in (ry, rw):
+        assert r["rejection"]["head"] in server_log(srv)
     assert server_log(srv)[:2] == [rx["commit"], rz["commit"]]
     assert rev(a, WS) == rev(srv, WS) and (a / "src/util.py").read_text() == "Z\n"
+    assert (a / "src/api.py").read_text() == "X\n"
     # the stale lease opened the clone's back-off window; the push that landed closed it
     assert (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
 

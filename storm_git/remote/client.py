@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -44,7 +45,8 @@ from typing import Any
 import pygit2
 
 from ..core import readsets, trailers
-from ..core.errors import Busy, NotInitialised, RepoStateError
+from ..core.disk import changed_paths
+from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
@@ -92,6 +94,7 @@ class RemoteWorkspace(SharedWorkspace):
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
         self.pushes = 0
         self.batched = 0  # writes of other processes that landed in this object's pushes
+        self.rebased = 0  # queued writes this object moved onto a newer server head
         self._stale_now = 0  # stale leases of the write in progress
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
@@ -109,9 +112,13 @@ class RemoteWorkspace(SharedWorkspace):
         return self.head()
 
     def _fetch_adopt(self) -> None:
-        """Fetch, then copy the server's values onto the local refs (remote lock held)."""
+        """Fetch, then copy the server's values onto the local refs (remote lock held);
+        what is queued here moves onto the server's new head where it still holds."""
+        old = _tracked_head(self.store, self.remote)
         transport.fetch(self.store, self.remote)
         with flocked(self.store.commondir, "workspace"):
+            if old is not None:
+                self.rebased += _rebase_queue(self.store, self.remote, old)
             adopt_tracking(self.store, self.remote)
 
     def _verdict_is_final(self) -> bool:
@@ -142,30 +149,38 @@ class RemoteWorkspace(SharedWorkspace):
         self._queued = commit
         return True
 
-    def _land(self, agent: str, commit: pygit2.Oid) -> bool:
+    def _land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
         """Group commit: the first queued writer to take the remote lock pushes every
         write queued on the local ref (its own and those other processes of this
         clone queued before or behind it) in one atomic push with a lease on the
         server's head; the others sleep on the landing lock until that attempt is
-        over, then find theirs landed. A stale lease drops the queue (the local ref
-        goes back to the server's head): each writer validates again on the new head."""
+        over, then find theirs landed. After a stale lease the queue is moved onto
+        the server's new head (``_rebase_queue``); a write whose scope the new head
+        changed is dropped, and its writer validates again."""
         store = self.store
         while True:
-            state = self._state_of(commit)
+            state, now = self._state_of(commit)
             if state == LANDED:
                 self._queued = None
                 self._snap.pop(agent, None)
-                return True
+                self._moves += _hops(store, commit, now)
+                return now
             if state == DROPPED:
                 self._queued = None
                 self._put_back(agent)
                 self._repair()
-                if time.monotonic() - self._started > store.config_float("storm.remoteRetrySeconds",
-                                                                         RETRY_SECONDS):
-                    raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
-                               hint="other machines kept writing first; retry the write (or raise "
-                                    "storm.remoteRetrySeconds)")
-                return False
+                self._check_budget()
+                return None
+            if self._stale_now and self._over_budget():
+                # still queued after losing for too long: drop the queue (the others validate
+                # again) so that this write cannot land after its writer is told it failed
+                with flocked(store.commondir, "workspace"):
+                    tracked = _tracked_head(store, self.remote)
+                    if tracked is not None and _state(store, self.remote, commit)[0] == QUEUED:
+                        _force(store, WORKSPACE_REF, tracked)
+                self._queued = None
+                self._put_back(agent)
+                self._check_budget()
             with exchanging(store, wait=False) as pusher:
                 if pusher:
                     self._gate_wait()  # writers that queue meanwhile go in this push
@@ -176,6 +191,15 @@ class RemoteWorkspace(SharedWorkspace):
                 pass  # another process's exchange is over (or it has not taken this lock yet)
             if time.monotonic() - t0 < 0.001:
                 time.sleep(0.002)
+
+    def _over_budget(self) -> bool:
+        return time.monotonic() - self._started > self.store.config_float("storm.remoteRetrySeconds", RETRY_SECONDS)
+
+    def _check_budget(self) -> None:
+        """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
+        if self._over_budget():
+            raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+                       hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
     # -- the clone's back-off after stale leases ------------------------------------
     def _gate_path(self) -> str:
@@ -208,7 +232,7 @@ class RemoteWorkspace(SharedWorkspace):
             fh.write(f"{streak} {until}\n")
         os.replace(tmp, self._gate_path())
 
-    def _state_of(self, commit: pygit2.Oid) -> str:
+    def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
         with flocked(self.store.commondir, "workspace"):
             return _state(self.store, self.remote, commit)
 
@@ -251,7 +275,7 @@ class RemoteWorkspace(SharedWorkspace):
                 pass
             else:
                 self._fresh = True
-                if self._state_of(tip) == LANDED:
+                if self._state_of(tip)[0] == LANDED:
                     return
         self._drop_queue(base)
         if agent is not None:
@@ -298,7 +322,7 @@ class RemoteWorkspace(SharedWorkspace):
             if tip is None:
                 return 0
             self._push_queue(None)
-            return count if self._state_of(tip) == LANDED else 0
+            return count if self._state_of(tip)[0] == LANDED else 0
 
     # -- the agent's read set around an attempt -------------------------------------
     def _take_snapshot(self, agent: str) -> None:
@@ -340,6 +364,7 @@ class RemoteWorkspace(SharedWorkspace):
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
+        self._moves = 0
         self._take_snapshot(agent)
         try:
             res = super().apply(agent, changes, **kw)
@@ -347,13 +372,14 @@ class RemoteWorkspace(SharedWorkspace):
             if self._queued is not None:  # queued, not landed: it must not land after this failure
                 with flocked(self.store.commondir, "workspace"):
                     tracked = _tracked_head(self.store, self.remote)
-                    if tracked is not None and _state(self.store, self.remote, self._queued) == QUEUED:
+                    if tracked is not None and _state(self.store, self.remote, self._queued)[0] == QUEUED:
                         _force(self.store, WORKSPACE_REF, tracked)
                 self._queued = None
             self._put_back(agent)
             raise
         finally:
             self._snap.pop(agent, None)
+        res.cas_retries += self._moves  # a push refused, the write moved onto the newer head: a retry
         self._push_reservations()
         if res.commit is None:  # no commit of ours was materialized: the fetch may have moved the head
             from ..core.disk import sync
@@ -437,18 +463,110 @@ def exchanging(store: Store, *, wait: bool = True) -> Iterator[bool]:
             yield True
 
 
-def _state(store: Store, remote: str, commit: pygit2.Oid) -> str:
-    """Where a queued write stands (workspace lock held): on the server's head as last
-    known (LANDED), still queued on the local ref on top of it (QUEUED), or neither:
-    its queue was dropped (DROPPED)."""
+def _state(store: Store, remote: str, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
+    """Where a queued write stands (workspace lock held), and its commit now (the same,
+    or the one it became when its queue was moved onto a newer head): on the server's
+    head as last known (LANDED), still queued on the local ref on top of it (QUEUED),
+    or neither: dropped (DROPPED)."""
+    moved = _rebased(store)
+    while commit in moved:
+        commit = moved[commit]
     tracked = _tracked_head(store, remote)
     if tracked is not None and (tracked == commit or store.repo.descendant_of(tracked, commit)):
-        return LANDED
+        return LANDED, commit
     local = store.ref_target(WORKSPACE_REF)
     if local is not None and (local == commit or store.repo.descendant_of(local, commit)) and (
             tracked is None or store.repo.descendant_of(local, tracked)):
-        return QUEUED
-    return DROPPED
+        return QUEUED, commit
+    return DROPPED, commit
+
+
+def _hops(store: Store, commit: pygit2.Oid, now: pygit2.Oid) -> int:
+    """How many times ``commit`` was moved onto a newer head before it became ``now``."""
+    moved, n = _rebased(store), 0
+    while commit != now and commit in moved:
+        commit, n = moved[commit], n + 1
+    return n
+
+
+REBASED_FILE = "remote-rebased"  # lines "<queued commit> <the same write on a newer head> <time>"
+REBASED_KEEP_SECONDS = 2 * RETRY_SECONDS  # longer than any write waits for its landing
+
+
+def _rebased_path(store: Store) -> str:
+    return os.path.join(store.commondir, "storm", REBASED_FILE)
+
+
+def _rebased(store: Store) -> dict[pygit2.Oid, pygit2.Oid]:
+    """Queued commits that were moved onto a newer head, to what they became."""
+    try:
+        with open(_rebased_path(store)) as fh:
+            rows = [ln.split() for ln in fh]
+    except OSError:
+        return {}
+    return {pygit2.Oid(hex=r[0]): pygit2.Oid(hex=r[1]) for r in rows if len(r) == 3}
+
+
+def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) -> None:
+    """Add ``pairs`` to the map (workspace lock held); rows older than any write's wait go."""
+    now = time.time()
+    try:
+        with open(_rebased_path(store)) as fh:
+            rows = [ln for ln in fh if len(ln.split()) == 3 and now - float(ln.split()[2]) < REBASED_KEEP_SECONDS]
+    except OSError:
+        rows = []
+    rows += [f"{old} {new} {now}\n" for old, new in pairs]
+    tmp = f"{_rebased_path(store)}.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.writelines(rows)
+    os.replace(tmp, _rebased_path(store))
+
+
+_VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)
+
+
+def _rebase_queue(store: Store, remote: str, old: pygit2.Oid) -> int:
+    """Move the writes queued on ``old`` (the server's head as it was) onto the server's
+    new head (workspace lock held, after a fetch); returns how many moved.
+
+    A queued write moves when nothing it was validated against changed: none of the
+    paths of its scope (its ``Storm-Dep`` paths, or its whole read set) nor its
+    targets differ between ``old`` and the new head, nor were written by a write
+    dropped before it in the queue. It then has, on the new parent, exactly the
+    versions it was validated against: its commit is rebuilt there (its own
+    changes on the new tree, ``Storm-Validated-At`` the new parent), and the
+    server's guard checks it like any write. Any other write is dropped, and its
+    writer validates it again."""
+    new = _tracked_head(store, remote)
+    local = store.ref_target(WORKSPACE_REF)
+    if new is None or new == old or local is None or local == old or not store.repo.descendant_of(local, old) \
+            or local == new or store.repo.descendant_of(local, new):
+        return 0
+    walker = store.repo.walk(local, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+    walker.hide(old)
+    changed = set(changed_paths(store, store.commit(old).tree, store.commit(new).tree))
+    parent, pairs = new, []
+    for c in walker:
+        found = trailers.parse(c.message)
+        try:
+            prov = trailers.provenance(found)
+            scope = None if prov is None else set(prov.deps) if prov.deps is not None else {
+                e.path for e in (readsets.load_provenance(store, None, str(c.id)) or ({}, None))[1] or ()}
+        except (StormError, ValueError):
+            prov = scope = None
+        targets = set(found.get("Storm-Path", []))
+        if prov is None or scope is None or len(c.parent_ids) != 1 or (scope | targets) & changed:
+            changed |= targets  # later writes that read these saw this write's versions
+            continue
+        placed = {p: (e.oid, e.mode) if (e := store.entry(c.tree, p)) else None for p in targets}
+        tree = store.tree_with(store.commit(parent).tree, placed)
+        message = _VALIDATED_AT.sub(f"Storm-Validated-At: {parent}", c.message, count=1)
+        parent = store.make_commit(tree, [parent], found["Storm-Agent"][0], message)
+        pairs.append((c.id, parent))
+    if pairs:
+        _record_rebased(store, pairs)
+        _force(store, WORKSPACE_REF, parent)
+    return len(pairs)
 
 
 def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | None, list[str], int]:

@@ -141,11 +141,12 @@ class SharedWorkspace(BaseWorkspace):
         when it moved meanwhile (the write is re-validated and retried)."""
         return self.store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op}")
 
-    def _land(self, agent: str, commit: pygit2.Oid) -> bool:
+    def _land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
         """With ``_lands_later``: called without the workspace lock once ``commit`` is
-        on the local ref; True when it is on the shared ref for good, False when it
-        was dropped (the write is validated again)."""
-        return True
+        on the local ref; the commit that is on the shared ref for good (``commit``,
+        or the same write moved onto a newer head), or None when it was dropped (the
+        write is validated again)."""
+        return commit
 
     def _verdict_is_final(self) -> bool:
         """Whether a verdict that pushes nothing (a rejection, a write that changes
@@ -315,7 +316,10 @@ class SharedWorkspace(BaseWorkspace):
         refresh = False  # the verdict pushes nothing: confirm it on a fresh head first (remote)
         while True:
             if landing is not None:
-                if self._land(agent, landing):
+                landed = self._land(agent, landing)
+                if landed is not None:
+                    if landed != commit:  # moved onto a newer head on its way (storm_git.remote)
+                        commit, head = landed, store.commit(landed).parent_ids[0]
                     if held:  # the reservation ends once the write is on the shared ref
                         with flocked(store.commondir, "workspace"):
                             reservations.update(store, {p: None for p in held}, agent=agent,
