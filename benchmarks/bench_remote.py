@@ -133,6 +133,14 @@ def setup(tmp: str, guard: bool, clones: int) -> tuple[subprocess.Popen, str, li
     return proc, srv, out
 
 
+def cpu_busy() -> float:
+    """Seconds of CPU time the whole machine has spent busy (all cores, /proc/stat): the
+    server's processes, the clients' git processes and the writers alike."""
+    with open("/proc/stat") as fh:
+        f = [int(x) for x in fh.readline().split()[1:]]
+    return (f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)) / os.sysconf("SC_CLK_TCK")
+
+
 def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int = 1) -> list[dict]:
     """Start the writers, wait until each has opened its clone and read its file, then
     open the timed window for all of them at once (process start-up is not counted)."""
@@ -149,8 +157,11 @@ def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int 
         if any(p.poll() is not None for p in procs):
             raise SystemExit("a writer failed to start")
         time.sleep(0.02)
+    c0 = cpu_busy()
     open(go, "w").close()
-    return [json.loads(p.communicate()[0]) for p in procs]
+    out = [json.loads(p.communicate()[0]) for p in procs]
+    out[0]["cpu_s"] = cpu_busy() - c0  # the whole machine, from the window's start until the last writer ended
+    return out
 
 
 GIT_WORKER = r'''
@@ -175,7 +186,7 @@ print(ok, fail)
 '''
 
 
-def plain_git(clones: list[str], seconds: float) -> tuple[int, int]:
+def plain_git(clones: list[str], seconds: float) -> tuple[int, int, float]:
     """The same race without storm: each clone loops fetch, one new commit on the
     fetched head, push with a lease on it (one write per push), on a scratch ref."""
     ref = "refs/bench/plain"
@@ -186,9 +197,10 @@ def plain_git(clones: list[str], seconds: float) -> tuple[int, int]:
              for c, n in zip(clones, names)]
     while not all(os.path.exists(f"{go}.{n}") for n in names):
         time.sleep(0.02)
+    c0 = cpu_busy()
     open(go, "w").close()
     outs = [p.communicate()[0].decode().split() for p in procs]
-    return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs)
+    return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), cpu_busy() - c0
 
 
 def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
@@ -261,10 +273,12 @@ def main() -> int:
             result["throughput"] = {}
             result["plain_git"] = {}
             for n in counts:
-                ok, fail = plain_git(clones[:n], args.seconds)
-                result["plain_git"][n] = {"writes_per_s": ok / args.seconds, "failed_leases_per_write": fail / max(ok, 1)}
+                ok, fail, cpu = plain_git(clones[:n], args.seconds)
+                result["plain_git"][n] = {"writes_per_s": ok / args.seconds, "failed_leases_per_write": fail / max(ok, 1),
+                                          "cpu_ms_per_write": round(cpu * 1000 / max(ok, 1), 1)}
                 print(f"plain git, {n} clones (fetch, commit, leased push; one write per push): "
-                      f"{ok / args.seconds:.1f} writes/s, {fail / max(ok, 1):.2f} failed leases per write", file=log)
+                      f"{ok / args.seconds:.1f} writes/s, {fail / max(ok, 1):.2f} failed leases per write, "
+                      f"{cpu * 1000 / max(ok, 1):.0f} ms of the machine's CPU per write", file=log)
             for per in [int(x) for x in args.per_clone.split(",")]:
                 for n in counts:
                     h0 = git(srv, "rev-parse", WS)
@@ -275,7 +289,11 @@ def main() -> int:
                     landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
                     pushes = sum(r["pushes"] for r in res)
                     per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
+                    cpu = res[0]["cpu_s"]
+                    if landed != acc:  # every commit on the server is one acknowledged write
+                        print(f"ERROR: {landed} commits on the server for {acc} acknowledged writes", file=sys.stderr)
                     point = {"clones": n, "per_clone": per, "accepted": acc, "on_server": landed,
+                             "cpu_ms_per_write": round(cpu * 1000 / max(acc, 1), 1),
                              "writes_per_s": acc / args.seconds, "median_write_ms": round(per_write * 1000, 1),
                              "pushes_per_write": pushes / max(acc, 1),
                              "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
@@ -283,7 +301,8 @@ def main() -> int:
                     print(f"{n} clones x {per} writer(s), disjoint files: {acc} accepted in {args.seconds:.0f} s = "
                           f"{acc / args.seconds:.1f} writes/s (server commits {landed}; median write "
                           f"{per_write * 1000:.0f} ms; {point['pushes_per_write']:.2f} pushes/write; "
-                          f"{point['retries_per_write']:.2f} lease retries/write; wall {wall:.1f} s)", file=log)
+                          f"{point['retries_per_write']:.2f} lease retries/write; "
+                          f"{point['cpu_ms_per_write']:.0f} ms of the machine's CPU per write; wall {wall:.1f} s)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),

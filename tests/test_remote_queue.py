@@ -237,3 +237,36 @@ def test_a_killed_fetchs_ref_lock_is_reported_and_cleared(tmp_path):
         assert storm(a, "sync").returncode == 0  # the fetch clears it itself
         assert not lock.exists() and rev(a, TRACKED) == rev(srv, WS) == rev(a, WS)
         assert (a / "src/api.py").read_text() == "B2\n"
+
+
+def test_a_queued_write_is_not_dropped_while_a_fetch_is_halfway(tmp_path):
+    """A fetch moves the tracking ref first and the queue onto the new head after (under
+    the workspace lock). A writer that looks in between must see its write still
+    queued: had it seen it dropped, it would write it again and the moved queue would
+    land it a second time (a duplicate seen once in the 8-clone benchmark)."""
+    from storm_git.core.store import Store
+    from storm_git.remote.client import QUEUED, _state
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    queued = queue_and_kill(a, "eng_x", "src/api.py", "X\n")  # on a's local ref, not pushed
+    assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
+    assert storm_json(b, "write", "src/util.py", input="Z\n", agent="eng_z")[0] == 0
+    # the fetch's first half: the tracking ref moves to the server's new head
+    git(a, "fetch", "-q", "origin", f"+{WS}:{TRACKED}")
+    assert rev(a, TRACKED) == rev(srv, WS) != rev(a, WS)
+    state, commit = _state(Store.discover(str(a)), "origin", git_oid(queued))
+    assert (state, str(commit)) == (QUEUED, queued)
+    # the second half moves it onto the new head; then it lands, once
+    assert storm(a, "sync").returncode == 0
+    assert rev(a, WS) == rev(srv, WS) and git(srv, "show", f"{WS}:src/api.py").stdout == b"X\n"
+    writers = git(srv, "log", "--format=%(trailers:key=Storm-Agent,valueonly)", WS).stdout.decode().split()
+    assert writers.count("eng_x") == 1
+
+
+def git_oid(hexsha: str):
+    import pygit2
+
+    return pygit2.Oid(hex=hexsha)

@@ -114,11 +114,9 @@ class RemoteWorkspace(SharedWorkspace):
     def _fetch_adopt(self) -> None:
         """Fetch, then copy the server's values onto the local refs (remote lock held);
         what is queued here moves onto the server's new head where it still holds."""
-        old = _tracked_head(self.store, self.remote)
         transport.fetch(self.store, self.remote)
         with flocked(self.store.commondir, "workspace"):
-            if old is not None:
-                self.rebased += _rebase_queue(self.store, self.remote, old)
+            self.rebased += _rebase_queue(self.store, self.remote)
             adopt_tracking(self.store, self.remote)
 
     def _verdict_is_final(self) -> bool:
@@ -319,6 +317,11 @@ class RemoteWorkspace(SharedWorkspace):
         with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
                 tip, _base, _agents, count = _queue(self.store, self.remote)
+                behind = tip is None and self.store.ref_target(WORKSPACE_REF) != _tracked_head(self.store, self.remote)
+            if behind:  # a queue on an older server head (a fetch stopped halfway): move it first
+                self._fetch_adopt()
+                with flocked(self.store.commondir, "workspace"):
+                    tip, _base, _agents, count = _queue(self.store, self.remote)
             if tip is None:
                 return 0
             self._push_queue(None)
@@ -416,6 +419,8 @@ class RemoteWorkspace(SharedWorkspace):
         If another machine moved them meanwhile, the next fetch wins (a reservation is
         advice against livelock, not a guarantee: the validation is)."""
         store = self.store
+        if store.ref_target(RESERVATIONS_REF) == store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF)):
+            return  # nothing to send (the usual case): no need to wait for a push in progress
         with exchanging(store):  # the tracking refs only move under it
             local = store.ref_target(RESERVATIONS_REF)
             remote = store.ref_target(tracking_ref(self.remote, RESERVATIONS_REF))
@@ -474,9 +479,13 @@ def _state(store: Store, remote: str, commit: pygit2.Oid) -> tuple[str, pygit2.O
     tracked = _tracked_head(store, remote)
     if tracked is not None and (tracked == commit or store.repo.descendant_of(tracked, commit)):
         return LANDED, commit
+    # Still on the local ref: queued, even when the tracking ref has just moved past it.
+    # A fetch moves the tracking ref before the queue is moved onto the new head
+    # (_fetch_adopt: the git fetch, then the workspace lock): a writer that called it
+    # dropped in that window would write it again, and the queue's move would land
+    # it a second time.
     local = store.ref_target(WORKSPACE_REF)
-    if local is not None and (local == commit or store.repo.descendant_of(local, commit)) and (
-            tracked is None or store.repo.descendant_of(local, tracked)):
+    if local is not None and (local == commit or store.repo.descendant_of(local, commit)):
         return QUEUED, commit
     return DROPPED, commit
 
@@ -525,9 +534,12 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
 _VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)
 
 
-def _rebase_queue(store: Store, remote: str, old: pygit2.Oid) -> int:
-    """Move the writes queued on ``old`` (the server's head as it was) onto the server's
-    new head (workspace lock held, after a fetch); returns how many moved.
+def _rebase_queue(store: Store, remote: str) -> int:
+    """Move the writes queued on the local ref onto the server's head as just fetched
+    (workspace lock held); returns how many moved. They were queued on an older
+    server head ``old``: the last commit the local ref shares with the server's
+    history (found, not remembered: a fetch killed halfway has moved the tracking
+    ref already).
 
     A queued write moves when nothing it was validated against changed: none of the
     paths of its scope (its ``Storm-Dep`` paths, or its whole read set) nor its
@@ -539,8 +551,10 @@ def _rebase_queue(store: Store, remote: str, old: pygit2.Oid) -> int:
     writer validates it again."""
     new = _tracked_head(store, remote)
     local = store.ref_target(WORKSPACE_REF)
-    if new is None or new == old or local is None or local == old or not store.repo.descendant_of(local, old) \
-            or local == new or store.repo.descendant_of(local, new):
+    if new is None or local is None or local == new or store.repo.descendant_of(local, new):
+        return 0
+    old = store.repo.merge_base(local, new)
+    if old is None or old == local:
         return 0
     walker = store.repo.walk(local, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(old)
