@@ -270,3 +270,21 @@ def git_oid(hexsha: str):
     import pygit2
 
     return pygit2.Oid(hex=hexsha)
+
+
+def test_a_write_right_after_a_fold_lands_past_the_guard_without_a_new_fold(tmp_path):
+    """A write validated right after its agent's journal was folded names no journal
+    read (Storm-Read-Set: <note> 0): the push folds nothing more, but still carries
+    the agent's notes (the read-set note is only here), and the guard resolves it."""
+    srv = bare(tmp_path / "proj.git")
+    assert storm(srv, "server-hook", "install", str(srv)).returncode == 0
+    a = seed(tmp_path, f"file://{srv}")
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    assert storm(a, "status").returncode == 0  # status folds every journal
+    notes_before = rev(a, "refs/notes/storm/agents/eng_x")
+    code, res = storm_json(a, "write", "src/api.py", input="X\n", agent="eng_x")
+    assert code == 0 and res["accepted"], res
+    read_set = git(srv, "log", "-1", "--format=%(trailers:key=Storm-Read-Set,valueonly)", WS).stdout.decode().split()
+    assert len(read_set) == 2 and read_set[1] == "0", read_set
+    assert rev(a, "refs/notes/storm/agents/eng_x") == notes_before  # no fold for this push
+    assert rev(srv, "refs/notes/storm/agents/eng_x") == notes_before  # ... but the notes went with it

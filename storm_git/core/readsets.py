@@ -423,6 +423,13 @@ def record_write(store: Store, agent: str, entries: Iterable[ReadEntry]) -> int:
 
 # -- folding --------------------------------------------------------------------------------------
 
+def unfolded(store: Store, agent: str, base: str) -> bool:
+    """Whether the journal extending read-set note ``base`` is still the agent's live
+    one (not yet kept as a note): a write whose Storm-Read-Set names ``base`` with
+    reads from it can be resolved elsewhere only after a fold."""
+    return _base_of(store, agent)[1] == base
+
+
 def fold(store: Store, agent: str) -> bool:
     """Fold the agent's journal into its notes ref (one notes commit); returns
     whether there was anything to fold."""

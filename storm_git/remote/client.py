@@ -241,8 +241,8 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         with flocked(store.commondir, "workspace"):
             tip, base, agents, count = _queue(store, self.remote)
-        for a in agents:  # the journals the queued writes' provenance trailers point into travel with them
-            readsets.fold(store, a)
+        for a in _to_fold(store, tip, base) if tip is not None else ():
+            readsets.fold(store, a)  # the journal reads each queued write names travel with it
         updates = _updates(store, self.remote, tip, base, agents) if tip is not None else []
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
             self._fetch_adopt()
@@ -601,6 +601,25 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
         if who and who[0] not in agents:
             agents.append(who[0])
     return tip, base, agents, count
+
+
+def _to_fold(store: Store, tip: pygit2.Oid, base: pygit2.Oid) -> list[str]:
+    """The agents whose queued writes (``base``..``tip``) name reads of a journal not
+    folded yet: the server needs those reads (in the pushed notes) to resolve the
+    writes' read sets. A write validated right after a fold names none."""
+    out: list[str] = []
+    walker = store.repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
+    walker.hide(base)
+    for c in walker:
+        found = trailers.parse(c.message)
+        try:
+            prov = trailers.provenance(found)
+        except ValueError:
+            prov = None
+        agent = (found.get("Storm-Agent") or [""])[0]
+        if agent and agent not in out and (prov is None or (prov.reads and readsets.unfolded(store, agent, prov.base))):
+            out.append(agent)
+    return out
 
 
 def _updates(store: Store, remote: str, tip: pygit2.Oid, base: pygit2.Oid,
