@@ -87,6 +87,7 @@ while not os.path.exists(go):
 acc = rej = retries = 0
 lat = []
 pushes0 = getattr(ws, "pushes", 0)
+cpu0 = os.times()
 end = time.monotonic() + float(seconds)
 while time.monotonic() < end:
     t0 = time.monotonic()
@@ -103,8 +104,11 @@ while time.monotonic() < end:
     else:
         rej += 1
         content = res.rejection.current_content or b""
+cpu1 = os.times()
 print(json.dumps({"accepted": acc, "rejected": rej, "retries": retries, "latency": lat,
-                  "pushes": getattr(ws, "pushes", 0) - pushes0}))
+                  "pushes": getattr(ws, "pushes", 0) - pushes0,
+                  "cpu_self": cpu1.user + cpu1.system - cpu0.user - cpu0.system,  # storm's Python in this writer
+                  "cpu_git": cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system}))
 '''
 
 
@@ -290,10 +294,14 @@ def main() -> int:
                     pushes = sum(r["pushes"] for r in res)
                     per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
                     cpu = res[0]["cpu_s"]
+                    own = sum(r["cpu_self"] for r in res)
+                    gits = sum(r["cpu_git"] for r in res)
                     if landed != acc:  # every commit on the server is one acknowledged write
                         print(f"ERROR: {landed} commits on the server for {acc} acknowledged writes", file=sys.stderr)
                     point = {"clones": n, "per_clone": per, "accepted": acc, "on_server": landed,
                              "cpu_ms_per_write": round(cpu * 1000 / max(acc, 1), 1),
+                             "cpu_ms_per_write_storm": round(own * 1000 / max(acc, 1), 1),
+                             "cpu_ms_per_write_git_client": round(gits * 1000 / max(acc, 1), 1),
                              "writes_per_s": acc / args.seconds, "median_write_ms": round(per_write * 1000, 1),
                              "pushes_per_write": pushes / max(acc, 1),
                              "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
@@ -302,7 +310,9 @@ def main() -> int:
                           f"{acc / args.seconds:.1f} writes/s (server commits {landed}; median write "
                           f"{per_write * 1000:.0f} ms; {point['pushes_per_write']:.2f} pushes/write; "
                           f"{point['retries_per_write']:.2f} lease retries/write; "
-                          f"{point['cpu_ms_per_write']:.0f} ms of the machine's CPU per write; wall {wall:.1f} s)", file=log)
+                          f"{point['cpu_ms_per_write']:.0f} ms of the machine's CPU per write, of which storm's "
+                          f"Python {point['cpu_ms_per_write_storm']:.0f} and its git processes "
+                          f"{point['cpu_ms_per_write_git_client']:.0f}; wall {wall:.1f} s)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
