@@ -66,7 +66,7 @@ from typing import Any
 
 import pygit2
 
-from .depscope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse, python_targets, resolve,
+from .depscope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse_new, python_targets, resolve,
                        target_deps)
 from .readsets import ReadEntry
 from .store import Store
@@ -233,7 +233,7 @@ def target_uses(r: Resolver, target: str, source: bytes) -> Uses:
     """Per read file, the names the new content of ``target`` takes from it ({} for a
     package that is only run on the way; None for a file used as a whole)."""
     tree = ast.parse(source)
-    info = parse(source)
+    info = parse_new(source)
     aliases = _alias_uses(tree)
     uses: Uses = {}
     assert info is not None
@@ -669,7 +669,7 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
         return out
     new: dict[str, bytes] = {}
     for p, c in python_targets(changes).items():  # a non-Python target uses no name
-        if not isinstance(c, bytes) or parse(c) is None:
+        if not isinstance(c, bytes) or parse_new(c) is None:
             out.kept.update({d: "the write's scope is the whole read set" for d in moved})
             return out
         new[p] = c
@@ -678,7 +678,7 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
     for p, c in new.items():
         for d, names in target_uses(r, p, c).items():
             _add(uses, d, names)
-    infos = [parse(c) for c in new.values()]
+    infos = [parse_new(c) for c in new.values()]
     importers = dependents(r, set(new), [i for i in infos if i is not None])
     own = own_writes(store, agent, reads)
     goals = set(new)

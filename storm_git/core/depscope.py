@@ -34,7 +34,8 @@ from __future__ import annotations
 import ast
 import builtins
 import posixpath
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,31 @@ def _top_level_binds(body: list[ast.stmt], out: set[str]) -> None:
                 out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
 
 
+def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, in :func:`ast.walk`'s order, at about twice its speed (the fields of
+    each node type looked up once): a write's new module is walked on the write's path."""
+    todo = deque([tree])
+    fields: dict[type, tuple[str, ...]] = _FIELDS
+    node_type, pop, extend = ast.AST, todo.popleft, todo.extend
+    while todo:
+        node = pop()
+        names = fields.get(type(node))
+        if names is None:
+            names = fields[type(node)] = type(node)._fields
+        for name in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                extend([v for v in value if isinstance(v, node_type)])
+            elif isinstance(value, node_type):
+                todo.append(value)
+        yield node
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_MATCH_NAMES = tuple(getattr(ast, n) for n in ("MatchAs", "MatchStar") if hasattr(ast, n))
+
+
 def parse(source: bytes) -> ModuleInfo | None:
     """The module's imports, top-level names and free names; None if it does not parse."""
     try:
@@ -119,30 +145,41 @@ def parse(source: bytes) -> ModuleInfo | None:
     info = ModuleInfo()
     bound: set[str] = set()
     loaded: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+    Name, Attribute, arg, Load = ast.Name, ast.Attribute, ast.arg, ast.Load
+    for node in _nodes(tree):
+        t = type(node)  # the most frequent node types first
+        if t is Name:
+            (loaded if type(node.ctx) is Load else bound).add(node.id)
+        elif t is Attribute:
+            if type(node.value) is Name:
+                info.attrs.add((node.value.id, node.attr))
+        elif t is arg:
+            bound.add(node.arg)
+        elif t is ast.Import:
             for a in node.names:
                 info.imports.append((a.name, 0, None))
                 bound.add((a.asname or a.name).split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
+        elif t is ast.ImportFrom:
             info.imports.append((node.module or "", node.level or 0, [(a.name, a.asname or a.name) for a in node.names]))
             bound.update(a.asname or a.name for a in node.names if a.name != "*")
-        elif isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        elif t in _DEFS:
             bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        elif t is ast.Global or t is ast.Nonlocal:
             bound.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            info.attrs.add((node.value.id, node.attr))
-        elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        elif t is ast.ExceptHandler:
+            if node.name:
+                bound.add(node.name)
+        elif t in _MATCH_NAMES and node.name:
             bound.add(node.name)
     _top_level_binds(tree.body, info.defs)
     info.free = loaded - bound - _BUILTINS
+    return info
+
+
+def _remember(blob: str, info: ModuleInfo | None) -> ModuleInfo | None:
+    if len(_INFO) > 4096:
+        _INFO.clear()
+    _INFO[blob] = info
     return info
 
 
@@ -150,13 +187,20 @@ def _info(store: Store, blob: str | None) -> ModuleInfo | None:
     if blob is None:
         return None
     if blob not in _INFO:
-        if len(_INFO) > 4096:
-            _INFO.clear()
         try:
-            _INFO[blob] = parse(store.blob_bytes(pygit2.Oid(hex=blob)))
+            return _remember(blob, parse(store.blob_bytes(pygit2.Oid(hex=blob))))
         except (KeyError, ValueError):
-            _INFO[blob] = None
+            return _remember(blob, None)
     return _INFO[blob]
+
+
+def parse_new(content: bytes) -> ModuleInfo | None:
+    """:func:`parse` of a write's new content, kept under the content's blob id: the
+    write parses it once (scope, widening, impact), and the next write of the same
+    file, which reads it back as the head's blob, finds it parsed (a 3,000-line module
+    takes ~100 ms to walk)."""
+    blob = str(pygit2.hash(content))
+    return _INFO[blob] if blob in _INFO else _remember(blob, parse(content))
 
 
 def is_python(path: str) -> bool:
@@ -370,17 +414,18 @@ def compute(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, 
     others = [p for p in changes if p not in code]
     if not code:
         return Scope(FALLBACK, None, f"{others[0]} is not Python: the whole read set", head)
+    parsed: dict[str, ModuleInfo] = {}
     for p, c in code.items():
         if c is None:
             return Scope(FALLBACK, None, f"{p} is deleted: the whole read set", head)
-        if not isinstance(c, bytes) or parse(c) is None:
+        info = parse_new(c) if isinstance(c, bytes) else None
+        if info is None:
             return Scope(FALLBACK, None, f"{p} does not parse as Python: the whole read set", head)
+        parsed[p] = info
     r = Resolver(store, store.commit(head).tree, reads, changes)
     deps: set[str] = set()
-    new = []
-    for p, c in code.items():
-        info = parse(c)
-        new.append(info)
+    new = list(parsed.values())
+    for p, info in parsed.items():
         deps |= target_deps(r, p, info)
     deps |= dependents(r, set(code), new)
     deps |= own_writes(store, agent, reads)
