@@ -14,11 +14,13 @@ lives on a git server, which does the compare-and-swap. A write:
    server's head as last known. The others find theirs landed (group commit: one
    round trip carries many writes).
 
-A stale lease is another machine's write: the queue is dropped (the local ref goes
-back to the server's new head, fetched), each queued writer's journal and notes
-are put back as they were, and it validates again on the new head — a real
-conflict becomes the usual rejection — after a jittered back-off, bounded by
-``storm.remoteRetrySeconds``. A verdict that pushes nothing (a rejection, a write
+A stale lease is another machine's write: the server's new head is fetched and the
+queue moved onto it (``_rebase_queue``): a queued write whose scope and targets the
+new head did not change keeps its place, rebuilt on the new head; any other is
+dropped, its writer's journal and notes put back as they were, and it validates
+again on the new head — a real conflict becomes the usual rejection. The clone
+backs off (a jittered window that doubles with each stale lease in a row), bounded
+by ``storm.remoteRetrySeconds``. A verdict that pushes nothing (a rejection, a write
 that changes nothing, a reservation to wait for) is given only once the write has
 fetched, so it is always the server's verdict. The server unreachable or refusing:
 the queue is dropped, everything put back, exit 3. A push whose answer was lost is
