@@ -113,6 +113,29 @@ def hold(repo: str | Path, *names: str, seconds: float = 120) -> subprocess.Pope
     return proc
 
 
+def start_write(repo: str | Path, agent: str, path: str, content: str | bytes, *args: str) -> subprocess.Popen:
+    """``git storm write PATH ARGS…`` started in the background with ``content`` on its
+    stdin (already closed): a writer to race, kill or hold at a lock."""
+    env = dict(os.environ, STORM_AGENT=agent)
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", path, *args], cwd=repo, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdin is not None
+    p.stdin.write(content.encode() if isinstance(content, str) else content)
+    p.stdin.close()
+    p.stdin = None  # communicate() must not flush it again
+    return p
+
+
+PY_PROJECT = {  # a small Python package: imports, a re-export, a class, a caller
+    "pkg/__init__.py": "from .core import helper\n",
+    "pkg/core.py": "def helper():\n    return 1\n",
+    "pkg/models.py": "class User:\n    name = ''\n",
+    "app.py": "from pkg import helper\nfrom pkg.models import User\n\n\ndef run():\n    return helper(), User()\n",
+    "notes.py": "X = 1\n",
+    "README.md": "# demo\n",
+}
+
+
 def release(holder: subprocess.Popen) -> None:
     """End a ``hold`` early (the whole process group: the flocks and the sleep)."""
     try:

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import git, make_repo, storm, storm_json
+from helpers import PY_PROJECT, git, make_repo, start_write, storm, storm_json
 
-FILES = {
-    "pkg/__init__.py": "from .core import helper\n",
-    "pkg/core.py": "def helper():\n    return 1\n",
-    "pkg/models.py": "class User:\n    name = ''\n",
-    "app.py": "from pkg import helper\nfrom pkg.models import User\n\n\ndef run():\n    return helper(), User()\n",
-    "notes.py": "X = 1\n",
-    "README.md": "# demo\n",
-    "data.txt": "one\n",
-}
+FILES = {**PY_PROJECT, "data.txt": "one\n"}
 NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
 
 
@@ -169,8 +161,6 @@ def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(re
     appears meanwhile (another writer moved the head) must still reject the write."""
     import fcntl
     import os
-    import subprocess
-    import sys
     import time
 
     import pygit2
@@ -182,11 +172,7 @@ def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(re
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        env = dict(os.environ, STORM_AGENT="a")
-        p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", "pkg/core.py", "--deps", "auto", "--json"],
-                             cwd=repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        p.stdin.write(b"def helper(strict=False):\n    return 1\n")
-        p.stdin.close()
+        p = start_write(repo, "a", "pkg/core.py", "def helper(strict=False):\n    return 1\n", "--deps", "auto", "--json")
         deadline = time.monotonic() + 60
         while _waiters(lock) == 0 and time.monotonic() < deadline:
             time.sleep(0.02)

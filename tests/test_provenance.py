@@ -10,30 +10,20 @@ provenance notes (before issue 13) are written by hand, as that code wrote them.
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pygit2
 import pytest
 
-from helpers import git, hold, make_repo, release, rev, storm, storm_json
+from helpers import PY_PROJECT, git, hold, make_repo, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import notes, readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
 from storm_git.core.store import Store
 
-FILES = {
-    "pkg/__init__.py": "from .core import helper\n",
-    "pkg/core.py": "def helper():\n    return 1\n",
-    "pkg/models.py": "class User:\n    name = ''\n",
-    "app.py": "from pkg import helper\nfrom pkg.models import User\n\n\ndef run():\n    return helper(), User()\n",
-    "notes.py": "X = 1\n",
-    "README.md": "# demo\n",
-}
+FILES = PY_PROJECT
 
 
 @pytest.fixture
@@ -152,11 +142,7 @@ def test_a_writer_killed_between_its_journal_append_and_its_fold(repo):
     h0 = rev(repo, "refs/storm/workspace")
     holder = hold(repo, "worktree", seconds=60)
     try:
-        env = dict(os.environ, STORM_AGENT="a")
-        p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", "app.py"], cwd=repo, env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        p.stdin.write(b"killed = 1\n")
-        p.stdin.close()
+        p = start_write(repo, "a", "app.py", "killed = 1\n")
         deadline = time.monotonic() + 60
         while rev(repo, "refs/storm/workspace") == h0:  # its CAS
             assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() else "no CAS"

@@ -8,16 +8,13 @@ commit leaves; a torn line is what a reader killed inside ``write()`` could leav
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, storm, storm_json
+from helpers import git, make_repo, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES
@@ -101,11 +98,7 @@ def test_a_writer_killed_between_its_journal_and_its_cas(repo):
     assert storm(repo, "read", "src/api.py", "src/util.py", agent="e1").returncode == 0
     lock = repo / ".git/refs/storm/workspace.lock"
     lock.write_text("held by a test\n")  # libgit2's CAS waits on it
-    env = dict(os.environ, STORM_AGENT="e1")
-    p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", "src/api.py"], cwd=repo, env=env,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdin.write(b"lost = 1\n")
-    p.stdin.close()
+    p = start_write(repo, "e1", "src/api.py", "lost = 1\n")
     deadline = time.monotonic() + 30
     while journal(repo, "e1").read_bytes().count(b"\n") < 4:  # header, 2 reads, the write's entry
         assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() else "no append"

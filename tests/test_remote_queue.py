@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import helpers
-from helpers import git, release, rev, snapshot_refs, storm, storm_json
+from helpers import git, release, rev, snapshot_refs, start_write, storm, storm_json
 from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log, server_provenance  # noqa: F401 (daemon: fixture)
 
 LOCKS = Path(".git/storm/locks")
@@ -30,16 +29,6 @@ def waiters(repo: Path) -> int:
     ino = os.stat(repo / LOCKS / "remote-landing").st_ino
     with open("/proc/locks") as fh:
         return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
-
-
-def start_write(repo: Path, agent: str, path: str, content: str) -> subprocess.Popen:
-    env = dict(os.environ, STORM_AGENT=agent)
-    p = subprocess.Popen([sys.executable, "-m", "storm_git", "write", path, "--json"], cwd=repo, env=env,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdin.write(content.encode())
-    p.stdin.close()
-    p.stdin = None  # communicate() must not flush it again
-    return p
 
 
 def wait_queued(repo: Path, n: int) -> None:
@@ -64,7 +53,7 @@ def queue_and_kill(repo: Path, agent: str, path: str, content: str) -> str:
     locks); returns the queued commit, left on the local ref."""
     holder = hold(repo)
     try:
-        p = start_write(repo, agent, path, content)
+        p = start_write(repo, agent, path, content, "--json")
         wait_queued(repo, 1)
         p.kill()
         p.wait()
@@ -91,8 +80,8 @@ def test_writers_of_one_clone_land_in_one_push(tmp_path, daemon):  # noqa: F811
         assert storm(a, "read", path, agent=agent).returncode == 0
     holder = hold(a)
     try:
-        px = start_write(a, "eng_x", "src/api.py", "X\n")
-        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        py = start_write(a, "eng_y", "src/util.py", "Y\n", "--json")
         wait_queued(a, 2)
         assert rev(srv, WS) == h0  # queued here, nothing on the server yet
     finally:
@@ -125,11 +114,11 @@ def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_change
     assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
     holder = hold(a)
     try:  # queued in this order: none of them depends on another's write
-        px = start_write(a, "eng_x", "src/api.py", "X\n")
+        px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
-        py = start_write(a, "eng_y", "README.md", "# Y\n")
+        py = start_write(a, "eng_y", "README.md", "# Y\n", "--json")
         wait_queued(a, 2)
-        pw = start_write(a, "eng_w", "src/util.py", "W\n")
+        pw = start_write(a, "eng_w", "src/util.py", "W\n", "--json")
         wait_queued(a, 3)
         code, rz = storm_json(b, "write", "src/util.py", input="Z\n", agent="eng_z")
         assert code == 0 and rz["accepted"]
@@ -165,8 +154,8 @@ def test_an_unreachable_server_lands_no_queued_write(tmp_path, daemon):  # noqa:
               (a / ".git/storm/journal/eng_y").read_bytes())
     holder = hold(a)
     try:
-        px = start_write(a, "eng_x", "src/api.py", "X\n")
-        py = start_write(a, "eng_y", "src/util.py", "Y\n")
+        px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        py = start_write(a, "eng_y", "src/util.py", "Y\n", "--json")
         wait_queued(a, 2)
         daemon.stop()
     finally:
