@@ -170,5 +170,8 @@ def server_hook_install(path: str, as_json: bool) -> None:
         _emit_json(res.to_dict())
     else:
         click.echo(f"installed storm's guard: {res.hook} (runs {res.python})")
+        if not res.precompiled:
+            click.echo("storm's modules could not all be compiled to bytecode for it (a read-only install?): "
+                       "each push then pays for compiling them", err=True)
         if res.chained:
             click.echo(f"the hook that was there runs after it: {res.chained}")

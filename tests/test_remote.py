@@ -551,6 +551,22 @@ def test_guard_keeps_and_chains_an_existing_hook(tmp_path):
     assert WS in log.read_text()
 
 
+def test_guard_install_compiles_storm_for_the_hooks_interpreter(tmp_path):
+    """The hook starts a Python for every push: install writes storm's bytecode once, so
+    that Python never compiles storm from source, even where nothing else writes it."""
+    import importlib.util
+
+    import storm_git.remote.server_hook as guard
+
+    pyc = Path(importlib.util.cache_from_source(guard.__file__))
+    pyc.unlink(missing_ok=True)
+    srv = bare(tmp_path / "proj.git")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # the CLI's own imports write none
+    code, res = storm_json(srv, "server-hook", "install", env=env)
+    assert code == 0 and res["precompiled"] is True, res
+    assert pyc.exists()
+
+
 # -- many clones, many processes ------------------------------------------------------------------
 def _run_writers(tmp_path: Path, clones: list[Path], procs: int, writes: int, share: float) -> list[dict]:
     ack = tmp_path / "acks.jsonl"

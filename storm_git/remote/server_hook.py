@@ -236,6 +236,9 @@ class InstallResult:
     hook: str
     chained: str | None
     python: str
+    # storm's modules compiled to bytecode for that interpreter: the hook starts a
+    # Python for every push, and one that compiles storm from source doubles its cost
+    precompiled: bool = False
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -288,7 +291,21 @@ def install(path: str) -> InstallResult:
         fh.write(render(sys.executable))
     os.chmod(tmp, 0o755)
     os.replace(tmp, target)
-    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable)
+    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile())
+
+
+def _precompile() -> bool:
+    """Write the bytecode of storm's modules for this interpreter now, once, so that the
+    hook's Python, started for every push, never compiles them from source (it would
+    each time where bytecode is not written: PYTHONDONTWRITEBYTECODE, a read-only
+    install). False when some could not be written (the hook still works, slower)."""
+    import compileall
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return bool(compileall.compile_dir(package, quiet=2))
+    except OSError:
+        return False
 
 
 def _is_ours(path: str) -> bool:
