@@ -148,14 +148,17 @@ def cpu_busy() -> float:
 def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int = 1) -> list[dict]:
     """Start the writers, wait until each has opened its clone and read its file, then
     open the timed window for all of them at once (process start-up is not counted)."""
-    go = os.path.join(os.path.dirname(clones[0]), f"go-{time.monotonic_ns()}")
+    run = time.monotonic_ns()
+    go = os.path.join(os.path.dirname(clones[0]), f"go-{run}")
     procs, names = [], []
     for i, c in enumerate(clones):
         for k in range(per_clone):
             n = i * per_clone + k
             path = "shared.txt" if shared else f"f{n:02d}.txt"
-            names.append(f"w{n}")
-            procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, f"w{n}", path, str(seconds),
+            # agent ids new to each point: an agent works from one clone at a time, and
+            # the same n is another clone at another point
+            names.append(f"w{n}-{run % 100000}")
+            procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, names[-1], path, str(seconds),
                                            "1" if shared else "0", go], stdout=subprocess.PIPE))
     while not all(os.path.exists(f"{go}.{a}") for a in names):
         if any(p.poll() is not None for p in procs):
