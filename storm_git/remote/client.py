@@ -172,13 +172,8 @@ class RemoteWorkspace(SharedWorkspace):
                 self._check_budget()
                 return None
             if self._stale_now and self._over_budget():
-                # still queued after losing for too long: drop the queue (the others validate
-                # again) so that this write cannot land after its writer is told it failed
-                with flocked(store.commondir, "workspace"):
-                    tracked = _tracked_head(store, self.remote)
-                    if tracked is not None and _state(store, self.remote, commit)[0] == QUEUED:
-                        _force(store, WORKSPACE_REF, tracked)
-                self._queued = None
+                # still queued after losing for too long: it is given up, so it must not land
+                self._unqueue(commit)
                 self._put_back(agent)
                 self._check_budget()
             with exchanging(store, wait=False) as pusher:
@@ -306,6 +301,16 @@ class RemoteWorkspace(SharedWorkspace):
                     local is None or not store.repo.descendant_of(local, tracked)):
                 _force(store, WORKSPACE_REF, tracked)
 
+    def _unqueue(self, commit: pygit2.Oid) -> None:
+        """A write given up while still queued (its writer is told it failed) must not
+        land later: the local ref goes back to the server's head as last known (the
+        other queued writes are validated again by their writers)."""
+        with flocked(self.store.commondir, "workspace"):
+            tracked = _tracked_head(self.store, self.remote)
+            if tracked is not None and _state(self.store, self.remote, commit)[0] == QUEUED:
+                _force(self.store, WORKSPACE_REF, tracked)
+        self._queued = None
+
     def _drop_queue(self, base: pygit2.Oid | None) -> None:
         """Take the local ref back to the server's head as last known: no queued write
         may land after its writer was told it failed."""
@@ -375,11 +380,7 @@ class RemoteWorkspace(SharedWorkspace):
             res = super().apply(agent, changes, **kw)
         except BaseException:
             if self._queued is not None:  # queued, not landed: it must not land after this failure
-                with flocked(self.store.commondir, "workspace"):
-                    tracked = _tracked_head(self.store, self.remote)
-                    if tracked is not None and _state(self.store, self.remote, self._queued)[0] == QUEUED:
-                        _force(self.store, WORKSPACE_REF, tracked)
-                self._queued = None
+                self._unqueue(self._queued)
             self._put_back(agent)
             raise
         finally:

@@ -17,7 +17,6 @@ from ..core.errors import RepoStateError, UsageError
 from ..core.store import REMOTE_TRACKING_PREFIX, Store, git_env
 
 ZERO = "0" * 40
-TRACKING_PREFIX = REMOTE_TRACKING_PREFIX
 # Connection failures: nothing reached the server (the write did not happen).
 _UNREACHABLE = ("could not read from remote", "unable to connect", "connection refused", "could not resolve",
                 "does not appear to be a git repository", "no such file or directory", "unable to look up",
@@ -51,7 +50,7 @@ class RemoteRefused(RepoStateError):
 
 def tracking_ref(remote: str, ref: str) -> str:
     """Where the remote's ``ref`` (``refs/storm/…`` or ``refs/notes/storm/…``) is kept locally."""
-    return f"{TRACKING_PREFIX}{remote}/{ref[len('refs/'):]}"
+    return f"{REMOTE_TRACKING_PREFIX}{remote}/{ref[len('refs/'):]}"
 
 
 def check_remote(store: Store, remote: str) -> str:
@@ -94,8 +93,8 @@ def fetch(store: Store, remote: str) -> None:
     """Copy the remote's ``refs/storm/*`` and ``refs/notes/storm/*`` into the tracking
     namespace (forced: the server is the truth; pruned: gone there, gone here)."""
     url = check_remote(store, remote)
-    specs = [f"+refs/storm/*:{TRACKING_PREFIX}{remote}/storm/*",
-             f"+refs/notes/storm/*:{TRACKING_PREFIX}{remote}/notes/storm/*"]
+    specs = [f"+refs/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/storm/*",
+             f"+refs/notes/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/notes/storm/*"]
     args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
             "--no-auto-gc", remote, *specs]
     for attempt in range(LOCAL_LOCK_TRIES):
@@ -117,7 +116,7 @@ def fetch(store: Store, remote: str) -> None:
 
 def _locked_tracking_refs(store: Store, remote: str) -> list[str]:
     """The tracking refs of ``remote`` that have a ``<ref>.lock`` file."""
-    base = os.path.join(store.commondir, *f"{TRACKING_PREFIX}{remote}".split("/"))
+    base = os.path.join(store.commondir, *f"{REMOTE_TRACKING_PREFIX}{remote}".split("/"))
     out = []
     for dirpath, _dirs, files in os.walk(base):
         for name in files:

@@ -50,7 +50,7 @@ from ..core.payloads import (
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
-from ..core.store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, hex_
+from ..core.store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
 from .writer import OnWait
 
@@ -322,8 +322,7 @@ class SharedWorkspace(BaseWorkspace):
                         commit, head = landed, store.commit(landed).parent_ids[0]
                     if held:  # the reservation ends once the write is on the shared ref
                         with flocked(store.commondir, "workspace"):
-                            reservations.update(store, {p: None for p in held}, agent=agent,
-                                                message=f"storm: {agent} wrote; reservation ends")
+                            _end_reservations(store, agent, held)
                     break
                 landing, retries, pre = None, retries + 1, None  # dropped: validate again
             if refresh:
@@ -399,8 +398,7 @@ class SharedWorkspace(BaseWorkspace):
                             refresh = True
                             continue
                         if held:
-                            reservations.update(store, {p: None for p in held}, agent=agent,
-                                                message=f"storm: {agent} wrote; reservation ends")
+                            _end_reservations(store, agent, held)
                         break
                     if not self._verdict_is_final():
                         refresh = True
@@ -760,3 +758,10 @@ def _check_disk_parents(top: str, paths: list[str]) -> None:
 
 def _mode(current: Entry | None) -> int:
     return current.mode if current is not None and current.mode in (MODE_BLOB, MODE_EXEC) else MODE_BLOB
+
+
+def _end_reservations(store: Store, agent: str, held: Iterable[str]) -> None:
+    """The agent's reservations on ``held`` end: its write is on the shared ref
+    (workspace lock held)."""
+    reservations.update(store, {p: None for p in held}, agent=agent,
+                        message=f"storm: {agent} wrote; reservation ends")
