@@ -142,6 +142,60 @@ def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_change
     assert (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
 
 
+def blocked_on(repo: Path, lock: str, pid: int) -> bool:
+    """Whether process ``pid`` waits for the flock on ``storm/locks/<lock>`` (/proc/locks)."""
+    try:
+        ino = os.stat(repo / LOCKS / lock).st_ino
+    except FileNotFoundError:
+        return False
+    with open("/proc/locks") as fh:
+        return any("->" in ln and f" {pid} " in ln and f":{ino} " in ln for ln in fh)
+
+
+def test_two_writes_of_one_agent_on_one_clone_take_turns(tmp_path):
+    """Two processes of one agent write at once on one clone. The second waits for the
+    first to end (the write-<agent> lock), so the first, dropped after a stale lease,
+    cannot come back through the second: each puts the agent's journal back to what it
+    was before its own write, and the second's snapshot would hold the first's version
+    of src/api.py as read, a version no head ever had."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    assert storm(a, "read", "src/api.py", "src/util.py", agent="eng_x").returncode == 0
+    assert storm(b, "read", "src/api.py", agent="eng_z").returncode == 0
+    ghost = git(a, "hash-object", "--stdin", input=b"X1\n").stdout.decode().strip()
+    holder = hold(a)
+    try:
+        p1 = start_write(a, "eng_x", "src/api.py", "X1\n", "--json")
+        wait_queued(a, 1)
+        p2 = start_write(a, "eng_x", "src/util.py", "U2\n", "--deps", "src/util.py", "--json")
+        deadline = time.monotonic() + 60
+        while not blocked_on(a, "write-eng_x", p2.pid):
+            assert p2.poll() is None, p2.communicate()
+            assert time.monotonic() < deadline, "the second write of eng_x never waited for the first"
+            time.sleep(0.02)
+        assert git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() == "1"
+        code, rz = storm_json(b, "write", "src/api.py", input="Z\n", agent="eng_z")
+        assert code == 0 and rz["accepted"]
+    finally:
+        release(holder)
+    (c1, r1), (c2, r2) = finish(p1), finish(p2)
+    assert c1 == 1 and r1["rejection"]["reason"] == "direct_conflict", r1
+    # before the lock, the first write's put-back took the second's version of src/util.py
+    # out of the read set, and the first was told its own agent's write was stale
+    assert r1["rejection"]["stale"] == [], r1["rejection"]["stale"]
+    assert c2 == 0 and r2["accepted"], r2  # its scope is src/util.py, which nobody else wrote
+    assert server_log(srv)[:2] == [r2["commit"], rz["commit"]]
+    # the dropped write's version is nowhere in eng_x's read set, and the landed one is
+    # (put back after it, the first write's snapshot would have taken it out)
+    from storm_git.core import readsets
+    from storm_git.core.store import Store
+
+    u2 = git(a, "hash-object", "--stdin", input=b"U2\n").stdout.decode().strip()
+    read = {p: e.blob for p, e in readsets.load_view(Store.discover(str(a)), "eng_x").entries.items()}
+    assert ghost not in read.values() and read["src/util.py"] == u2, read
+
+
 def test_an_unreachable_server_lands_no_queued_write(tmp_path, daemon):  # noqa: F811
     """The server goes away while two writes are queued: both writers fail (exit 3), the
     local ref goes back to the server's head, and no queued write can land afterwards."""

@@ -15,7 +15,9 @@ Lock files live in ``<common git dir>/storm/locks/``:
 * ``remote`` (a clone of a workspace on a git server) guards every fetch and push of
   the storm refs and the copies of the server's refs (``refs/storm-remote/``); it is
   taken before ``workspace``, never inside it; its holder also holds
-  ``remote-landing``, which queued writers wait on, shared.
+  ``remote-landing``, which queued writers wait on, shared;
+* ``write-<id>`` (on such a clone) is held by one write of an agent from before it
+  writes to its end, so that two processes of one agent write there in turn.
 """
 from __future__ import annotations
 

@@ -27,8 +27,9 @@ the queue is dropped, everything put back, exit 3. A push whose answer was lost 
 found on the next fetch: the write's commit is then on the server's ref, and
 re-running the same write changes nothing.
 
-Lock order: ``remote`` (fetches, pushes, the tracking refs), then ``workspace``
-(the local refs), then an agent's lock; never the other way round.
+Lock order: ``write-<agent>`` (one remote write of that agent at a time, from its
+snapshot to its end), then ``remote`` (fetches, pushes, the tracking refs), then
+``workspace`` (the local refs), then an agent's lock; never the other way round.
 
 Reads are recorded locally (the journal) and travel with the agent's next write,
 or with ``push_reads``; validation never needs another machine's read set.
@@ -373,6 +374,14 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+        """The validated write, one per agent at a time on this clone: a write dropped
+        after a stale lease puts the agent's journal and notes back to the snapshot it
+        took before it wrote, which would bring the dropped write's versions back (as
+        read) if a second write of the same agent had taken its snapshot after it."""
+        with flocked(self.store.commondir, write_lock(agent)):
+            return self._apply(agent, changes, **kw)
+
+    def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
         self._moves = 0
         self._take_snapshot(agent)
@@ -452,6 +461,11 @@ class RemoteWorkspace(SharedWorkspace):
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         self.refresh(disk=False)
         return super().log(limit)
+
+
+def write_lock(agent: str) -> str:
+    """The lock one remote write of ``agent`` holds from its snapshot to its end."""
+    return f"write-{agent}"
 
 
 @contextmanager
