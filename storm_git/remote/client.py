@@ -374,10 +374,11 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
-        """The validated write, one per agent at a time on this clone: a write dropped
+        """The validated write, one per agent at a time on this clone. A write dropped
         after a stale lease puts the agent's journal and notes back to the snapshot it
-        took before it wrote, which would bring the dropped write's versions back (as
-        read) if a second write of the same agent had taken its snapshot after it."""
+        took before it wrote: with two writes of one agent in flight, that would take
+        the other write's versions out of the read set, or (the other's snapshot put
+        back last) bring the dropped write's versions back as read."""
         with flocked(self.store.commondir, write_lock(agent)):
             return self._apply(agent, changes, **kw)
 
