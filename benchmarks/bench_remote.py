@@ -15,9 +15,9 @@ without storm's pre-receive guard), it prints medians of:
 * contention: 4 clones writing one shared file (read, write, re-plan on rejection):
   lease retries and rejections per accepted write.
 
-    python3 benchmarks/bench_remote.py                 # guard installed, 6 s per point
-    python3 benchmarks/bench_remote.py --no-guard --seconds 3 --json
-    python3 benchmarks/bench_remote.py --no-guard --per-clone 1,4,8 --clones 8
+    python3 benchmarks/bench_remote.py                 # guard installed: docs/remote.md's table
+    python3 benchmarks/bench_remote.py --no-guard      # its other column
+    python3 benchmarks/bench_remote.py --no-guard --seconds 3 --per-clone 1,4,8 --clones 8 --json
 """
 from __future__ import annotations
 
@@ -265,8 +265,8 @@ def main() -> int:
     ap.add_argument("--no-guard", action="store_true", help="no pre-receive guard on the server")
     ap.add_argument("--seconds", type=float, default=6.0, help="duration of each throughput point")
     ap.add_argument("--latency-n", type=int, default=15)
-    ap.add_argument("--clones", default="2,4,8")
-    ap.add_argument("--per-clone", default="1,4", help="writer processes per clone (default 1,4)")
+    ap.add_argument("--clones", default="1,2,4,8")
+    ap.add_argument("--per-clone", default="1,16", help="writer processes per clone (default 1,16)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.clones.split(",")]
