@@ -20,6 +20,8 @@ FILES = {
     "app.py": "from pkg import helper\n\n\ndef run():\n    return helper()\n",
 }
 NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
+# a second change that reaches helper through run (a definition of the target it calls)
+RUN_THRICE = "\n\ndef run_thrice():\n    return run(), run(), run()\n"
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ def test_a_module_used_by_attribute_counts_only_the_attributes_used(repo):
     code, out = _write(repo, "app.py", app, "--deps", "auto")
     assert code == 0 and list(out["unaffected_deps"]) == ["notes.py"], out
     _change(repo, "notes.py", "X = 1", "X = 5")
-    code, out = _write(repo, "app.py", app + "\n# more\n", "--deps", "auto")
+    code, out = _write(repo, "app.py", app.replace("notes.X", "notes.X + 1"), "--deps", "auto")
     assert code == 1 and _stale(out) == ["notes.py"], out
 
 
@@ -140,7 +142,7 @@ def test_a_file_changed_again_after_it_was_left_out_is_judged_again(repo):
     code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
     assert code == 0, out
     _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
-    code, out = _write(repo, "app.py", NEW_APP + "\n# v2\n", "--deps", "auto")
+    code, out = _write(repo, "app.py", NEW_APP + RUN_THRICE, "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
 
 
@@ -190,6 +192,24 @@ def test_a_repository_import_counts_as_a_definition_unless_it_may_close_a_cycle(
         assert code == 1 and "import cycle" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
 
 
+@pytest.mark.parametrize("before, after, accepted", [
+    # a name added to an import of a module the file already loaded: no new edge in the
+    # import graph, so no new cycle; `other` is a definition app.py's changed code does not use
+    ("from pkg.core import helper", "from pkg.core import helper, other", True),
+    # the same module, newly loaded: pkg/core.py is the write's target, a cycle may close
+    ("from pkg import helper", "from pkg import helper\nfrom pkg.core import other", False),
+])
+def test_an_import_that_loads_only_what_the_file_loaded_closes_no_cycle(repo, before, after, accepted):
+    _change(repo, "app.py", "from pkg import helper", before)
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", before, after)
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 1", "return 10"), "--deps", "auto")
+    if accepted:
+        assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out
+    else:
+        assert code == 1 and "import cycle" in out["rejection"]["scope"]["moved"]["app.py"], out
+
+
 def test_source_nested_deeper_than_the_parser_allows_is_not_a_crash(repo):
     """CPython's parser raises RecursionError (not SyntaxError) on a generated
     5,000-term expression; the computed scope treats it as unparsable."""
@@ -214,7 +234,7 @@ def test_an_own_earlier_write_that_the_write_imports_is_judged_by_names(repo):
     code, out = _write(repo, "app.py", NEW_APP, "--deps", "auto")
     assert code == 0 and list(out["unaffected_deps"]) == ["pkg/core.py"], out
     _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
-    code, out = _write(repo, "app.py", NEW_APP + "\n# v2\n", "--deps", "auto")
+    code, out = _write(repo, "app.py", NEW_APP + RUN_THRICE, "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
 
 
@@ -356,3 +376,65 @@ def test_a_member_named_only_in_a_string_rejects(classes, call, why):
     _change(classes, "store.py", "return 1", "return 2")
     code, out = _write(classes, "user.py", app, "--deps", "auto")
     assert code == 1 and _moved(out, "store.py") == f"changed Store.gc, which the write uses{why}", out
+
+
+# -- what the write's change uses, not all of the target ---------------------------------------------
+# The target as read is FILES["app.py"]: `run()` calls helper. b changes helper's signature.
+BANNER = "\n\ndef banner():\n    return 'app'\n"
+
+
+def test_a_change_that_does_not_reach_the_moved_function_is_left_out(repo):
+    """a adds banner(), which calls nothing; run(), unchanged, still calls helper: the
+    write's change uses nothing pkg/core.py changed, so it is accepted."""
+    for agent in "ac":
+        _read(repo, agent, "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    code, out = storm_json(repo, "write", "app.py", "--no-wait", input=FILES["app.py"] + BANNER, agent="c")
+    assert code == 1 and _stale(out) == ["pkg/core.py"]  # control: the whole read set
+    storm(repo, "release", "app.py", agent="c")
+    code, out = _write(repo, "app.py", FILES["app.py"] + BANNER, "--deps", "auto")
+    assert code == 0 and out["unaffected_deps"] == \
+        {"pkg/core.py": "changed helper, which the write's change does not use"}, out
+
+
+SHOW = "return show(helper())\n\n\ndef show(x):\n    return x\n"
+SHOW_VIA = "got = helper()\n    unrelated = 1\n    return show(got)\n\n\ndef show(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("old, new", [
+    # the change adds main(), which calls run(), an unchanged definition that calls helper
+    ("return helper()\n", "return helper()\n\n\ndef main():\n    return run()\n"),
+    # the change is to run() itself
+    ("return helper()\n", "return helper() or 0\n"),
+    # the change is to show(), and run(), unchanged, passes it helper's result: a caller in
+    # the target is part of the contract the change keeps
+    (SHOW, SHOW.replace("return x", "return str(x)")),
+    # the same, with helper's result passed through a local name
+    (SHOW_VIA, SHOW_VIA.replace("return x", "return str(x)")),
+])
+def test_a_change_that_reaches_the_moved_function_through_the_target_rejects(repo, old, new):
+    if "def show" in old:  # the target as read already has show()
+        _change(repo, "app.py", "return helper()\n", old)
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    new_app = git(repo, "show", "refs/storm/workspace:app.py").stdout.decode().replace(old, new)
+    code, out = _write(repo, "app.py", new_app, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+    assert "helper" in out["rejection"]["scope"]["moved"]["pkg/core.py"], out
+
+
+def test_a_changed_module_level_statement_of_the_target_uses_all_of_it(repo):
+    # a statement that runs on import may call anything of the module: no narrowing
+    _read(repo, "a", "app.py", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    code, out = _write(repo, "app.py", FILES["app.py"] + "\nprint('loaded')\n", "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_target_the_agent_did_not_read_uses_all_of_it(repo):
+    # a new file has no version as read: all of its content is the change
+    _read(repo, "a", "pkg/core.py")
+    _change(repo, "pkg/core.py", "def helper():", "def helper(strict):")
+    tool = "from pkg.core import helper\n\n\ndef tool():\n    return helper()\n"
+    code, out = _write(repo, "tool.py", tool, "--deps", "auto")
+    assert code == 1 and _stale(out) == ["pkg/core.py"], out

@@ -16,6 +16,16 @@ not reach, directly or through the target's own definitions, a definition this
 write changes (when the write changes a module-level statement of the target,
 every caller is reached).
 
+What the write uses is what its *change* uses (``change_slice``): in a target the agent
+read, the definitions that differ from the version read (as written and as read);
+wherever the target's unchanged code mentions one of them, the names of that statement
+and, in a function, of the statements sharing a local name with it (what is passed in,
+where the result goes: ``run()`` calling ``show(helper())`` when the write changes
+``show``); the target's ``if __name__ == "__main__":`` block; and every definition of
+the target those use, transitively. A write that adds a function calling nothing does
+not depend on what the target's other functions call. A target the agent did not read,
+or whose module-level statements the write changes, is used whole.
+
 A changed ``class`` the write uses is looked inside in turn, when its header (name,
 bases, keywords, decorators) is the same and every changed statement of its body is
 a definition (a method, a nested class, an assignment to a name; the docstring or
@@ -33,9 +43,10 @@ a metaclass or a base from another file (its code may call any member; ``object`
 class when the code reads attributes by a computed name (``getattr(x, name)``,
 ``vars``, ``dir``, ``__dict__``). Anything else keeps the file in the scope:
 
-* a changed import that may close an import cycle (the files it loads lead, by
-  their imports, back to the file or to a target of the write; past 400 files
-  followed, assumed), or another module-level statement (it runs on import: a
+* a changed import that may close an import cycle (a file it loads that the file
+  did not load before leads, by its imports, back to the file or to a target of
+  the write; past 400 files followed, assumed: a name added to an import of a module
+  already loaded adds no edge to the import graph), or another module-level statement (it runs on import: a
   registration, a side effect); any other import (``import select``, or a
   module of the repository that leads to neither) counts as a definition of the
   names it binds;
@@ -49,9 +60,12 @@ class when the code reads attributes by a computed name (``getattr(x, name)``,
   that is not Python, does not parse, or was created or deleted.
 
 The rule errs towards rejecting: a dropped file is one whose change cannot reach
-the new content through the names it uses. What it cannot see (a name built at
+the write's change through the names it uses. What it cannot see (a name built at
 run time, ``getattr`` with a string at the top level; a member called only by
-another module the write calls, as for a top-level name) is the documented limit
+another module the write calls, as for a top-level name; a value that reaches the
+changed code from the target's unchanged code other than through the statements that
+mention it and their locals, such as an attribute set in one method and read in
+another, or a global the unchanged code assigns) is the documented limit
 of ``--deps auto``.
 """
 from __future__ import annotations
@@ -364,17 +378,23 @@ def _reaches(r: Resolver, starts: list[str], goals: set[str]) -> bool:
     return False
 
 
-def _cycle_risk(r: Resolver, path: str, goals: set[str]) -> Callable[[ast.stmt], bool]:
+def _cycle_risk(r: Resolver, path: str, goals: set[str], was: str) -> Callable[[ast.stmt], bool]:
     """Whether an import statement in ``path`` may close an import cycle through the
     repository's files: back to ``path`` itself or to a target of the write (``goals``).
-    An import that cannot is a definition of the names it binds."""
+    An import that loads only files the version ``was`` (a blob id) already loaded when
+    imported adds no edge to the import graph (``from .store import Store`` becoming
+    ``from .store import Store, odb_retry``), so it cannot close a new cycle. An import
+    that cannot is a definition of the names it binds."""
     goals = goals | {path}
+    runs = _runtime_imports(r.store, was)
+    already = {q for module, level, names in runs or [] for q in resolve(path, module, level, r.known, names)}
 
     def check(node: ast.stmt) -> bool:
         starts = _loads(r, path, node)
         if not starts:  # outside the repository (a relative one not found: assume the worst)
             return isinstance(node, ast.ImportFrom) and bool(node.level)
-        return _reaches(r, starts, goals)
+        new = [p for p in starts if p not in already]
+        return bool(new) and _reaches(r, new, goals)
     return check
 
 
@@ -396,7 +416,7 @@ class _Edits:
         was = reads[target].blob if target in reads else None
         try:
             got = both_versions(r.store.blob_bytes(pygit2.Oid(hex=was)), content,
-                                _cycle_risk(r, target, goals)) if was else None
+                                _cycle_risk(r, target, goals, was)) if was else None
         except (KeyError, ValueError):
             got = None
         if got is None:
@@ -417,6 +437,91 @@ class _Edits:
         if hit:
             return f"imports {self.target}, and its changed code uses {_names(hit)}, which this write changes"
         return None
+
+
+def _own_parts(stmt: ast.stmt) -> list[ast.AST]:
+    """A statement without the statements nested in it: ``if x:``'s test, not its body."""
+    out: list[ast.AST] = []
+    for _, value in ast.iter_fields(stmt):
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, ast.AST) and not isinstance(v, (ast.stmt, ast.excepthandler, ast.match_case)):
+                out.append(v)
+            elif isinstance(v, (ast.excepthandler, ast.match_case)):  # `except E as e:`, `case P if g:`
+                out += [x for x in ast.iter_child_nodes(v) if not isinstance(x, ast.stmt)]
+    return out
+
+
+def _locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """The names a function binds itself: its parameters and what it assigns."""
+    a = fn.args
+    out = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+    return out
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _statements(node: ast.stmt) -> list[tuple[ast.AST | None, set[str]]]:
+    """Each statement in ``node`` (itself included) with the names it mentions, and the
+    innermost function whose body holds it (None: the module's or a class's body)."""
+    out: list[tuple[ast.AST | None, set[str]]] = [(None, _refs(_own_parts(node)))]
+
+    def visit(n: ast.AST, fn: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(n):
+            if isinstance(child, ast.stmt):
+                out.append((fn, _refs(_own_parts(child))))
+            visit(child, child if isinstance(child, _FUNCTIONS) else fn)
+    visit(node, node if isinstance(node, _FUNCTIONS) else None)
+    return out
+
+
+def _call_sites(nodes: Iterable[ast.stmt], names: set[str]) -> set[str]:
+    """The names of every statement in ``nodes`` that mentions one of ``names`` (at a
+    call of what the write changes: what is passed in, where the result goes), and,
+    in a function, of every statement that shares a local name with those, until none
+    is added (``x = helper(); show(x)`` as ``show(helper())``)."""
+    out: set[str] = set()
+    for node in nodes:
+        groups: dict[int, tuple[ast.AST | None, list[set[str]]]] = {}
+        for fn, refs in _statements(node):
+            groups.setdefault(id(fn), (fn, []))[1].append(refs)
+        for fn, stmts in groups.values():
+            got = set().union(*(refs for refs in stmts if refs & names))
+            if got and fn is not None:
+                local = _locals(fn)  # type: ignore[arg-type]
+                grew = True
+                while grew:
+                    grew = False
+                    for refs in stmts:
+                        if refs & got & local and not refs <= got:
+                            got |= refs
+                            grew = True
+            out |= got
+    return out
+
+
+def change_slice(edits: _Edits, content: bytes) -> bytes:
+    """The part of a target's new content its change involves, as source: the changed
+    definitions (as written and as read); wherever the target's unchanged code mentions
+    one of them, the names of that statement (what is passed in, where the result goes);
+    its ``if __name__ == "__main__":`` block; and every definition of the target those
+    use, transitively. The whole content when a module-level statement changed or the
+    target was not read (``edits.names`` is None)."""
+    if edits.names is None:
+        return content
+    old_u, new_u = edits.versions
+    changed = set(edits.names)
+    others = [x for k, nodes in new_u.items() if k[1] not in changed for x in nodes]
+    main = [n for n in ast.parse(content).body if _is_main_guard(n)]  # not a unit: kept whole
+    names = _closure(changed | _call_sites(others, changed) | _refs(main), new_u)
+    nodes = main + [x for n in sorted(names) for x in new_u.get(("def", n), [])]
+    nodes += [x for n in sorted(changed) for x in old_u.get(("def", n), [])]  # what it replaced
+    return ast.unparse(ast.Module(body=nodes, type_ignores=[])).encode()
 
 
 # -- inside a class: its members -------------------------------------------------------------------
@@ -674,27 +779,30 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
             return out
         new[p] = c
     r = Resolver(store, tree, reads, changes)
+    goals = set(new)
+    edits = {p: _Edits.of(r, reads, p, c, goals) for p, c in new.items()}
+    # the files in the scope through the new content; the names its change uses
+    related: set[str] = set()
     uses: Uses = {}
+    parts: list[bytes] = []
     for p, c in new.items():
-        for d, names in target_uses(r, p, c).items():
+        related.update(target_uses(r, p, c))
+        parts.append(change_slice(edits[p], c))
+        for d, names in target_uses(r, p, parts[-1]).items():
             _add(uses, d, names)
     infos = [parse_new(c) for c in new.values()]
     importers = dependents(r, set(new), [i for i in infos if i is not None])
     own = own_writes(store, agent, reads)
-    goals = set(new)
-    edits: dict[str, _Edits] = {}
-    write = _Write.of(new.values())
+    write = _Write.of(parts)
     for d in moved:
-        related = d in uses or d in importers
-        got = _changed_in(store, r, reads, d, goals) if related else None
-        why, members = _verdict(r, reads, d, uses, related, d in own, got, write)
+        is_related = d in related or d in importers
+        got = _changed_in(store, r, reads, d, goals) if is_related else None
+        why, members = _verdict(r, reads, d, uses, is_related, d in own, got, write)
         if why is None and d in importers:
             # a caller changed: it matters if its changed code reaches what this write
             # changes in the targets it imports (all of them, if none is found)
             reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or goals
             for t in sorted(reached):
-                if t not in edits:
-                    edits[t] = _Edits.of(r, reads, t, new[t], goals)
                 why = edits[t].reason(got)  # type: ignore[arg-type]
                 if why is not None:
                     break
@@ -708,7 +816,7 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
 def _spared(names: set[str], members: dict[str, set[str]]) -> str:
     """Why a moved file leaves the scope: the names that changed, a class whose members
     changed but none the write uses by its members."""
-    parts = [f"changed {_names(names - members.keys())}, which the write does not use"] \
+    parts = [f"changed {_names(names - members.keys())}, which the write's change does not use"] \
         if names - members.keys() else []
     for cls, ms in sorted(members.items()):
         parts.append(f"changed {_names(f'{cls}.{m}' for m in ms)}; the write uses {cls} but not {_names(ms)}"
@@ -723,7 +831,7 @@ def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, 
         return None
     try:
         got = both_versions(store.blob_bytes(pygit2.Oid(hex=was)), store.blob_bytes(pygit2.Oid(hex=cur)),
-                            _cycle_risk(r, d, goals))
+                            _cycle_risk(r, d, goals, was))
     except (KeyError, ValueError):
         return None
     return None if got is None else (got[0], got[1], _changed(*got))
