@@ -438,3 +438,19 @@ def test_a_target_the_agent_did_not_read_uses_all_of_it(repo):
     tool = "from pkg.core import helper\n\n\ndef tool():\n    return helper()\n"
     code, out = _write(repo, "tool.py", tool, "--deps", "auto")
     assert code == 1 and _stale(out) == ["pkg/core.py"], out
+
+
+def test_a_caller_whose_change_reaches_the_target_through_its_own_code_rejects(repo):
+    """b adds main() to app.py, calling app.py's own run(), which calls helper; a
+    changes helper: b's new code depends on it through run()."""
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "def run():", "def main():\n    return run() + 1\n\n\ndef run():")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return _impl()", "return _impl() * 2"), "--deps", "auto")
+    assert code == 1 and _stale(out) == ["app.py"], out
+    assert "its changed code uses helper" in out["rejection"]["scope"]["moved"]["app.py"], out
+    # control: the same caller change with a write to a function run() does not reach
+    storm(repo, "release", "pkg/core.py", agent="a")
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "return run() + 1", "return run() + 2")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 2", "return 20"), "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out

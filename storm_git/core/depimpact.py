@@ -14,7 +14,9 @@ name the write does not use, directly or through the definitions it uses in that
 file, and, if the file imports the target (a caller), a definition whose code does
 not reach, directly or through the target's own definitions, a definition this
 write changes (when the write changes a module-level statement of the target,
-every caller is reached).
+every caller is reached). A caller's change is read as a write's is (below): a new
+function that calls the caller's own unchanged ``run()``, which calls the target's
+``helper``, reaches ``helper``.
 
 What the write uses is what its *change* uses (``change_slice``): in a target the agent
 read, the definitions that differ from the version read (as written and as read);
@@ -426,14 +428,27 @@ class _Edits:
             return cls(target, None, [])
         return cls(target, {n for _, n in changed}, list(got))
 
-    def reason(self, caller: Changed) -> str | None:
-        """Why a changed caller still counts (None: its changed code reaches, directly
-        or through the target's own definitions, nothing this write changes)."""
+    def reason(self, r: Resolver, path: str, caller: Changed) -> str | None:
+        """Why the changed caller ``path`` still counts (None: its change reaches,
+        directly or through the target's own definitions, nothing this write changes).
+        Its change is read as a write's is (``change_slice``), so a new function that
+        calls one of the caller's own, unchanged, that calls the target counts; and,
+        erring towards rejecting, any name or attribute of its changed code that the
+        target defines counts too, however it got there."""
         old_u, new_u, changed = caller
         if self.names is None:
             return f"imports {self.target}, whose module-level code this write changes"
         touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
-        hit = _closure(_refs(touched, attrs=True), *self.versions) & self.names
+        names = _refs(touched, attrs=True)
+        blob = r.head_blob(path)
+        if blob is not None:
+            content = r.store.blob_bytes(pygit2.Oid(hex=blob))
+            part = change_slice(_Edits(path, {n for _, n in changed}, [old_u, new_u]), content)
+            taken = target_uses(r, path, part).get(self.target, set())
+            if taken is None:
+                return f"imports {self.target} and uses it as a whole in the code its change reaches"
+            names |= taken
+        hit = _closure(names, *self.versions) & self.names
         if hit:
             return f"imports {self.target}, and its changed code uses {_names(hit)}, which this write changes"
         return None
@@ -803,7 +818,7 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
             # changes in the targets it imports (all of them, if none is found)
             reached = {t for t in new for i in r.infos(d) if t in target_deps(r, d, i)} or goals
             for t in sorted(reached):
-                why = edits[t].reason(got)  # type: ignore[arg-type]
+                why = edits[t].reason(r, d, got)  # type: ignore[arg-type]
                 if why is not None:
                     break
         if why is not None:
