@@ -4,13 +4,16 @@ Consecutive first-parent commits (A = c_k, B = c_k+1) start from the same base P
 parent(c_k). A reads the files its commit touches plus what they import (resolved in
 P); B's change lands first; then A writes each of its files. A write is rejected
 (whole read set) when B changed the target (direct) or any other file A read (stale);
-with auto only when B changed a file in the computed scope."""
+with auto only when B changed a file in the computed scope (``stale_auto``: the scope
+alone) and that file's change reaches what the write uses (``stale_judged``: what a
+write does, storm_git.core.depimpact looking inside the moved files)."""
 # usage: python benchmarks/measure_deps_auto.py REPO N   (e.g. a clone of ../shared/data/click.bundle, 300)
+# another revision's rule: git worktree add /tmp/old REV; PYTHONPATH=/tmp/old python benchmarks/measure_deps_auto.py REPO N
 import sys
 
 import pygit2
 from storm_git.core.store import Store
-from storm_git.core import depscope
+from storm_git.core import depimpact, depscope
 from storm_git.core.readsets import ReadEntry
 from storm_git.worktree.merge import files_changed
 
@@ -64,7 +67,13 @@ for a, b in zip(commits, commits[1:]):
         stats["fallback"] += sc.paths is None
         stats["stale_all"] += stale_all
         stats["stale_auto"] += stale_auto
+        judged = stale_auto
+        if stale_auto and sc.paths is not None:  # as a write does on its way to a rejection
+            impact = depimpact.judge(store, "a", {p: content}, reads, repo[head].tree, scope & SB)
+            judged = bool(impact.kept)
+        stats["stale_judged"] = stats.get("stale_judged", 0) + judged
         if sc.paths is not None:
             stats["py_stale_all"] = stats.get("py_stale_all", 0) + stale_all
             stats["py_stale_auto"] = stats.get("py_stale_auto", 0) + stale_auto
+            stats["py_stale_judged"] = stats.get("py_stale_judged", 0) + judged
 print(stats)
