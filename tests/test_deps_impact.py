@@ -454,3 +454,22 @@ def test_a_caller_whose_change_reaches_the_target_through_its_own_code_rejects(r
     _change(repo, "app.py", "return run() + 1", "return run() + 2")
     code, out = _write(repo, "pkg/core.py", CORE.replace("return 2", "return 20"), "--deps", "auto")
     assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out
+
+
+def test_a_caller_name_bound_by_the_caller_itself_is_not_the_targets(repo):
+    """b adds to app.py its own other() and a banner() calling it; a changes
+    pkg.core.other: app.py's other is not the one that changed."""
+    _change(repo, "app.py", "from pkg import helper", "from pkg.core import helper")
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "def run():",
+            "def other():\n    return 5\n\n\ndef banner():\n    return other()\n\n\ndef run():")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 2", "return 20"), "--deps", "auto")
+    assert code == 0 and list(out["unaffected_deps"]) == ["app.py"], out
+    # control: the same name taken from the target counts
+    storm(repo, "release", "pkg/core.py", agent="a")
+    _read(repo, "a", "pkg/core.py", "app.py")
+    _change(repo, "app.py", "def other():\n    return 5\n\n\n", "")
+    _change(repo, "app.py", "from pkg.core import helper", "from pkg.core import helper, other")
+    code, out = _write(repo, "pkg/core.py", CORE.replace("return 2", "return 21"), "--deps", "auto")
+    assert code == 1 and _stale(out) == ["app.py"], out
+    assert "its changed code uses other" in out["rejection"]["scope"]["moved"]["app.py"], out

@@ -16,7 +16,7 @@ not reach, directly or through the target's own definitions, a definition this
 write changes (when the write changes a module-level statement of the target,
 every caller is reached). A caller's change is read as a write's is (below): a new
 function that calls the caller's own unchanged ``run()``, which calls the target's
-``helper``, reaches ``helper``.
+``helper``, reaches ``helper``; a name the caller binds itself at its top is its own.
 
 What the write uses is what its *change* uses (``change_slice``): in a target the agent
 read, the definitions that differ from the version read (as written and as read);
@@ -433,13 +433,16 @@ class _Edits:
         directly or through the target's own definitions, nothing this write changes).
         Its change is read as a write's is (``change_slice``), so a new function that
         calls one of the caller's own, unchanged, that calls the target counts; and,
-        erring towards rejecting, any name or attribute of its changed code that the
-        target defines counts too, however it got there."""
+        erring towards rejecting, any attribute of its changed code, or name it does not
+        bind itself at its top, that the target defines counts too, however it got there."""
         old_u, new_u, changed = caller
         if self.names is None:
             return f"imports {self.target}, whose module-level code this write changes"
         touched = [n for k in changed for n in old_u.get(k, []) + new_u.get(k, [])]
-        names = _refs(touched, attrs=True)
+        # a name the caller binds itself at its top (a definition, an import) is its own,
+        # not the target's; what it takes from the target is found through its imports
+        own = {n for u in (old_u, new_u) for kind, n in u if kind == "def"}
+        names = (_refs(touched) - own) | (_refs(touched, attrs=True) - _refs(touched))
         blob = r.head_blob(path)
         if blob is not None:
             content = r.store.blob_bytes(pygit2.Oid(hex=blob))
