@@ -388,14 +388,16 @@ def _cycle_risk(r: Resolver, path: str, goals: set[str], was: str) -> Callable[[
     ``from .store import Store, odb_retry``), so it cannot close a new cycle. An import
     that cannot is a definition of the names it binds."""
     goals = goals | {path}
-    runs = _runtime_imports(r.store, was)
-    already = {q for module, level, names in runs or [] for q in resolve(path, module, level, r.known, names)}
+    already: list[set[str]] = []  # resolved at the first new import, if there is one
 
     def check(node: ast.stmt) -> bool:
         starts = _loads(r, path, node)
         if not starts:  # outside the repository (a relative one not found: assume the worst)
             return isinstance(node, ast.ImportFrom) and bool(node.level)
-        new = [p for p in starts if p not in already]
+        if not already:
+            already.append({q for module, level, names in _runtime_imports(r.store, was) or []
+                            for q in resolve(path, module, level, r.known, names)})
+        new = [p for p in starts if p not in already[0]]
         return bool(new) and _reaches(r, new, goals)
     return check
 
@@ -804,9 +806,10 @@ def judge(store: Store, agent: str, changes: dict[str, Any], reads: dict[str, Re
     uses: Uses = {}
     parts: list[bytes] = []
     for p, c in new.items():
-        related.update(target_uses(r, p, c))
+        whole = target_uses(r, p, c)
+        related.update(whole)
         parts.append(change_slice(edits[p], c))
-        for d, names in target_uses(r, p, parts[-1]).items():
+        for d, names in (whole if parts[-1] is c else target_uses(r, p, parts[-1])).items():
             _add(uses, d, names)
     infos = [parse_new(c) for c in new.values()]
     importers = dependents(r, set(new), [i for i in infos if i is not None])
