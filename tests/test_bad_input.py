@@ -120,6 +120,41 @@ def test_corrupt_config_is_repo_state(repo):
     assert snapshot_refs(repo) == before
 
 
+@pytest.mark.parametrize("key,value,argv", [
+    ("storm.maxFileBytes", "-5", ("write", "README.md")),  # was an internal error (a negative read length)
+    ("storm.maxFileBytes", "12q", ("write", "README.md")),
+    ("storm.autoMaintenance", "-1k", ("maintenance", "--auto")),
+    ("storm.autoMaintenance", "often", ("maintenance", "--auto")),
+])
+def test_config_count_that_is_not_a_count_is_repo_state(repo, key, value, argv):
+    git(repo, "config", key, value)
+    before, disk = snapshot_refs(repo), _tree_state(repo)
+    r = storm(repo, *argv, input="changed\n", agent="e1")
+    _assert_refused(repo, r, 3, key)
+    assert "0 or more" in r.stderr
+    assert snapshot_refs(repo) == before and _tree_state(repo) == disk
+
+
+def test_bad_auto_maintenance_setting_never_fails_a_landed_write(repo):
+    """The trigger is looked at after the CAS (one write in 16): a setting it cannot
+    read turns it off for that write instead of reporting a landed write as failed."""
+    from storm_git import open_workspace
+    from storm_git.core import maintenance
+
+    git(repo, "config", "storm.autoMaintenance", "often")
+    ws = open_workspace(str(repo))
+
+    class Due:  # a commit whose last byte makes this the write in 16 that looks
+        raw = b"\x00"
+
+    assert maintenance.after_write(ws.store, Due()) is False
+    results = []
+    for i in range(20):  # some of these are the write in 16 that looks
+        ws.read(["README.md"], agent="e1")
+        results.append(ws.write("README.md", b"v%d\n" % i, agent="e1").accepted)
+    assert all(results)
+
+
 def test_shared_ref_pointing_at_garbage_is_repo_state(repo):
     blob = git(repo, "hash-object", "-w", "--stdin", input=b"not a commit").stdout.decode().strip()
     git(repo, "update-ref", "refs/storm/workspace", blob)

@@ -128,8 +128,13 @@ def after_write(store: Store, commit: object) -> bool:
     """Called after an accepted write: start background maintenance when it is due
     (cheap: one write in CHECK_EVERY lists one directory). Returns whether it started."""
     raw = getattr(commit, "raw", b"")
-    if not raw or raw[-1] % CHECK_EVERY or not due(store):
+    if not raw or raw[-1] % CHECK_EVERY:
         return False
+    try:
+        if not due(store):
+            return False
+    except RepoStateError:  # a bad storm.autoMaintenance: the write has landed and stands;
+        return False  # git storm maintenance --auto (and doctor) name the setting
     with try_flocked(store.commondir, LOCK) as free:
         if not free:  # one is running: starting another Python only to find that out costs
             return False  # ~0.1 s of CPU, every 16th write of every writer while a repack runs

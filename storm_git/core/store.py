@@ -158,10 +158,13 @@ class Store:
         text = str(raw).strip().lower()
         mult = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}.get(text[-1:], 1)
         try:
-            return int(text[:-1] if mult != 1 else text) * mult
+            value = int(text[:-1] if mult != 1 else text) * mult
         except ValueError:
-            raise CorruptState(f"config {key}={raw!r} is not a number",
+            value = -1
+        if value < 0:  # every storm count and size is one: a negative one would be misread downstream
+            raise CorruptState(f"config {key}={raw!r} is not a number (0 or more)",
                                hint=f"fix it with git config {key} NUMBER") from None
+        return value
 
     def config_float(self, key: str, default: float) -> float:
         raw = self.config_get(key)
