@@ -156,6 +156,32 @@ def test_expired_reservations_and_temp_files(repo):
     assert rep["findings"] == [] and snapshot_refs(repo) == before
 
 
+def test_unreadable_reservation_is_refused_then_fixed(repo):
+    """A reservations entry that is not storm's JSON was an internal error in status
+    (a UnicodeDecodeError); now every command that meets it refuses with one line
+    and exit 3, changing nothing, and doctor --fix removes it."""
+    from storm_git.core.readsets import path_key
+
+    bad = git(repo, "hash-object", "-w", "--stdin", input=b"\x91not json\xff").stdout.decode().strip()
+    tree = git(repo, "mktree", input=f"100644 blob {bad}\t{path_key('src/api.py')}\n".encode()).stdout.decode().strip()
+    commit = git(repo, "commit-tree", tree, "-m", "hand-made").stdout.decode().strip()
+    git(repo, "update-ref", "refs/storm/reservations", commit)
+    before = snapshot_refs(repo)
+    for argv, kw in ((("status",), {}), (("write", "src/api.py"), {"agent": "e1", "input": b"x\n"})):
+        r = storm(repo, *argv, **kw)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+        assert "unreadable entry" in lines[0] and "doctor --fix" in r.stderr
+        assert snapshot_refs(repo) == before
+    code, rep = storm_json(repo, "doctor")
+    assert code == 3 and [f["kind"] for f in rep["findings"]] == ["unreadable_reservation"]
+    code, rep = storm_json(repo, "doctor", "--fix")
+    assert code == 0 and git(repo, "ls-tree", "refs/storm/reservations").stdout == b""
+    assert storm(repo, "status").returncode == 0
+    storm(repo, "read", "src/api.py", agent="e1")
+    assert storm(repo, "write", "src/api.py", agent="e1", input=b"x\n").returncode == 0
+
+
 def test_broken_ref_is_reported_not_guessed(repo):
     (repo / ".git/refs/storm/log").parent.mkdir(parents=True, exist_ok=True)
     (repo / ".git/refs/storm/log").write_text("1" * 40 + "\n")  # a missing object

@@ -38,6 +38,9 @@ What it looks for:
 * ``skewed_reservation``: a reservation ending further ahead than
   ``reservations.max_ahead`` (made with a clock far ahead). Writers already
   ignore it; the fix removes it.
+* ``unreadable_reservation``: an entry of ``refs/storm/reservations`` that is
+  not storm's JSON (a hand edit, another tool). Commands that meet it refuse
+  with exit 3 naming it; the fix removes it (as any reservation change does).
 * ``stale_ref_lock`` also covers a ``<ref>.lock`` dated in the future (by more
   than ``FUTURE_REF_LOCK_SECONDS``): no live git process made it just now.
 * ``orphaned_worktree``: git worktree records whose directory is gone
@@ -234,12 +237,12 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
         return
     tree = store.commit(ref.target).tree
     now, ahead = reservations.clock(), reservations.max_ahead(store)
-    expired, skewed = [], []
+    expired, skewed, unreadable = [], [], []
     for e in tree:
-        try:
-            r = reservations._parse(store, e.id)
-        except (ValueError, KeyError, TypeError):
-            out.append(Finding("broken_ref", RESERVATIONS_REF, f"unreadable reservation entry {e.name}", False))
+        r = reservations._readable(store, e)
+        if r is None:
+            unreadable.append(Finding("unreadable_reservation", RESERVATIONS_REF,
+                                      f"entry {e.name} is not a reservation storm can read; the fix removes it", True))
             continue
         if r.remaining(now) <= 0:
             expired.append(r.path)
@@ -248,11 +251,13 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
                                   f"held by {r.holder} until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
                                   f" UTC, {(r.expires - now) / 3600:.0f}h ahead (more than {ahead:.0f}s: a skewed"
                                   f" clock); writers ignore it, the fix removes it", True))
+    out.extend(unreadable)
     out.extend(skewed)
+    skewed += unreadable  # the same fix: one reservation change drops both
     if skewed and fix:
         with flocked(store.commondir, "workspace"):
             reservations.update(store, {}, agent="storm-doctor",
-                                message="storm doctor: remove reservations from a skewed clock")
+                                message="storm doctor: remove unreadable reservations and ones from a skewed clock")
         for f in skewed:
             f.fixed = True
         if expired:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import pygit2
 
+from .errors import CorruptState
 from .store import MODE_BLOB, RESERVATIONS_REF, Store
 from .readsets import path_key
 
@@ -78,9 +79,23 @@ def _tree(store: Store) -> tuple[pygit2.Reference | None, pygit2.Tree | None]:
     return ref, (store.commit(ref.target).tree if ref is not None else None)
 
 
-def _parse(store: Store, oid: pygit2.Oid) -> Reservation:
-    d = json.loads(store.blob_bytes(oid))
-    return Reservation(d["path"], d["holder"], float(d["expires"]), float(d["since"]))
+def _parse(store: Store, oid: pygit2.Oid, name: str = "") -> Reservation:
+    """One entry of the reservations tree; an entry storm cannot read (not storm's
+    JSON, not a blob) is corrupt state: the next reservation change, or
+    ``git storm doctor --fix``, drops it."""
+    try:
+        d = json.loads(store.blob_bytes(oid))
+        return Reservation(str(d["path"]), str(d["holder"]), float(d["expires"]), float(d["since"]))
+    except (ValueError, KeyError, TypeError, AttributeError, pygit2.GitError) as e:
+        raise CorruptState(f"{RESERVATIONS_REF} holds an unreadable entry {name or oid} "
+                           f"({type(e).__name__})", hint="git storm doctor --fix removes it") from None
+
+
+def _readable(store: Store, e: pygit2.Object) -> Reservation | None:
+    try:
+        return _parse(store, e.id, e.name or "")
+    except CorruptState:
+        return None
 
 
 def get(store: Store, path: str, now: float | None = None) -> Reservation | None:
@@ -89,9 +104,10 @@ def get(store: Store, path: str, now: float | None = None) -> Reservation | None
     if tree is None:
         return None
     try:
-        r = _parse(store, tree[path_key(path)].id)
+        entry = tree[path_key(path)]
     except KeyError:
         return None
+    r = _parse(store, entry.id, entry.name or "")
     return r if r.live(clock() if now is None else now, max_ahead(store)) else None
 
 
@@ -106,12 +122,12 @@ def live_on(store: Store, paths: list[str], now: float | None = None) -> dict[st
     out: dict[str, Reservation] = {}
     for p in paths:
         try:
-            oid = tree[path_key(p)].id
+            entry = tree[path_key(p)]
         except KeyError:
             continue
         if ahead is None:
             ahead = max_ahead(store)
-        r = _parse(store, oid)
+        r = _parse(store, entry.id, entry.name or "")
         if r.live(now, ahead):
             out[p] = r
     return out
@@ -121,7 +137,7 @@ def active(store: Store, now: float | None = None) -> list[Reservation]:
     _ref, tree = _tree(store)
     if tree is None:
         return []
-    out = [_parse(store, e.id) for e in tree]
+    out = [_parse(store, e.id, e.name or "") for e in tree]
     now, ahead = clock() if now is None else now, max_ahead(store)
     return sorted((r for r in out if r.live(now, ahead)), key=lambda r: r.path)
 
@@ -134,7 +150,8 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
         tb = store.repo.TreeBuilder(tree) if tree is not None else store.repo.TreeBuilder()
         if tree is not None:
             for e in tree:
-                if not _parse(store, e.id).live(now, ahead):  # expired, or from a skewed clock
+                r = _readable(store, e)
+                if r is None or not r.live(now, ahead):  # expired, from a skewed clock, or unreadable
                     tb.remove(e.name)
         for path, res in changes.items():
             key = path_key(path)
