@@ -122,6 +122,19 @@ def test_spawn_leftover_directory_stale_record_and_branch_elsewhere(wrepo, tmp_p
     assert spawn(s, "e", reuse=True).path == str(elsewhere)
 
 
+def test_damaged_worktree_record_does_not_break_spawn_status_or_cleanup(wrepo):
+    """A worktree record whose gitdir file holds a NUL byte (git lists it as prunable)
+    made spawn an internal error (realpath: embedded null byte)."""
+    spawn(_store(wrepo), "c")
+    (wrepo / ".git" / "worktrees" / "c" / "gitdir").write_bytes(b"\x00\n")
+    r = storm(wrepo, "spawn", "d")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert storm(wrepo, "status").returncode == 0
+    r = storm(wrepo, "cleanup")
+    assert r.returncode == 0, r.stderr
+    assert "c" not in os.listdir(wrepo / ".git" / "worktrees")
+
+
 def test_spawn_cli_refuses_in_storm_mode_and_reports_json(repo):
     r = storm(repo, "spawn", "e1")
     assert r.returncode == 3 and "storm mode" in r.stderr and "git storm mode worktree" in r.stderr

@@ -70,7 +70,12 @@ def worktree_path(store: Store, agent: str) -> str:
 
 
 def same_path(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
+    """Whether two paths name one place; a path git reports from a damaged worktree
+    record (a NUL byte in its ``gitdir`` file) names no place."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (ValueError, OSError):
+        return False
 
 
 def target_branch(store: Store, into: str | None = None, *, option: str = "--into BRANCH") -> str:
