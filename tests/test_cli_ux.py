@@ -118,6 +118,28 @@ def test_log_renders_every_event_type_on_one_dated_line(repo):
     assert any(" commit " in ln and "on storm/e3" in ln for ln in lines), text  # an engineer's
 
 
+def test_log_shows_an_entry_storm_did_not_write_instead_of_failing(repo):
+    """refs/storm/log is a ref anyone can move: an entry with a non-numeric time was an
+    internal error of 'log' (float('soon')); one with other types crashed the renderers."""
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    _ok(storm(repo, "write", "src/api.py", input="u\n", agent="e1"))
+    assert storm(repo, "write", "src/util.py", input="v\n", agent="e2").returncode == 1  # a real rejection
+    empty = git(repo, "hash-object", "-t", "tree", "-w", "--stdin", input=b"").stdout.decode().strip()
+    parent = git(repo, "rev-parse", "refs/storm/log").stdout.decode().strip()
+    for body in ('{"type": "rejection", "agent": "e9", "time": "soon"}', '{"type": 5, "agent": null}',
+                 '{"type": "rejection", "agent": "e9", "time": NaN}', "[1, 2]", "{not json"):
+        c = git(repo, "commit-tree", empty, "-p", parent, "-m", "hand-made", "-m", body).stdout.decode().strip()
+        git(repo, "update-ref", "refs/storm/log", c)
+        parent = c
+        r = storm(repo, "log", "-n", "20")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (body, r.stderr)
+        assert all(DATED.match(ln) for ln in r.stdout.splitlines()), r.stdout
+        code, entries = storm_json(repo, "log", "-n", "20")
+        assert code == 0 and any(e["type"] == "rejection" and e["agent"] == "e2" for e in entries)
+        assert all(isinstance(e["time"], (int, float)) for e in entries)
+    assert sum(e["type"] == "unreadable" for e in entries) == 3, entries
+
+
 # -- help and exit codes -----------------------------------------------------------------
 def test_git_storm_alone_prints_the_normal_help_and_exits_0(repo):
     """Chosen: `git storm` with no command is a request for help (exit 0, stdout),

@@ -49,15 +49,27 @@ def read(store: Store, limit: int | None = None) -> Iterator[dict[str, Any]]:
             event = json.loads(body)
         except ValueError:
             event = None
-        if not isinstance(event, dict):
-            event = {"type": "unreadable", "summary": c.message.splitlines()[0] if c.message else "",
-                     "time": float(c.commit_time)}
         first = c.message.split("\n", 1)[0]
-        event.setdefault("summary", first.partition(": ")[2] or first)
+        event = _sane(event, first, float(c.commit_time))
         event["id"] = str(c.id)
         yield event
         n += 1
         oid = c.parent_ids[0] if c.parent_ids else None
+
+
+def _sane(event: Any, first: str, commit_time: float) -> dict[str, Any]:
+    """An event as the renderers expect it: ``type``, ``agent`` and ``summary``
+    strings and a numeric ``time``. The log is a ref anyone can move: an entry
+    storm did not write (or wrote with other types) is shown as ``unreadable``
+    with its first line, never a crash of ``log``."""
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str) \
+            or not isinstance(event.get("agent", ""), str) or not isinstance(event.get("summary", ""), str):
+        return {"type": "unreadable", "agent": "", "summary": first, "time": commit_time}
+    t = event.get("time")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t:
+        event["time"] = commit_time
+    event.setdefault("summary", first.partition(": ")[2] or first)
+    return event
 
 
 def merge_newest_first(*chains: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
