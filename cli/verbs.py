@@ -405,7 +405,7 @@ def status(verbose: int, as_json: bool) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--limit", "-n", default=50, show_default=True, help="How many entries.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=50, show_default=True, help="How many entries.")
 @json_option
 def log(limit: int, as_json: bool) -> None:
     """Accepted writes and recorded rejections (and other events), newest first.

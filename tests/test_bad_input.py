@@ -155,6 +155,20 @@ def test_bad_auto_maintenance_setting_never_fails_a_landed_write(repo):
     assert all(results)
 
 
+@pytest.mark.parametrize("n,code", [("-1", 2), ("abc", 2), ("0", 0), ("99999999999999999999", 0)])
+def test_log_limit_out_of_range(repo, n, code):
+    """-n -1 and -n 1e20 were internal errors (islice's stop argument)."""
+    r = storm(repo, "log", "-n", n)
+    assert r.returncode == code and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    if code:
+        assert len(r.stderr.strip().splitlines()) == 1 and "--limit" in r.stderr
+    from storm_git import open_workspace
+    from storm_git.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="0 or more"):
+        open_workspace(str(repo)).log(-1)
+
+
 def test_shared_ref_pointing_at_garbage_is_repo_state(repo):
     blob = git(repo, "hash-object", "-w", "--stdin", input=b"not a commit").stdout.decode().strip()
     git(repo, "update-ref", "refs/storm/workspace", blob)

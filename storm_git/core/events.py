@@ -19,10 +19,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .errors import UsageError
 from .store import EVENTS_REF, Store
 
 
@@ -76,5 +78,7 @@ def merge_newest_first(*chains: Iterable[dict[str, Any]], limit: int) -> list[di
     """Merge chains that are each newest first by ``time``, keeping each chain's own
     order (its history is the truth even if a clock stepped back); ties keep the
     order of ``chains``."""
+    if limit < 0:
+        raise UsageError(f"a log limit of {limit} entries: give 0 or more")
     merged = heapq.merge(*chains, key=lambda e: float(e.get("time") or 0), reverse=True)
-    return list(itertools.islice(merged, limit))
+    return list(itertools.islice(merged, min(limit, sys.maxsize)))
