@@ -488,7 +488,26 @@ def load(store: Store) -> Record:
                            hint="git storm doctor --fix rebuilds it") from None
     consumed = offset + len(rest) - len(items[-1])  # up to the last complete entry
     cache["record"] = (st.st_ino, consumed, Record(rec.base, rec.synced, dict(rec.overlay), rec.journal_len), header)
+    cache["checked"] = (st.st_ino, consumed)  # check_record: the file up to here parses
     return rec
+
+
+def check_record(store: Store) -> None:
+    """Refuse (CorruptState) before a write lands if the disk record is unreadable:
+    the write would otherwise move the shared ref and then fail to put its file on
+    disk. Parsed once per process, then only what was appended: cheap in a long run.
+
+    Without the worktree lock (a writer must not queue behind another's disk write
+    for this, and the lock order stays workspace, then worktree): a concurrent append
+    is a torn tail, which load leaves out; a concurrent rewrite is a new inode, which
+    the next load parses afresh. A missing record is created by the disk write, under
+    its lock, as before."""
+    try:
+        st = os.stat(record_path(store))
+    except FileNotFoundError:
+        return
+    if store.caches.get("disk", {}).get("checked") != (st.st_ino, st.st_size):
+        load(store)  # what was appended since this process last looked (usually one entry)
 
 
 def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None) -> None:
@@ -509,9 +528,13 @@ def append(store: Store, items: list[bytes]) -> None:
         return
     fd = os.open(record_path(store), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     try:
-        os.write(fd, b"".join(items))
+        st = os.fstat(fd)
+        n = os.write(fd, b"".join(items))
     finally:
         os.close(fd)
+    cache = store.caches.setdefault("disk", {})
+    if cache.get("checked") == (st.st_ino, st.st_size):  # the worktree lock held: nobody appended between
+        cache["checked"] = (st.st_ino, st.st_size + n)  # our own entries parse: check_record need not re-read
 
 
 def fold(store: Store, rec: Record) -> Record:

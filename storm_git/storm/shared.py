@@ -27,7 +27,7 @@ from ..core import depimpact, depscope, events, intents, maintenance, readsets, 
 from ..core.agents import validate_agent
 from ..core.diffs import is_binary, unified
 from ..core.disk import _parent_fd as disk_parent
-from ..core.disk import changed_paths
+from ..core.disk import changed_paths, check_record
 from ..core.disk import materialize
 from ..core.errors import BadPath, NotFound, NotInitialised, UsageError
 from ..core.locks import flocked
@@ -306,6 +306,7 @@ class SharedWorkspace(BaseWorkspace):
             pre = (h0, self._validate(store.commit(h0).tree, paths, reads, scope, expected, changes), [])
         else:
             pre = None
+        check_record(store)  # an unreadable disk record refuses the write before it lands, not after
         started = time.monotonic()
         hold = self.reservation_seconds  # read config once per write
         wait_budget = hold + 1.0
