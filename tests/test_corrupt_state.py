@@ -1,0 +1,110 @@
+"""A sweep of corrupt state against the everyday commands: each answers (exit 0-3,
+a refusal in one line plus its hint) and a refusal changes no ref. Every case here
+that once failed (an internal error, exit 4; or a refusal after the write had
+landed) says so in its id."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import git, make_repo, snapshot_refs, storm
+
+
+def _blob(repo: Path, data: bytes = b"x") -> str:
+    return git(repo, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+
+
+def _commit_with(repo: Path, ref: str, entries: dict[str, bytes]) -> None:
+    lines = "".join(f"100644 blob {_blob(repo, data)}\t{name}\n" for name, data in entries.items())
+    tree = git(repo, "mktree", input=lines.encode()).stdout.decode().strip()
+    git(repo, "update-ref", ref, git(repo, "commit-tree", tree, "-m", "hand-made").stdout.decode().strip())
+
+
+def _log_entry(body: str):
+    def corrupt(repo: Path) -> None:
+        empty = git(repo, "hash-object", "-t", "tree", "-w", "--stdin", input=b"").stdout.decode().strip()
+        git(repo, "update-ref", "refs/storm/log",
+            git(repo, "commit-tree", empty, "-m", "hand-made", "-m", body).stdout.decode().strip())
+    return corrupt
+
+
+def _write_file(rel: str, data: bytes):
+    def corrupt(repo: Path) -> None:
+        p = repo / rel
+        if p.is_dir():
+            shutil.rmtree(p)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    return corrupt
+
+
+def _journals(data: bytes):
+    def corrupt(repo: Path) -> None:
+        d = repo / ".git" / "storm" / "journal"
+        for name in os.listdir(d):
+            (d / name).write_bytes(data)
+    return corrupt
+
+
+def _config(key: str, value: str):
+    return lambda repo: git(repo, "config", key, value)
+
+
+def _locks_are_directories(repo: Path) -> None:
+    d = repo / ".git" / "storm" / "locks"
+    for name in os.listdir(d):
+        os.unlink(d / name)
+        os.mkdir(d / name)
+
+
+CORRUPTIONS = {
+    "workspace-ref-is-a-blob": lambda r: _write_file(".git/refs/storm/workspace", _blob(r).encode() + b"\n")(r),
+    "workspace-ref-is-garbage": _write_file(".git/refs/storm/workspace", b"garbage\n"),
+    "workspace-ref-names-a-missing-object": _write_file(".git/refs/storm/workspace", b"1" * 40 + b"\n"),
+    "journal-garbage": _journals(b"\x00\xffgarbage\nr zz\n"),
+    "journal-entry-escaping-the-tree-was-logged-as-a-rejection": _journals(b"storm journal 1 base none\nr " + b"a" * 40 + b" " + b"b" * 40
+                                                 + b" ../../etc/passwd\n"),
+    "disk-record-garbage-write-landed-then-exit-3": _write_file(".git/storm/disk-record", b"garbage\n"),
+    "lock-files-are-directories": _locks_are_directories,
+    "reservation-not-json-was-exit-4": lambda r: _commit_with(r, "refs/storm/reservations",
+                                                              {"e" * 40: b"\x91not json\xff"}),
+    "assignments-garbage": lambda r: _commit_with(r, "refs/storm/assignments", {"e1": b"{{{"}),
+    "log-time-not-a-number-was-exit-4": _log_entry('{"type": "rejection", "agent": "e9", "time": "soon"}'),
+    "log-types-wrong": _log_entry('{"type": 5, "agent": null, "time": [], "paths": 7}'),
+    "max-file-bytes-negative-was-exit-4": _config("storm.maxFileBytes", "-5"),
+    "reservation-seconds-not-a-number": _config("storm.reservationSeconds", "abc"),
+    "auto-maintenance-not-a-number": _config("storm.autoMaintenance", "often"),
+    "deps-setting-unknown": _config("storm.deps", "zzz"),
+    "mode-unknown": _config("storm.mode", "sideways"),
+}
+
+def _refs(repo: Path) -> list[str]:
+    """The refs, but the agents' read-set notes: status folds journals into them before
+    it looks at the rest (moving recorded reads from one store to the other)."""
+    return [ln for ln in snapshot_refs(repo).splitlines() if not ln.startswith("refs/notes/storm/agents/")]
+
+
+COMMANDS = [("status",), ("read", "src/api.py"), ("write", "src/api.py"), ("log",), ("doctor",)]
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_every_command_answers_corrupt_state(tmp_path, corruption):
+    base = make_repo(tmp_path / "base")
+    assert storm(base, "read", "src/api.py", "src/util.py", agent="e1").returncode == 0
+    assert storm(base, "write", "src/api.py", input="v1\n", agent="e1").returncode == 0
+    for argv in COMMANDS:
+        repo = tmp_path / "-".join(argv).replace("--", "")
+        shutil.copytree(base, repo, symlinks=True)
+        CORRUPTIONS[corruption](repo)
+        before = _refs(repo)
+        r = storm(repo, *argv, input="changed\n", agent="e1")
+        assert r.returncode in (0, 1, 2, 3), (argv, r.returncode, r.stderr)
+        assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (argv, r.stderr)
+        if r.returncode in (2, 3):
+            if argv != ("doctor",):  # doctor's exit 3 means findings, reported on stdout
+                said = [ln for ln in r.stderr.strip().splitlines() if not ln.lstrip().startswith("hint")]
+                assert len(said) == 1, (argv, r.stderr)
+            assert _refs(repo) == before, argv
