@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..core.errors import RepoStateError
+from ..core.files import replace_file
 from ..core.store import Store, git_env
 
 CHAINED_SUFFIX = ".storm-chained"
@@ -156,11 +157,7 @@ def install(store: Store) -> HooksResult:
                                      hint="move one of them away, then run git storm install-hooks")
             os.rename(target, chained)
             res.chained.append(name)
-        tmp = f"{target}.storm-tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(render_shim(name))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
+        replace_file(target, render_shim(name).encode("utf-8"), mode=0o755)
         res.installed.append(name)
     return res
 

@@ -49,6 +49,7 @@ import pygit2
 
 from . import notes, trailers
 from .errors import CorruptState
+from .files import append_all, replace_file
 from .locks import flocked, try_flocked
 from .store import AGENTS_PREFIX, Store
 
@@ -244,10 +245,8 @@ def _start_journal(store: Store, agent: str, base: str) -> None:
     """Replace the journal by an empty one extending ``base`` (atomic rename)."""
     d = journal_dir(store)
     os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{agent}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(f"{JOURNAL_HEADER}{base}\n".encode())
-    os.replace(tmp, journal_path(store, agent))
+    replace_file(journal_path(store, agent), f"{JOURNAL_HEADER}{base}\n".encode(),
+                 tmp=os.path.join(d, f".{agent}.tmp"))
 
 
 def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | None" = None,
@@ -268,12 +267,7 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
             _start_journal(store, agent, base)
         elif not old.endswith(b"\n"):
             os.truncate(path, old.rfind(b"\n") + 1)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    try:
-        os.write(fd, raw)
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
+    st = append_all(path, raw)  # all of it or nothing: a full disk leaves no torn line
     if current and st.st_size == known.size + len(raw) and st.st_ino == known.inode:
         _absorb(known, data, agent, copy=copy)
         known.size, known.mtime = st.st_size, st.st_mtime_ns

@@ -38,6 +38,7 @@ import pygit2
 from ..core import disk, events, intents, readsets, reservations
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
+from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import normalize
 from ..core.payloads import RESERVED, Rejection, WriteResult
@@ -233,10 +234,7 @@ def _save_pending(path: str, data: dict[str, Any]) -> None:
                 os.unlink(full)
         except OSError:
             pass
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data).encode("utf-8"), tmp=f"{path}.{os.getpid()}")
 
 
 def _take_pending(path: str) -> dict[str, Any] | None:

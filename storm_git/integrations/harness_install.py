@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core.agents import validate_agent
 from ..core.errors import UsageError
+from ..core.files import replace_file
 from ..core.store import Store
 from ..core.store import git_env as store_git_env
 
@@ -94,10 +95,7 @@ def _load_json(path: str) -> tuple[str | None, dict[str, Any] | None]:
 
 def _write(path: str, data: dict[str, Any]) -> str:
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    tmp = f"{path}.storm-tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    replace_file(path, text.encode("utf-8"))
     return text
 
 

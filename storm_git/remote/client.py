@@ -50,6 +50,7 @@ import pygit2
 from ..core import readsets, trailers
 from ..core.disk import changed_paths
 from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
+from ..core.files import replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
@@ -223,10 +224,8 @@ class RemoteWorkspace(SharedWorkspace):
             if stale else 0.0
         if not stale and streak == 0 and not os.path.exists(self._gate_path()):
             return
-        tmp = f"{self._gate_path()}.{os.getpid()}"
-        with open(tmp, "w") as fh:
-            fh.write(f"{streak} {until}\n")
-        os.replace(tmp, self._gate_path())
+        replace_file(self._gate_path(), f"{streak} {until}\n".encode("ascii"),
+                     tmp=f"{self._gate_path()}.{os.getpid()}")
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
         with flocked(self.store.commondir, "workspace"):
@@ -361,10 +360,7 @@ class RemoteWorkspace(SharedWorkspace):
                 except FileNotFoundError:
                     pass
             else:
-                tmp = f"{path}.put-back-{os.getpid()}"
-                with open(tmp, "wb") as fh:
-                    fh.write(snap.journal)
-                os.replace(tmp, path)
+                replace_file(path, snap.journal, tmp=f"{path}.put-back-{os.getpid()}")
             if snap.notes is None:
                 if store.ref(agent_ref(agent)) is not None:
                     store.repo.references.delete(agent_ref(agent))
@@ -543,10 +539,7 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
     except OSError:
         rows = []
     rows += [f"{old} {new} {now}\n" for old, new in pairs]
-    tmp = f"{_rebased_path(store)}.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.writelines(rows)
-    os.replace(tmp, _rebased_path(store))
+    replace_file(_rebased_path(store), "".join(rows).encode("ascii"), tmp=f"{_rebased_path(store)}.{os.getpid()}")
 
 
 _VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)

@@ -30,6 +30,7 @@ import pygit2
 
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
+from ..core.files import replace_file
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
@@ -286,11 +287,7 @@ def install(path: str) -> InstallResult:
             raise RepoStateError(f"{target} is not storm's and {chained} already exists",
                                  hint="move one of them away, then install again")
         os.rename(target, chained)
-    tmp = f"{target}.storm-tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render(sys.executable))
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, target)
+    replace_file(target, render(sys.executable).encode("utf-8"), mode=0o755)
     return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile())
 
 

@@ -44,6 +44,7 @@ from ..core import disk
 from ..core.disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
 from ..core.gitcmd import GitFailed
 from ..core.errors import BadPath, NotInitialised, TooLarge, UsageError
+from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
@@ -167,10 +168,7 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
             else:
                 lines.append(f"{value[1]:o} {value[0]}\t".encode() + path.encode("utf-8") + b"\0")
         _git(store, ["update-index", "-z", "--index-info"], index=index, input=b"".join(lines))
-    tmp = f"{state}.{os.getpid()}"
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"{tree.id}\n")
-    os.replace(tmp, state)
+    replace_file(state, f"{tree.id}\n".encode("ascii"), tmp=f"{state}.{os.getpid()}")
     return index
 
 
@@ -231,10 +229,8 @@ def _save_missing(store: Store, missing: list[str]) -> None:
     """Remember which paths were missing on disk at the last snapshot (caller
     holds the worktree lock): a deletion has no timestamp of its own."""
     path = os.path.join(_storm_dir(store), MISSING_NAME)
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in missing))
-    os.replace(tmp, path)
+    replace_file(path, b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in missing),
+                 tmp=f"{path}.{os.getpid()}")
 
 
 def _load_missing(store: Store) -> set[str] | None:

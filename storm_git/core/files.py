@@ -1,0 +1,82 @@
+"""Writing storm's own files so that a full disk leaves nothing torn behind.
+
+A full file system (ENOSPC), a quota (EDQUOT) or a file size limit (EFBIG,
+``ulimit -f``) can make ``write()`` store only part of what it was given and
+return the shorter count, or fail after a temporary file was created. Storm's
+append-only files (read-set journals, the disk record) must then hold whole lines
+or nothing, and a replaced file must be the old one or the new one, with no
+temporary file left over. Every such write in the library goes through here.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+# errors that say "the disk (or a limit on it) cannot take more", not "storm is broken"
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def append_all(path: str, data: bytes) -> os.stat_result:
+    """Append all of ``data`` to ``path`` or nothing; returns the file's stat after.
+
+    The caller holds the lock that serialises this file's appenders, so the size
+    found before the write is where the file is cut back to when the write comes
+    up short. A process killed between a short write and that cut leaves a torn
+    tail, which the readers of these files already leave out."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        before = os.fstat(fd).st_size
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(fd, view[done:])  # short only when the disk is full (or a signal came)
+        except OSError:
+            if done:
+                os.ftruncate(fd, before)
+            raise
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: str, data: bytes, *, mode: int | None = None, tmp: str | None = None) -> None:
+    """Put ``data`` at ``path`` through a temporary file and a rename: a reader sees
+    the old content or the new, and a failed write removes the temporary file."""
+    tmp = tmp or f"{path}.storm-tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def remove_quietly(path: str, dir_fd: int | None = None) -> None:
+    """Delete a file storm made, if it is there (clean-up on a failure path)."""
+    try:
+        os.unlink(path, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+# the same, as libgit2 words it (pygit2 raises its OS errors without an errno)
+NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is the disk (or a quota, or a size limit) refusing more data."""
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        return True
+    return any(t in str(exc) for t in NO_SPACE_TEXT)
+
+
+def size_limited() -> bool:
+    """Whether this process has a file size limit (``ulimit -f``): libgit2 reports a
+    write it cut short as "no error", and this is then the likely cause."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
