@@ -359,15 +359,21 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
         head = store.ref_target(WORKSPACE_REF)
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay])
-        behind = [p for p in candidates
-                  if rec.get(store, p) != disk.entry_or_none(store, htree, p)
-                  and disk.same(disk.disk_state(store.main_workdir, p), rec.get(store, p))]
+        candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
+                                    *rec.pending])
+        behind = []
+        for p in candidates:
+            want = disk.entry_or_none(store, htree, p)
+            if rec.get(store, p) == want:
+                continue
+            have = disk.disk_state(store.main_workdir, p)
+            if not disk.same(have, want) and rec.is_storms(store, p, have):
+                behind.append(p)
         if not behind:
             return
         names = ", ".join(behind[:5]) + (" …" if len(behind) > 5 else "")
         f = Finding("disk_behind", names, f"{len(behind)} file(s) on disk are older than the shared head "
-                    "(a writer died before its disk write); any storm command brings them forward", True)
+                    "(a writer died before its disk write, or the disk refused it); any storm command brings them forward", True)
         out.append(f)
         if fix:
             res = disk.sync_locked(store, behind, full=True)

@@ -13,6 +13,13 @@ flock. With it the state of every path is known, not guessed:
   person); the record's version is the base that edit was made on, and storm
   never overwrites it.
 
+Before storm writes or deletes a file it records the version it is about to put
+there as *pending* (a ``w``/``x`` entry), and once the file is written, the
+version itself (``e``/``d``). Until then the disk may hold either, and both are
+storm's: a writer killed between the file and its entry, or a disk that took the
+file but refused the entry (full, over quota, over a size limit), leaves a state
+that is recorded, not one that the next command would mistake for an edit.
+
 ``synced`` is the shared head the disk was last brought to in full: a writer
 then only has to look at the paths that changed between ``synced`` and the
 current head (its own, and those of writers that finished out of order or
@@ -37,6 +44,7 @@ from typing import Any, Iterator
 import pygit2
 
 from .errors import BadPath, CorruptState
+from .files import append_all, remove_quietly, replace_file
 from .locks import flocked
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
@@ -276,18 +284,18 @@ def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
         os.unlink(tmp, dir_fd=dfd)
     except FileNotFoundError:
         pass
-    if mode == MODE_LINK:
-        os.symlink(os.fsdecode(data), tmp, dir_fd=dfd)
-    else:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
-        with open(fd, "wb", closefd=True) as fh:
-            fh.write(data)
     try:
+        if mode == MODE_LINK:
+            os.symlink(os.fsdecode(data), tmp, dir_fd=dfd)
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
+            with open(fd, "wb", closefd=True) as fh:
+                fh.write(data)
         if not _swap_in(dfd, tmp, name):
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except OSError:
-        os.unlink(tmp, dir_fd=dfd)
+    except OSError:  # a full disk, a size limit, a refused rename: no temporary file stays behind
+        remove_quietly(tmp, dfd)
         raise
 
 
@@ -381,11 +389,21 @@ class Record:
     synced: pygit2.Oid | None
     overlay: dict[str, Entry | None] = field(default_factory=dict)
     journal_len: int = 0
+    # path -> the version storm was putting there when it last wrote the record (see module docstring)
+    pending: dict[str, Entry | None] = field(default_factory=dict)
 
     def get(self, store: Store, path: str) -> Entry | None:
         if path in self.overlay:
             return self.overlay[path]
         return entry_or_none(store, store.repo[self.base], path)
+
+    def is_storms(self, store: Store, path: str, have: "DiskState") -> bool:
+        """Whether the disk state ``have`` of ``path`` is one storm put there: the
+        recorded version, or the one a write left pending."""
+        return same(have, self.get(store, path)) or (path in self.pending and same(have, self.pending[path]))
+
+    def copy(self) -> "Record":
+        return Record(self.base, self.synced, dict(self.overlay), self.journal_len, dict(self.pending))
 
 
 def entry_or_none(store: Store, tree: pygit2.Tree, path: str) -> Entry | None:
@@ -401,11 +419,13 @@ def record_path(store: Store) -> str:
 
 
 def _encode(kind: str, path: str = "", entry: Entry | None = None, oid: pygit2.Oid | None = None) -> bytes:
+    """One entry: ``s`` synced head; ``e``/``d`` a file (or its absence) on disk;
+    ``w``/``x`` the same about to be put there (pending)."""
     if kind == "s":
         return f"s {oid}".encode("ascii") + b"\0"
     if entry is None:
-        return b"d " + path.encode("utf-8", "surrogateescape") + b"\0"
-    return f"e {entry.mode:o} {entry.oid} ".encode("ascii") + path.encode("utf-8", "surrogateescape") + b"\0"
+        return (b"x " if kind == "w" else b"d ") + path.encode("utf-8", "surrogateescape") + b"\0"
+    return f"{kind} {entry.mode:o} {entry.oid} ".encode("ascii") + path.encode("utf-8", "surrogateescape") + b"\0"
 
 
 def _default_base(store: Store) -> tuple[pygit2.Oid, pygit2.Oid | None]:
@@ -446,7 +466,7 @@ def load(store: Store) -> Record:
                 if not chunk:
                     break
                 data += chunk
-            rec = Record(cached.base, cached.synced, dict(cached.overlay), cached.journal_len)
+            rec = cached.copy()
             rest, offset = data, start
         else:
             with os.fdopen(os.dup(fd), "rb") as fh:
@@ -471,12 +491,18 @@ def load(store: Store) -> Record:
             kind, _, body = item.partition(b" ")
             if kind == b"s":
                 rec.synced = pygit2.Oid(hex=body.decode("ascii"))
-            elif kind == b"d":
-                rec.overlay[body.decode("utf-8", "surrogateescape")] = None
-            elif kind == b"e":
-                mode, oid, p = body.split(b" ", 2)
-                rec.overlay[p.decode("utf-8", "surrogateescape")] = Entry(pygit2.Oid(hex=oid.decode("ascii")),
+            elif kind in (b"d", b"x"):
+                p = body.decode("utf-8", "surrogateescape")
+                (rec.overlay if kind == b"d" else rec.pending)[p] = None
+                if kind == b"d":
+                    rec.pending.pop(p, None)
+            elif kind in (b"e", b"w"):
+                mode, oid, raw = body.split(b" ", 2)
+                p = raw.decode("utf-8", "surrogateescape")
+                (rec.overlay if kind == b"e" else rec.pending)[p] = Entry(pygit2.Oid(hex=oid.decode("ascii")),
                                                                           int(mode, 8))
+                if kind == b"e":
+                    rec.pending.pop(p, None)
             else:
                 raise ValueError(kind)
             rec.journal_len += 1
@@ -487,7 +513,7 @@ def load(store: Store) -> Record:
         raise CorruptState(f"storm's disk record {path} is unreadable",
                            hint="git storm doctor --fix rebuilds it") from None
     consumed = offset + len(rest) - len(items[-1])  # up to the last complete entry
-    cache["record"] = (st.st_ino, consumed, Record(rec.base, rec.synced, dict(rec.overlay), rec.journal_len), header)
+    cache["record"] = (st.st_ino, consumed, rec.copy(), header)
     cache["checked"] = (st.st_ino, consumed)  # check_record: the file up to here parses
     return rec
 
@@ -510,31 +536,27 @@ def check_record(store: Store) -> None:
         load(store)  # what was appended since this process last looked (usually one entry)
 
 
-def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None) -> None:
-    """Start the record afresh at ``base`` (init, doctor, folding)."""
+def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None,
+          pending: dict[str, Entry | None] | None = None) -> None:
+    """Start the record afresh at ``base`` (init, doctor, folding); ``pending``
+    entries carry over (a fold must not forget a write still in doubt)."""
     path = record_path(store)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     # a fresh token: a cached parse can tell this file from an earlier one with the same inode
     body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii") + (_encode("s", oid=synced) if synced else b"")
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(body)
-    os.replace(tmp, path)
+    body += b"".join(_encode("w", p, e) for p, e in (pending or {}).items())
+    replace_file(path, body, tmp=f"{path}.{os.getpid()}")
 
 
 def append(store: Store, items: list[bytes]) -> None:
     """One ``write()`` of journal entries: a killed writer leaves at most a torn tail."""
     if not items:
         return
-    fd = os.open(record_path(store), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        n = os.write(fd, b"".join(items))
-    finally:
-        os.close(fd)
+    data = b"".join(items)
+    st = append_all(record_path(store), data)  # all or nothing: a full disk leaves no torn entry
     cache = store.caches.setdefault("disk", {})
-    if cache.get("checked") == (st.st_ino, st.st_size):  # the worktree lock held: nobody appended between
-        cache["checked"] = (st.st_ino, st.st_size + n)  # our own entries parse: check_record need not re-read
+    if cache.get("checked") == (st.st_ino, st.st_size - len(data)):  # the worktree lock held: nobody appended
+        cache["checked"] = (st.st_ino, st.st_size)  # our own entries parse: check_record need not re-read
 
 
 def fold(store: Store, rec: Record) -> Record:
@@ -544,8 +566,8 @@ def fold(store: Store, rec: Record) -> Record:
         base = store.tree_with(store.repo[rec.base], changes)
     else:
         base = rec.base
-    reset(store, base, rec.synced)
-    return Record(base, rec.synced)
+    reset(store, base, rec.synced, rec.pending)
+    return Record(base, rec.synced, journal_len=len(rec.pending), pending=dict(rec.pending))
 
 
 def set_entries(store: Store, rec: Record, entries: dict[str, Entry | None]) -> None:
@@ -553,6 +575,16 @@ def set_entries(store: Store, rec: Record, entries: dict[str, Entry | None]) -> 
     append(store, [_encode("e" if e else "d", p, e) for p, e in entries.items()])
     rec.overlay.update(entries)
     rec.journal_len += len(entries)
+    for p in entries:
+        rec.pending.pop(p, None)
+
+
+def _intend(store: Store, rec: Record, path: str, want: Entry | None) -> None:
+    """Record ``want`` as pending at ``path`` before the file is written (module
+    docstring); raises OSError (a full disk) before anything on disk changed."""
+    append(store, [_encode("w", path, want)])
+    rec.pending[path] = want
+    rec.journal_len += 1
 
 
 # -- bringing the disk forward --------------------------------------------------------------
@@ -629,15 +661,21 @@ class SyncResult:
     head: pygit2.Oid | None
     outcomes: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # the files were settled but their entries could not be appended (a full disk): the
+    # pending entries written before each file keep the state recorded (``keep_going``)
+    record_error: str | None = None
 
 
 def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
                 contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-                entries: dict[str, Entry | None] | None = None) -> SyncResult:
+                entries: dict[str, Entry | None] | None = None, keep_going: bool = False) -> SyncResult:
     """Bring ``paths`` — and every path that changed since the last sync — on disk
     to the current shared head. ``full`` compares the whole record with the head
     (repairs anything left behind). Caller holds the worktree lock.
+
+    ``keep_going``: a failure to append the final entries is reported in
+    ``record_error`` instead of raised (a write that has landed reports what it did).
 
     ``step`` = (parent, commit) of the caller's own write and ``entries`` what it
     put at ``paths``: when the disk was synced to the parent and the head is still
@@ -675,14 +713,22 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
         # every path that changed since is now on disk as at the head: the record *is* the
         # head's tree. Starting it afresh there spares the next full sync a fold (a
         # tree_with of each directory touched: ~40 ms for 2,000 paths among 20,000)
-        reset(store, htree.id, head)
+        reset(store, htree.id, head, {p: e for p, e in rec.pending.items() if p not in new})
         return res
     items = [_encode("e" if e else "d", p, e) for p, e in new.items()]
     if rec.synced != head:
         items.append(_encode("s", oid=head))
-    append(store, items)  # one write: the entries and the new synced head
+    try:
+        append(store, items)  # one write: the entries and the new synced head
+    except OSError as exc:
+        if not keep_going:
+            raise
+        res.record_error = f"{exc.strerror or exc}"
+        return res
     rec.overlay.update(new)
     rec.journal_len += len(new)
+    for p in new:
+        rec.pending.pop(p, None)
     return res
 
 
@@ -717,10 +763,11 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         if rec.get(store, p) != want:
             new[p] = want
         return False
-    if not same(have, rec.get(store, p)):
+    if not rec.is_storms(store, p, have):
         res.outcomes[p] = KEPT
         return False
     try:
+        _intend(store, rec, p, want)
         if want is None:
             remove_path(top, p)
         else:
@@ -752,8 +799,9 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return None
             if same(have, want):
                 return CURRENT
-            if not same(have, rec.get(store, p)):
+            if not rec.is_storms(store, p, have):
                 return KEPT
+            _intend(store, rec, p, want)
             _write_at(dfd, name, _content(store, want, contents), want.mode)
             return WRITTEN
     except (UnsafePath, OSError):
@@ -763,19 +811,28 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
 def sync(store: Store, paths: list[str] = (), *, full: bool = False,
          contents: dict[pygit2.Oid, bytes] | None = None,
          step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-         entries: dict[str, Entry | None] | None = None) -> SyncResult:
+         entries: dict[str, Entry | None] | None = None, keep_going: bool = False) -> SyncResult:
     with flocked(store.commondir, "worktree"):
-        return sync_locked(store, paths, full=full, contents=contents, step=step, entries=entries)
+        return sync_locked(store, paths, full=full, contents=contents, step=step, entries=entries,
+                           keep_going=keep_going)
 
 
 def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-                entries: dict[str, Entry | None] | None = None) -> dict[str, str]:
+                entries: dict[str, Entry | None] | None = None) -> SyncResult:
     """After an accepted write: bring ``paths`` (and anything else behind) forward.
     ``step`` = (parent, commit) of that write and ``entries`` what it wrote: when the
     disk was synced to the parent and the head is still the commit, ``paths`` are
-    all that changed."""
-    return sync(store, paths, contents=contents, step=step, entries=entries).outcomes
+    all that changed.
+
+    Never raises for the disk: the write is already on the shared ref, and a full
+    disk or an unwritable record must not turn it into an error. What could not be
+    done is FAILED with its reason; the next storm command brings the disk forward."""
+    try:
+        return sync(store, paths, contents=contents, step=step, entries=entries, keep_going=True)
+    except (OSError, pygit2.GitError, CorruptState) as exc:
+        why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        return SyncResult(None, {p: FAILED for p in paths}, {p: why for p in paths})
 
 
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:
@@ -802,6 +859,7 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
                 if have is False and want is None:
                     out[p] = FAILED
                     continue
+                _intend(store, rec, p, want)
                 if want is None:
                     remove_path(top, p)
                 else:

@@ -133,11 +133,11 @@ def after_write(store: Store, commit: object) -> bool:
     try:
         if not due(store):
             return False
-    except RepoStateError:  # a bad storm.autoMaintenance: the write has landed and stands;
-        return False  # git storm maintenance --auto (and doctor) name the setting
-    with try_flocked(store.commondir, LOCK) as free:
-        if not free:  # one is running: starting another Python only to find that out costs
-            return False  # ~0.1 s of CPU, every 16th write of every writer while a repack runs
+        with try_flocked(store.commondir, LOCK) as free:
+            if not free:  # one is running: starting another Python only to find that out costs
+                return False  # ~0.1 s of CPU, every 16th write of every writer while a repack runs
+    except (RepoStateError, OSError):  # a bad storm.autoMaintenance, a full disk: the write has
+        return False  # landed and stands; git storm maintenance --auto (and doctor) name the cause
     try:
         subprocess.Popen([sys.executable, "-m", "storm_git", "maintenance", "--auto"], cwd=store.top,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

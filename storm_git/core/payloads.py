@@ -131,6 +131,10 @@ class WriteResult:
     versions: dict[str, str | None] = field(default_factory=dict)
     rejection: Rejection | None = None
     disk: dict[str, str] = field(default_factory=dict)
+    # path -> why, for each path whose disk outcome is "failed" (the write landed all the same)
+    disk_errors: dict[str, str] = field(default_factory=dict)
+    # steps after the landing that failed (the write stands; see storm_git.storm.shared)
+    warnings: list[str] = field(default_factory=list)
     cas_retries: int = 0
     waited: float = 0.0
     flags: list[str] = field(default_factory=list)
@@ -148,6 +152,8 @@ class WriteResult:
             "commit": self.commit,
             "versions": self.versions,
             "disk": self.disk,
+            "disk_errors": self.disk_errors,
+            "warnings": self.warnings,
             "cas_retries": self.cas_retries,
             "waited": round(self.waited, 3),
             "reservation_wait": self.reservation_wait.to_dict() if self.reservation_wait else None,

@@ -74,7 +74,8 @@ def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
     for p in res.paths:
         v = res.versions.get(p)
         disk = res.disk.get(p)
-        note = "" if disk in (None, "written", "current") else f" [disk: {disk}]"
+        why = getattr(res, "disk_errors", {}).get(p)
+        note = "" if disk in (None, "written", "current") else f" [disk: {disk}{f' ({why})' if why else ''}]"
         parts.append(f"{p} -> {short(v) + _size(sizes.get(p)) if v else 'deleted'}{note}")
     waits = []
     rw = getattr(res, "reservation_wait", None)
@@ -85,7 +86,13 @@ def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
     spared = getattr(res, "unaffected", None)
     if spared:  # --deps auto: moved dependencies whose change the write does not use
         flags += f" [moved, unused by this write: {', '.join(spared)}]"
-    return f"accepted: {'; '.join(parts)} ({', '.join([where] + waits)}){flags}"
+    tail = ""
+    if "failed" in res.disk.values():
+        tail += ("; the write stands in the shared workspace, the file on disk is behind it: "
+                 "once the disk takes it, any storm command (git storm status) writes it")
+    for w in getattr(res, "warnings", []):
+        tail += f"; warning: {w} (the write stands)"
+    return f"accepted: {'; '.join(parts)} ({', '.join([where] + waits)}){flags}{tail}"
 
 
 def waiting(r: Any) -> str:

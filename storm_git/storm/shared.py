@@ -29,7 +29,7 @@ from ..core.diffs import is_binary, unified
 from ..core.disk import _parent_fd as disk_parent
 from ..core.disk import changed_paths, check_record
 from ..core.disk import materialize
-from ..core.errors import BadPath, NotFound, NotInitialised, UsageError
+from ..core.errors import BadPath, NotFound, NotInitialised, StormError, UsageError
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import (
@@ -430,19 +430,31 @@ class SharedWorkspace(BaseWorkspace):
             # after the lock (they read only the immutable parent tree and commit):
             # outside the agent's assignment, allowed but flagged and logged (storm_git.core.scope);
             # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
-            outside = flag_storm_write(store, agent, paths, commit) if commit is not None else []
-            overwritten = intents.flag_write(store, agent, tree, blobs, commit) if commit is not None else []
+            # The write is on the shared ref: from here on nothing may turn it into an
+            # error (a full disk, a bad setting). What fails is said in the answer.
+            warnings: list[str] = []
+            landed = commit is not None
+            outside = _after_landing(warnings, "the assignment check", [], flag_storm_write,
+                                     store, agent, paths, commit) if landed else []
+            overwritten = _after_landing(warnings, "the intent check", [], intents.flag_write,
+                                         store, agent, tree, blobs, commit) if landed else []
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
-            disk = materialize(store, paths, contents, step=(head, commit),
-                               entries={p: v and Entry(*v) for p, v in placed.items()}) if commit is not None else {}
-            intents.remember(store, contents)  # outside the lock: the next write need not read them back
+            synced = materialize(store, paths, contents, step=(head, commit),
+                                 entries={p: v and Entry(*v) for p, v in placed.items()}) if landed else None
+            if synced is not None and synced.record_error:
+                warnings.append(f"recording the disk write failed: {synced.record_error} (it stays recorded "
+                                "as pending; the next storm command records it)")
+            # outside the lock: the next write need not read them back
+            _after_landing(warnings, "the intent cache", None, intents.remember, store, contents)
             if journal_size >= readsets.FOLD_BYTES:
-                readsets.fold(store, agent)
-            if commit is not None:
-                maintenance.after_write(store, commit)  # one write in 16 looks; never waits
+                _after_landing(warnings, "folding the read-set journal", None, readsets.fold, store, agent)
+            if landed:
+                maintenance.after_write(store, commit)  # one write in 16 looks; never waits, never raises
             return WriteResult(True, agent, paths, str(new_head), hex_(commit), versions,
-                               disk=disk, cas_retries=retries, waited=waited,
+                               disk=synced.outcomes if synced else {},
+                               disk_errors=synced.errors if synced else {}, warnings=warnings,
+                               cas_retries=retries, waited=waited,
                                flags=[OUTSIDE_ASSIGNMENT] * bool(outside) + [intents.INTENT_OVERWRITTEN] * bool(overwritten),
                                reservation_wait=res_wait,
                                unaffected=dict(sorted(auto.unaffected.items())) if auto else {})
@@ -759,6 +771,17 @@ def _check_disk_parents(top: str, paths: list[str]) -> None:
 
 def _mode(current: Entry | None) -> int:
     return current.mode if current is not None and current.mode in (MODE_BLOB, MODE_EXEC) else MODE_BLOB
+
+
+def _after_landing(warnings: list[str], what: str, fallback: Any, fn: Any, *args: Any) -> Any:
+    """Run a step that follows a landed write; a failure of the machine (a full disk,
+    an unwritable file, a bad setting) becomes a warning on the answer, not an error."""
+    try:
+        return fn(*args)
+    except (OSError, pygit2.GitError, StormError) as exc:
+        why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        warnings.append(f"{what} failed: {why}")
+        return fallback
 
 
 def _end_reservations(store: Store, agent: str, held: Iterable[str]) -> None:
