@@ -165,7 +165,14 @@ def _fail(exc: Exception, as_json: bool) -> int:
     else:
         import pygit2
 
-        if isinstance(exc, (pygit2.GitError, OSError)):
+        from storm_git.core.errors import NoSpace
+        from storm_git.core.files import no_space
+
+        if isinstance(exc, (pygit2.GitError, OSError)) and no_space(exc):
+            why = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror and exc.filename \
+                else getattr(exc, "strerror", None) or str(exc)
+            code, kind, message, hint = 3, NoSpace.kind, f"the disk refused to store more: {why}", NoSpace.HINT
+        elif isinstance(exc, (pygit2.GitError, OSError)):
             code, kind, message, hint = 3, "repo_state", f"{type(exc).__name__}: {exc}", "run git storm doctor"
         else:
             if os.environ.get("STORM_DEBUG"):

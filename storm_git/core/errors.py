@@ -80,3 +80,14 @@ class Busy(RepoStateError):
     """A lock could not be taken in time (another process is stuck holding it)."""
 
     kind = "busy"
+
+
+class NoSpace(RepoStateError):
+    """The disk (a quota, a file size limit) refused to store more."""
+
+    kind = "no_space"
+    HINT = ("free space (or raise the quota or the file size limit), then run the command again; "
+            "git storm doctor finds anything left half-done")
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or self.HINT)

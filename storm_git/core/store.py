@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pygit2
 
-from .errors import BadPath, Busy, CorruptState, NotARepository, RepoStateError, UsageError
+from .errors import BadPath, Busy, CorruptState, NoSpace, NotARepository, RepoStateError, UsageError
+from .files import no_space, size_limited
 
 WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
@@ -454,6 +455,10 @@ def odb_retry(write, *args):
             return write(*args)
         except (OSError, pygit2.GitError) as exc:
             if "No such file or directory" not in str(exc) or attempt == 99:
+                full = no_space(exc) or (str(exc).strip() in ("", "no error") and size_limited())
+                if full:
+                    why = exc if no_space(exc) else "cut short, and this process has a file size limit (ulimit -f)"
+                    raise NoSpace(f"cannot write a git object: {why}") from None
                 raise
             time.sleep(0.001)
 
