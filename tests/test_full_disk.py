@@ -169,3 +169,27 @@ def test_objects_the_disk_refuses_are_a_clear_refusal_that_changes_nothing(tmp_p
     assert head(repo) == before
     assert (repo / "a.txt").read_text() == "one\n"
     assert storm(repo, "doctor").returncode == 0
+
+
+def test_a_fetch_this_disk_cannot_store_is_no_space_not_an_unreachable_server(tmp_path):
+    server = tmp_path / "server.git"
+    git(tmp_path, "init", "-q", "--bare", str(server))
+    seed = make_repo(tmp_path / "seed", {"a.txt": "one\n"}, init_storm=False)
+    git(seed, "remote", "add", "origin", str(server))
+    git(seed, "push", "-q", "origin", "main")
+    assert storm(seed, "init", "--remote", "origin").returncode == 0
+    git(tmp_path, "clone", "-q", str(server), "c2")
+    c2 = tmp_path / "c2"
+    assert storm(c2, "join", "origin").returncode == 0
+    git(c2, "config", "storm.autoMaintenance", "0")
+    assert storm(seed, "read", "a.txt", agent="e1").returncode == 0
+    noise = os.urandom(150_000).hex()
+    assert storm(seed, "write", "a.txt", agent="e1", input=noise).returncode == 0
+    before = git(c2, "for-each-ref").stdout
+    r = storm_limited(c2, 50 * 1024, "sync", "--json")
+    assert r.returncode == 3, r.stdout + r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["kind"] == "no_space" and "this disk refused" in err["message"], err
+    assert git(c2, "for-each-ref").stdout == before  # nothing moved
+    assert storm(c2, "sync").returncode == 0
+    assert (c2 / "a.txt").read_text() == noise

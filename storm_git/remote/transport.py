@@ -9,11 +9,13 @@ the local refs under storm's workspace lock, so a fetch never races a local writ
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 
-from ..core.errors import RepoStateError, UsageError
+from ..core.errors import NoSpace, RepoStateError, UsageError
+from ..core.files import NO_SPACE_TEXT
 from ..core.store import REMOTE_TRACKING_PREFIX, Store, git_env
 
 ZERO = "0" * 40
@@ -110,8 +112,18 @@ def fetch(store: Store, remote: str) -> None:
         raise RepoStateError(f"cannot update the local copies of {remote}'s storm refs: {_first_line(r.stderr)}",
                              hint="another git fetch may be running here; retry (git storm doctor if it stays)")
     if r.returncode != 0:
+        if _local_disk_full(r.stderr):  # not the server: this disk could not take the objects
+            raise NoSpace(f"cannot fetch the shared workspace from {remote}: this disk refused the objects "
+                          f"({_first_line(r.stderr)})")
         raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
                           hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+def _local_disk_full(stderr: bytes) -> bool:
+    """Whether git's fetch failed because the local disk (a quota, ``ulimit -f``:
+    git's unpack-objects then dies of SIGXFSZ) refused to store what it received."""
+    text = stderr.decode("utf-8", "replace")
+    return any(t in text for t in NO_SPACE_TEXT) or f"died of signal {int(signal.SIGXFSZ)}" in text
 
 
 def _locked_tracking_refs(store: Store, remote: str) -> list[str]:
