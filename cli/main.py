@@ -158,27 +158,16 @@ def _usage(exc: click.ClickException, as_json: bool) -> int:
 
 
 def _fail(exc: Exception, as_json: bool) -> int:
-    from storm_git.core.errors import StormError
+    from storm_git.core.errors import classify
 
-    if isinstance(exc, StormError):
-        code, kind, message, hint = exc.exit_code, exc.kind, exc.message, exc.hint
+    known = classify(exc)
+    if known is not None:
+        code, kind, message, hint = known
     else:
-        import pygit2
-
-        from storm_git.core.errors import NoSpace
-        from storm_git.core.files import no_space
-
-        if isinstance(exc, (pygit2.GitError, OSError)) and no_space(exc):
-            why = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror and exc.filename \
-                else getattr(exc, "strerror", None) or str(exc)
-            code, kind, message, hint = 3, NoSpace.kind, f"the disk refused to store more: {why}", NoSpace.HINT
-        elif isinstance(exc, (pygit2.GitError, OSError)):
-            code, kind, message, hint = 3, "repo_state", f"{type(exc).__name__}: {exc}", "run git storm doctor"
-        else:
-            if os.environ.get("STORM_DEBUG"):
-                raise exc
-            code, kind = 4, "internal"
-            message, hint = f"internal error {type(exc).__name__}: {exc}", "a bug: rerun with STORM_DEBUG=1 and report it"
+        if os.environ.get("STORM_DEBUG"):
+            raise exc
+        code, kind = 4, "internal"
+        message, hint = f"internal error {type(exc).__name__}: {exc}", "a bug: rerun with STORM_DEBUG=1 and report it"
     if as_json:
         _emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
     line = f"git storm: {message}" + (f" ({hint})" if hint else "")

@@ -193,3 +193,27 @@ def test_a_fetch_this_disk_cannot_store_is_no_space_not_an_unreachable_server(tm
     assert git(c2, "for-each-ref").stdout == before  # nothing moved
     assert storm(c2, "sync").returncode == 0
     assert (c2 / "a.txt").read_text() == noise
+
+
+def test_an_mcp_tool_on_a_full_disk_is_a_no_space_tool_error(tmp_path):
+    """The MCP server turns every failure into a tool error through error_outcome: a full
+    disk is named as such there too (run in a process of its own, under the cap)."""
+    repo = repo_at(tmp_path)
+    script = (
+        "import json, resource, sys\n"
+        "from storm_git.integrations.tools import StormTools, error_outcome\n"
+        "t = StormTools.open(sys.argv[1], 'e1')\n"
+        "t.read(['a.txt'])\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))\n"
+        "try:\n"
+        "    out = t.write('a.txt', open('/dev/urandom', 'rb').read(150_000).hex())\n"
+        "except Exception as exc:\n"
+        "    out = error_outcome(exc)\n"
+        "print(json.dumps({'error': out.is_error, 'data': out.data, 'text': out.text}))\n")
+    before = head(repo)
+    r = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["error"] and out["data"]["error"]["kind"] == "no_space", out
+    assert "free space" in out["text"]
+    assert head(repo) == before

@@ -91,3 +91,22 @@ class NoSpace(RepoStateError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint or self.HINT)
+
+
+def classify(exc: BaseException) -> tuple[int, str, str, str | None] | None:
+    """(exit code, kind, message, hint) of a failure a user can act on: a storm
+    refusal, or git or the operating system refusing (a full disk is ``no_space``).
+    None for anything else: a bug, which each front end reports its own way."""
+    import pygit2
+
+    from .files import no_space
+
+    if isinstance(exc, StormError):
+        return exc.exit_code, exc.kind, exc.message, exc.hint
+    if isinstance(exc, (pygit2.GitError, OSError)):
+        if no_space(exc):
+            why = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror and exc.filename \
+                else getattr(exc, "strerror", None) or str(exc)
+            return EXIT_REPO_STATE, NoSpace.kind, f"the disk refused to store more: {why}", NoSpace.HINT
+        return EXIT_REPO_STATE, "repo_state", f"{type(exc).__name__}: {exc}", "run git storm doctor"
+    return None

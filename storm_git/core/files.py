@@ -74,9 +74,10 @@ def no_space(exc: BaseException) -> bool:
     return any(t in str(exc) for t in NO_SPACE_TEXT)
 
 
-def size_limited() -> bool:
-    """Whether this process has a file size limit (``ulimit -f``): libgit2 reports a
-    write it cut short as "no error", and this is then the likely cause."""
+def size_limited() -> int:
+    """This process's file size limit in bytes (``ulimit -f``), 0 when there is none:
+    libgit2 reports a write it cut short without the reason, and this is then the cause."""
     import resource
 
-    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return 0 if soft == resource.RLIM_INFINITY else soft

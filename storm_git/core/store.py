@@ -455,9 +455,10 @@ def odb_retry(write, *args):
             return write(*args)
         except (OSError, pygit2.GitError) as exc:
             if "No such file or directory" not in str(exc) or attempt == 99:
-                full = no_space(exc) or (str(exc).strip() in ("", "no error") and size_limited())
-                if full:
-                    why = exc if no_space(exc) else "cut short, and this process has a file size limit (ulimit -f)"
+                # libgit2 words an object cut short by a size limit as "no error", or repeats
+                # the last error it had (a config key not found): the limit is then the cause
+                if no_space(exc) or size_limited():
+                    why = exc if no_space(exc) else f"cut short under a file size limit of {size_limited()} bytes"
                     raise NoSpace(f"cannot write a git object: {why}") from None
                 raise
             time.sleep(0.001)

@@ -22,7 +22,7 @@ import pygit2
 
 from ..core.agents import validate_agent
 from ..api import open_workspace
-from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
+from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError, classify
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
 from ..storm.shared import SharedWorkspace, deps_argument
@@ -45,10 +45,9 @@ class ToolOutcome:
 
 def error_outcome(exc: BaseException) -> ToolOutcome:
     """A library error as a tool error: its one-line message and hint, never a traceback."""
-    if isinstance(exc, StormError):
-        code, kind, message, hint = exc.exit_code, exc.kind, exc.message, exc.hint
-    elif isinstance(exc, (pygit2.GitError, OSError)):
-        code, kind, message, hint = 3, "repo_state", f"{type(exc).__name__}: {exc}", "run git storm doctor"
+    known = classify(exc)
+    if known is not None:
+        code, kind, message, hint = known
     else:
         code, kind = 4, "internal"
         message, hint = f"internal error {type(exc).__name__}: {exc}", "a bug in git storm: please report it"
