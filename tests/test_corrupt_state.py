@@ -60,6 +60,25 @@ def _locks_are_directories(repo: Path) -> None:
         os.mkdir(d / name)
 
 
+def _journal_dir_is_a_file(repo: Path) -> None:
+    d = repo / ".git" / "storm" / "journal"
+    shutil.rmtree(d)
+    d.write_bytes(b"not a directory\n")
+
+
+def _disk_record_is_a_directory(repo: Path) -> None:
+    p = repo / ".git" / "storm" / "disk-record"
+    p.unlink()
+    (p / "inside").mkdir(parents=True)
+
+
+# storm's own paths of the wrong type: refused naming the path, fixed by doctor --fix
+LAYOUT = {
+    "lock-files-are-directories": _locks_are_directories,
+    "journal-directory-is-a-file": _journal_dir_is_a_file,
+    "disk-record-is-a-directory": _disk_record_is_a_directory,
+}
+
 CORRUPTIONS = {
     "workspace-ref-is-a-blob": lambda r: _write_file(".git/refs/storm/workspace", _blob(r).encode() + b"\n")(r),
     "workspace-ref-is-garbage": _write_file(".git/refs/storm/workspace", b"garbage\n"),
@@ -68,7 +87,7 @@ CORRUPTIONS = {
     "journal-entry-escaping-the-tree-was-logged-as-a-rejection": _journals(b"storm journal 1 base none\nr " + b"a" * 40 + b" " + b"b" * 40
                                                  + b" ../../etc/passwd\n"),
     "disk-record-garbage-write-landed-then-exit-3": _write_file(".git/storm/disk-record", b"garbage\n"),
-    "lock-files-are-directories": _locks_are_directories,
+    **LAYOUT,
     "reservation-not-json-was-exit-4": lambda r: _commit_with(r, "refs/storm/reservations",
                                                               {"e" * 40: b"\x91not json\xff"}),
     "assignments-garbage": lambda r: _commit_with(r, "refs/storm/assignments", {"e1": b"{{{"}),
@@ -108,3 +127,29 @@ def test_every_command_answers_corrupt_state(tmp_path, corruption):
                 said = [ln for ln in r.stderr.strip().splitlines() if not ln.lstrip().startswith("hint")]
                 assert len(said) == 1, (argv, r.stderr)
             assert _refs(repo) == before, argv
+
+
+@pytest.mark.parametrize("corruption", sorted(LAYOUT))
+def test_storm_paths_of_the_wrong_type_are_named_and_moved_aside_by_doctor(tmp_path, corruption):
+    """Once answered 'IsADirectoryError … (run git storm doctor)' while doctor said all is well."""
+    repo = make_repo(tmp_path / "r")
+    assert storm(repo, "read", "src/api.py", agent="e1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="v1\n", agent="e1").returncode == 0
+    LAYOUT[corruption](repo)
+    before = _refs(repo)
+    r = storm(repo, "write", "src/api.py", "--json", input="v2\n", agent="e1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    err = __import__("json").loads(r.stdout)["error"]
+    assert err["kind"] == "corrupt_state" and "doctor --fix" in err["hint"], err
+    assert _refs(repo) == before
+    d = storm(repo, "doctor")
+    assert d.returncode == 3 and "storm_path_wrong_type" in d.stdout, d.stdout + d.stderr
+    f = storm(repo, "doctor", "--fix")
+    assert f.returncode == 0 and "moved to storm-moved-aside/" in f.stdout, f.stdout + f.stderr
+    assert os.listdir(repo / ".git" / "storm-moved-aside")  # kept, not deleted
+    assert storm(repo, "doctor").returncode == 0
+    assert storm(repo, "status").returncode == 0
+    assert storm(repo, "read", "src/api.py", agent="e1").returncode == 0
+    w = storm(repo, "write", "src/api.py", input="v2\n", agent="e1")
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert (repo / "src" / "api.py").read_text() == "v2\n"

@@ -43,6 +43,12 @@ What it looks for:
   with exit 3 naming it; the fix removes it (as any reservation change does).
 * ``stale_ref_lock`` also covers a ``<ref>.lock`` dated in the future (by more
   than ``FUTURE_REF_LOCK_SECONDS``): no live git process made it just now.
+* ``storm_path_wrong_type``: one of storm's own paths under ``<git dir>/storm``
+  that is not what storm makes there (a directory where a lock file, a journal or
+  the disk record goes; a file where the ``locks`` or ``journal`` directory goes).
+  Every command that needs it refuses with exit 3 naming it. The fix moves it
+  aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
+  checks wait until it is fixed.
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -323,6 +329,9 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     """Check storm's state; with ``fix`` repair what is safe. See the module docstring."""
     forget = [validate_agent(a) for a in forget_agents or []]
     rep = DoctorReport(fix=fix)
+    _layout(store, fix, rep.findings)
+    if not rep.ok:  # the other checks open these paths: they would fail on them, not report
+        return rep
     _ref_locks(store, fix, rep.findings)
     _broken_refs(store, rep.findings)
     broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
@@ -336,6 +345,57 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
         _disk_record(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)
     return rep
+
+
+# storm's own paths under <git dir>/storm: what each must be when it exists
+_DIRS = ("locks", "journal")  # and every entry in them a regular file
+_FILES = ("disk-record",)
+MOVED_ASIDE = "storm-moved-aside"
+
+
+def _layout(store: Store, fix: bool, out: list[Finding]) -> None:
+    """Paths under ``<git dir>/storm`` of the wrong type (module docstring)."""
+    import stat as stat_mod
+
+    root = os.path.join(store.commondir, "storm")
+    wrong: list[tuple[str, str]] = []
+
+    def kind(path: str) -> int | None:
+        try:
+            return os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+
+    mode = kind(root)
+    if mode is not None and not stat_mod.S_ISDIR(mode):
+        wrong.append((root, "a directory"))
+    else:
+        for name in _DIRS:
+            full = os.path.join(root, name)
+            mode = kind(full)
+            if mode is not None and not stat_mod.S_ISDIR(mode):
+                wrong.append((full, "a directory"))
+            elif mode is not None:
+                for entry in sorted(os.listdir(full)):
+                    m = kind(os.path.join(full, entry))
+                    if m is not None and not stat_mod.S_ISREG(m):
+                        wrong.append((os.path.join(full, entry), "a file"))
+        for name in _FILES:
+            full = os.path.join(root, name)
+            mode = kind(full)
+            if mode is not None and not stat_mod.S_ISREG(mode):
+                wrong.append((full, "a file"))
+    for full, should in wrong:
+        rel = os.path.relpath(full, store.commondir).replace(os.sep, "/")
+        f = Finding("storm_path_wrong_type", rel, f"storm keeps {should} there; it is not one", True)
+        out.append(f)
+        if fix:
+            aside = os.path.join(store.commondir, MOVED_ASIDE)
+            os.makedirs(aside, exist_ok=True)
+            dest = os.path.join(aside, f"{rel.replace('/', '_')}.{time.time_ns()}")
+            os.rename(full, dest)
+            f.detail += f"; moved to {os.path.relpath(dest, store.commondir)}"
+            f.fixed = True
 
 
 def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:

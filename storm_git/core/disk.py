@@ -455,6 +455,9 @@ def load(store: Store) -> Record:
     cache = store.caches.setdefault("disk", {})
     try:
         st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise CorruptState(f"storm's disk record {path} is not a file",
+                               hint="git storm doctor --fix moves it aside")
         known = cache.get("record")
         if (known is not None and known[0] == st.st_ino and known[1] <= st.st_size
                 and os.pread(fd, len(known[3]), 0) == known[3]):  # same file: its header names a unique reset

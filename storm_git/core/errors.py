@@ -97,12 +97,20 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None] | None:
     """(exit code, kind, message, hint) of a failure a user can act on: a storm
     refusal, or git or the operating system refusing (a full disk is ``no_space``).
     None for anything else: a bug, which each front end reports its own way."""
+    import errno
+    import os
+
     import pygit2
 
     from .files import no_space
 
     if isinstance(exc, StormError):
         return exc.exit_code, exc.kind, exc.message, exc.hint
+    if isinstance(exc, OSError) and exc.errno in (errno.EISDIR, errno.ENOTDIR) and exc.filename \
+            and f"{os.sep}storm{os.sep}" in str(exc.filename):
+        # one of storm's own files replaced by a directory (or the reverse): corrupt state
+        return (EXIT_REPO_STATE, CorruptState.kind, f"storm's {exc.filename} is not what storm keeps there "
+                f"({exc.strerror})", "git storm doctor --fix moves it aside")
     if isinstance(exc, (pygit2.GitError, OSError)):
         if no_space(exc):
             why = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror and exc.filename \
