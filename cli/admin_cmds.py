@@ -20,7 +20,9 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
     Finds stale ref .lock files left by killed writers (removed only while no
     storm process holds the guarding lock), storm refs that do not resolve,
     read sets of agents that no longer exist, expired reservations, temporary
-    files of killed writers in the working tree and orphaned worktree records.
+    files of killed writers in the working tree, files behind the shared head,
+    storm's own files replaced by a directory (or the reverse; --fix moves them
+    aside into .git/storm-moved-aside/) and orphaned worktree records.
     Without --fix nothing is changed; with --fix on a healthy repository
     nothing is changed either.
 

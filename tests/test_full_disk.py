@@ -63,6 +63,13 @@ def record_entries(repo: Path) -> list[bytes]:
     return body.split(b"\0")[:-1]
 
 
+def grow_disk_record(repo: Path) -> None:
+    """Thirty files changed by one command: the disk record grows by an entry each
+    (~60 bytes), well past any one agent's journal."""
+    r = storm(repo, "exec", "--agent", "e0", "--", "sh", "-c", "for f in src/m*.py; do echo y >> $f; done")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_file_the_disk_refuses_leaves_no_temp_file_and_the_write_stands(tmp_path):
     repo = repo_at(tmp_path)
     assert storm(repo, "read", "a.txt", agent="e1").returncode == 0
@@ -110,9 +117,7 @@ def test_a_disk_record_that_takes_the_pending_entry_but_not_the_final_one(tmp_pa
     brings the file forward instead of keeping it as someone's edit (and a manager's
     commit --adopt would then have committed the old version over an accepted write)."""
     repo = repo_at(tmp_path)
-    for i in range(25):  # grow the disk record (~100 bytes a write) well past e1's journal
-        assert storm(repo, "read", f"src/m{i:02d}.py", agent="e0").returncode == 0
-        assert storm(repo, "write", f"src/m{i:02d}.py", agent="e0", input=f"x = {i + 100}\n").returncode == 0
+    grow_disk_record(repo)
     assert storm(repo, "read", "a.txt", agent="e1").returncode == 0
     size = (repo / ".git" / "storm" / "disk-record").stat().st_size
     assert size > (repo / ".git" / "storm" / "journal" / "e1").stat().st_size + 300
@@ -140,9 +145,7 @@ def test_a_pending_entry_the_disk_refuses_leaves_the_file_alone(tmp_path):
     """Not even the pending entry fits: the file is not touched (storm writes no file
     it could not record), the answer says so, and the record holds whole entries."""
     repo = repo_at(tmp_path)
-    for i in range(25):
-        assert storm(repo, "read", f"src/m{i:02d}.py", agent="e0").returncode == 0
-        assert storm(repo, "write", f"src/m{i:02d}.py", agent="e0", input=f"x = {i + 100}\n").returncode == 0
+    grow_disk_record(repo)
     assert storm(repo, "read", "a.txt", agent="e1").returncode == 0
     size = (repo / ".git" / "storm" / "disk-record").stat().st_size
     r = storm_limited(repo, size + 10, "write", "a.txt", "--agent", "e1", "--json", input="two\n")

@@ -311,6 +311,7 @@ class SharedWorkspace(BaseWorkspace):
         hold = self.reservation_seconds  # read config once per write
         wait_budget = hold + 1.0
         retries = 0
+        warnings: list[str] = []  # steps after the landing that failed (see _after_landing)
         announced: Reservation | None = None  # the reservation being waited for (on_wait told)
         blocked_at = blocked_end = 0.0  # time spent on reservations only, not on the lock
         landing: pygit2.Oid | None = None  # a commit made under the lock, landed outside it (remote)
@@ -323,7 +324,8 @@ class SharedWorkspace(BaseWorkspace):
                         commit, head = landed, store.commit(landed).parent_ids[0]
                     if held:  # the reservation ends once the write is on the shared ref
                         with flocked(store.commondir, "workspace"):
-                            _end_reservations(store, agent, held)
+                            _after_landing(warnings, "ending the writer's reservation", None,
+                                           _end_reservations, store, agent, held)
                     break
                 landing, retries, pre = None, retries + 1, None  # dropped: validate again
             if refresh:
@@ -399,7 +401,8 @@ class SharedWorkspace(BaseWorkspace):
                             refresh = True
                             continue
                         if held:
-                            _end_reservations(store, agent, held)
+                            _after_landing(warnings, "ending the writer's reservation", None,
+                                           _end_reservations, store, agent, held)
                         break
                     if not self._verdict_is_final():
                         refresh = True
@@ -432,7 +435,6 @@ class SharedWorkspace(BaseWorkspace):
             # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
             # The write is on the shared ref: from here on nothing may turn it into an
             # error (a full disk, a bad setting). What fails is said in the answer.
-            warnings: list[str] = []
             landed = commit is not None
             outside = _after_landing(warnings, "the assignment check", [], flag_storm_write,
                                      store, agent, paths, commit) if landed else []
