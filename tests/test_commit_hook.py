@@ -209,3 +209,30 @@ def test_storm_mode_content_rule_does_not_apply_in_worktree_mode(repo):
     git(repo, "add", "src/util.py")
     r = git_commit(repo, "-m", "a human commit, not in the shared workspace")
     assert r.returncode == 0, r.stderr
+
+
+def test_the_managers_commit_refuses_while_a_merge_is_in_progress(repo):
+    """It once reset the index over the person's conflicted merge (the conflict stages
+    gone, MERGE_HEAD still there: their next git commit would record a merge of the
+    wrong content)."""
+    git(repo, "checkout", "-q", "-b", "other")
+    (repo / "README.md").write_text("# theirs\n")
+    git(repo, "commit", "-q", "-am", "theirs", "--no-verify")
+    git(repo, "checkout", "-q", "main")
+    (repo / "README.md").write_text("# ours\n")
+    git(repo, "commit", "-q", "-am", "ours", "--no-verify")
+    assert storm(repo, "status").returncode == 0  # storm brings its record to the new checkout
+    _write(repo, "e1", "src/api.py", "x = 1\n")
+    assert git(repo, "merge", "other", check=False).returncode != 0  # a conflict in README.md
+    stages_before = git(repo, "ls-files", "-s", "README.md").stdout
+    assert len(stages_before.splitlines()) == 3
+    head_before = rev(repo, "HEAD")
+    code, res = storm_json(repo, "commit", "-m", "integrate")
+    assert code == 3 and res["error"]["kind"] == "operation_in_progress", res
+    assert "a merge is in progress" in res["error"]["message"] and "git merge --abort" in res["error"]["hint"]
+    assert git(repo, "ls-files", "-s", "README.md").stdout == stages_before  # nothing changed
+    assert rev(repo, "HEAD") == head_before and (repo / ".git" / "MERGE_HEAD").exists()
+    git(repo, "merge", "--abort")
+    r = storm(repo, "commit", "-m", "integrate")
+    assert r.returncode == 0, r.stderr
+    assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1\n"

@@ -82,6 +82,12 @@ class Busy(RepoStateError):
     kind = "busy"
 
 
+class OperationInProgress(RepoStateError):
+    """A git merge, rebase, cherry-pick, revert or bisect is under way in the working tree."""
+
+    kind = "operation_in_progress"
+
+
 class NoSpace(RepoStateError):
     """The disk (a quota, a file size limit) refused to store more."""
 

@@ -21,7 +21,7 @@ import pygit2
 
 from ..core import events, trailers
 from ..core.agents import validate_agent
-from ..core.errors import RepoStateError, StormError, UsageError
+from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, odb_retry, signature
@@ -119,6 +119,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
         raise UsageError("HEAD is detached", hint="check out the branch the shared state goes to")
     if store.repo.head_is_unborn:
         raise RepoStateError("the branch has no commit yet", hint="make a first commit")
+    _no_operation_in_progress(store)
     pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
@@ -167,6 +168,33 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
                         adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])
+
+
+# libgit2's repository states -> (what is under way, how a person ends it)
+_OPERATIONS = {
+    "MERGE": ("a merge", "git merge --continue, or git merge --abort"),
+    "REVERT": ("a revert", "git revert --continue, or git revert --abort"),
+    "REVERT_SEQUENCE": ("a revert", "git revert --continue, or git revert --abort"),
+    "CHERRYPICK": ("a cherry-pick", "git cherry-pick --continue, or git cherry-pick --abort"),
+    "CHERRYPICK_SEQUENCE": ("a cherry-pick", "git cherry-pick --continue, or git cherry-pick --abort"),
+    "BISECT": ("a bisect", "git bisect reset"),
+    "REBASE": ("a rebase", "git rebase --continue, or git rebase --abort"),
+    "REBASE_INTERACTIVE": ("a rebase", "git rebase --continue, or git rebase --abort"),
+    "REBASE_MERGE": ("a rebase", "git rebase --continue, or git rebase --abort"),
+    "APPLY_MAILBOX": ("git am", "git am --continue, or git am --abort"),
+    "APPLY_MAILBOX_OR_REBASE": ("a rebase or git am", "git rebase --abort or git am --abort"),
+}
+
+
+def _no_operation_in_progress(store: Store) -> None:
+    """Refuse to commit over a person's merge (rebase, …) in progress: the commit resets
+    the index to the shared tree, which would drop its conflict stages while MERGE_HEAD
+    stays, and the person's next git commit would record a merge of the wrong content."""
+    state = store.repo.state()
+    if state:
+        what, end = _OPERATIONS.get(getattr(state, "name", ""), ("a git operation", "finish or abort it"))
+        raise OperationInProgress(f"{what} is in progress in {store.top}; git storm commit would discard "
+                                  "its state", hint=f"end it first ({end}), then commit again; nothing was changed")
 
 
 def _adopt(ws: ValidatedWriter, paths: list[str], manager: str):
