@@ -230,9 +230,17 @@ def test_the_managers_commit_refuses_while_a_merge_is_in_progress(repo):
     code, res = storm_json(repo, "commit", "-m", "integrate")
     assert code == 3 and res["error"]["kind"] == "operation_in_progress", res
     assert "a merge is in progress" in res["error"]["message"] and "git merge --abort" in res["error"]["hint"]
+    assert "git storm adopt" in res["error"]["hint"]
     assert git(repo, "ls-files", "-s", "README.md").stdout == stages_before  # nothing changed
     assert rev(repo, "HEAD") == head_before and (repo / ".git" / "MERGE_HEAD").exists()
-    git(repo, "merge", "--abort")
-    r = storm(repo, "commit", "-m", "integrate")
-    assert r.returncode == 0, r.stderr
-    assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1\n"
+    # the way out the hint names: record the resolution, then git's own merge commit
+    (repo / "README.md").write_text("# both\n")
+    assert storm(repo, "adopt", "README.md", agent="e1").returncode == 0
+    git(repo, "add", "README.md")
+    done = git_commit(repo, "--no-edit", agent=None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git(repo, "rev-list", "--parents", "-n", "1", "HEAD").stdout.decode().count(" ") == 2  # a merge
+    assert git(repo, "show", "HEAD:README.md").stdout == b"# both\n"
+    assert storm(repo, "commit", "-m", "integrate").returncode == 0  # nothing left in progress
+    assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1\n"  # the shared state, on top
+    assert git(repo, "show", "HEAD:README.md").stdout == b"# both\n"

@@ -172,7 +172,9 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
 
 # libgit2's repository states -> (what is under way, how a person ends it)
 _OPERATIONS = {
-    "MERGE": ("a merge", "git merge --continue, or git merge --abort"),
+    "MERGE": ("a merge", "record the resolved files with git storm adopt PATH... --agent ID, then "
+                         "git merge --continue (the guard lets it through once the staged tree is the shared "
+                         "one); or git merge --abort"),
     "REVERT": ("a revert", "git revert --continue, or git revert --abort"),
     "REVERT_SEQUENCE": ("a revert", "git revert --continue, or git revert --abort"),
     "CHERRYPICK": ("a cherry-pick", "git cherry-pick --continue, or git cherry-pick --abort"),
