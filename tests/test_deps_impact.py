@@ -295,6 +295,7 @@ def test_a_changed_method_the_write_does_not_use_is_left_out(classes):
     _change(classes, "store.py", "return 1", "return 2")  # Store.gc; the write uses Store.entry
     code, out = storm_json(classes, "write", "user.py", "--no-wait", input=NEW_USER, agent="c")
     assert code == 1 and _stale(out) == ["store.py"]  # control: the whole read set
+    storm(classes, "release", "user.py", agent="c")  # its reservation would hold a's write for 30 s
     code, out = _write(classes, "user.py", NEW_USER, "--deps", "auto")
     assert code == 0 and out["accepted"], out
     assert out["unaffected_deps"] == {"store.py": "changed Store.gc; the write uses Store but not gc"}, out
