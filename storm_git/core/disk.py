@@ -44,7 +44,7 @@ from typing import Any, Iterator
 import pygit2
 
 from .errors import BadPath, CorruptState
-from .files import append_all, remove_quietly, replace_file
+from .files import append_all, reason, remove_quietly, replace_file
 from .locks import flocked
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
@@ -294,7 +294,7 @@ def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
                 fh.write(data)
         if not _swap_in(dfd, tmp, name):
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except OSError:  # a full disk, a size limit, a refused rename: no temporary file stays behind
+    except BaseException:  # a full disk, a size limit, a refused rename, ^C: no temporary file stays
         remove_quietly(tmp, dfd)
         raise
 
@@ -726,7 +726,7 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
     except OSError as exc:
         if not keep_going:
             raise
-        res.record_error = f"{exc.strerror or exc}"
+        res.record_error = reason(exc)
         return res
     rec.overlay.update(new)
     rec.journal_len += len(new)
@@ -777,7 +777,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
             write_file(top, p, _content(store, want, contents), want.mode)
     except (UnsafePath, OSError) as exc:
         res.outcomes[p] = FAILED
-        res.errors[p] = exc.message if isinstance(exc, UnsafePath) else f"{exc.strerror or exc}"
+        res.errors[p] = exc.message if isinstance(exc, UnsafePath) else reason(exc)
         return True
     res.outcomes[p] = WRITTEN
     new[p] = want
@@ -834,8 +834,7 @@ def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes
     try:
         return sync(store, paths, contents=contents, step=step, entries=entries, keep_going=True)
     except (OSError, pygit2.GitError, CorruptState) as exc:
-        why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-        return SyncResult(None, {p: FAILED for p in paths}, {p: why for p in paths})
+        return SyncResult(None, {p: FAILED for p in paths}, {p: reason(exc) for p in paths})
 
 
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:

@@ -74,6 +74,12 @@ def no_space(exc: BaseException) -> bool:
     return any(t in str(exc) for t in NO_SPACE_TEXT)
 
 
+def reason(exc: BaseException) -> str:
+    """The short why of a failure for an answer: an OS error's own words
+    ("No space left on device"), else the exception's text."""
+    return str(exc.strerror or exc) if isinstance(exc, OSError) else str(exc)
+
+
 def size_limited() -> int:
     """This process's file size limit in bytes (``ulimit -f``), 0 when there is none:
     libgit2 reports a write it cut short without the reason, and this is then the cause."""

@@ -457,8 +457,9 @@ def odb_retry(write, *args):
             if "No such file or directory" not in str(exc) or attempt == 99:
                 # libgit2 words an object cut short by a size limit as "no error", or repeats
                 # the last error it had (a config key not found): the limit is then the cause
-                if no_space(exc) or size_limited():
-                    why = exc if no_space(exc) else f"cut short under a file size limit of {size_limited()} bytes"
+                limit = size_limited()
+                if no_space(exc) or limit:
+                    why = exc if no_space(exc) else f"cut short under a file size limit of {limit} bytes"
                     raise NoSpace(f"cannot write a git object: {why}") from None
                 raise
             time.sleep(0.001)

@@ -30,6 +30,7 @@ from ..core.disk import _parent_fd as disk_parent
 from ..core.disk import changed_paths, check_record
 from ..core.disk import materialize
 from ..core.errors import BadPath, NotFound, NotInitialised, StormError, UsageError
+from ..core.files import reason
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import (
@@ -781,8 +782,7 @@ def _after_landing(warnings: list[str], what: str, fallback: Any, fn: Any, *args
     try:
         return fn(*args)
     except (OSError, pygit2.GitError, StormError) as exc:
-        why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-        warnings.append(f"{what} failed: {why}")
+        warnings.append(f"{what} failed: {reason(exc)}")
         return fallback
 
 
