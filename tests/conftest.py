@@ -13,6 +13,31 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import make_repo  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile storm's bytecode once, before any test starts a `git storm` process.
+
+    Most tests run storm as real processes. Where PYTHONDONTWRITEBYTECODE is set
+    (CI images often set it) and storm is installed editable, nothing ever writes
+    its .pyc files, so every one of those processes compiled the whole package
+    again: 0.32 s a call instead of 0.18 s, and about a fifth of the suite's time.
+    py_compile writes regardless of that setting; files already current are left.
+    """
+    if hasattr(config, "workerinput"):  # xdist workers: the controller did it
+        return
+    import compileall
+
+    import storm_git
+    import storm_git.cli
+    import storm_git.hooks
+
+    for package in (storm_git, storm_git.cli, storm_git.hooks):
+        directory = Path(package.__file__).parent
+        try:
+            compileall.compile_dir(str(directory), quiet=2)
+        except OSError:  # a read-only install: its bytecode came with it
+            pass
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _hermetic_git(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("home")
