@@ -66,6 +66,7 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import validate_agent
+from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
@@ -422,11 +423,12 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
         candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
                                     *rec.pending])
         behind = []
+        conv = Conversions(store)
         for p in candidates:
             want = disk.entry_or_none(store, htree, p)
             if rec.get(store, p) == want:
                 continue
-            have = disk.disk_state(store.main_workdir, p)
+            have = disk.disk_state(store.main_workdir, p, conv=conv)
             if not disk.same(have, want) and rec.is_storms(store, p, have):
                 behind.append(p)
         if not behind:

@@ -43,6 +43,7 @@ from typing import Any, Iterator
 
 import pygit2
 
+from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
 from .files import append_all, reason, remove_quietly, replace_file
 from .locks import flocked
@@ -198,24 +199,26 @@ def _split(path: str) -> tuple[str, str]:
     return (path[:cut], path[cut + 1:]) if cut >= 0 else ("", path)
 
 
-def disk_state(top: str, path: str, dirs: DirFds | None = None) -> "DiskState":
+def disk_state(top: str, path: str, dirs: DirFds | None = None, conv: Conversions | None = None) -> "DiskState":
     """(blob id, mode) of ``path`` under ``top`` as git would record it, without
     following symlinks anywhere; None if absent; False if not a file or link.
-    ``dirs``: directory descriptors shared by a batch (see DirFds)."""
+    ``dirs``: directory descriptors shared by a batch (see DirFds). ``conv``: the
+    repository's conversions, so a file is hashed as ``git add`` would store it
+    (a CRLF checkout of an LF blob is that blob); without it, the bytes as they are."""
     try:
         if dirs is not None:
             d, name = _split(path)
-            return _state_at(dirs.get(d), name)
+            return _state_at(dirs.get(d), name, conv, path)
         with _parent_fd(top, path, create=False) as (dfd, name, _):
-            return _state_at(dfd, name)
+            return _state_at(dfd, name, conv, path)
     except FileNotFoundError:
         return None
-    except (UnsafePath, OSError):
+    except (UnsafePath, OSError, ConversionFailed):  # a file that cannot be compared is not storm's to touch
         return False
 
 
-def _state_at(dfd: int, name: str) -> "DiskState":
-    """disk_state of ``name`` in the open directory ``dfd``."""
+def _state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = "") -> "DiskState":
+    """disk_state of ``name`` (``path`` in the tree) in the open directory ``dfd``."""
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
@@ -226,7 +229,11 @@ def _state_at(dfd: int, name: str) -> "DiskState":
         return False
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
-        oid = _git_hash_fd(fd, os.fstat(fd).st_size)
+        if conv is not None and conv.applies(path):
+            with open(fd, "rb", closefd=False) as fh:
+                oid = conv.odb_id(path, fh.read())
+        else:
+            oid = _git_hash_fd(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
     return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
@@ -672,7 +679,8 @@ class SyncResult:
 def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
                 contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-                entries: dict[str, Entry | None] | None = None, keep_going: bool = False) -> SyncResult:
+                entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
+                conv: Conversions | None = None) -> SyncResult:
     """Bring ``paths`` — and every path that changed since the last sync — on disk
     to the current shared head. ``full`` compares the whole record with the head
     (repairs anything left behind). Caller holds the worktree lock.
@@ -682,7 +690,8 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
 
     ``step`` = (parent, commit) of the caller's own write and ``entries`` what it
     put at ``paths``: when the disk was synced to the parent and the head is still
-    that commit, those are all that changed, and the new trees are not read back."""
+    that commit, those are all that changed, and the new trees are not read back.
+    ``conv``: the caller's Conversions (a write made one for its blobs), else a new one."""
     head = store.ref_target(WORKSPACE_REF)
     if head is None:
         return SyncResult(None)
@@ -708,10 +717,11 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
     res = SyncResult(head)
     top = store.main_workdir
     new: dict[str, Entry | None] = {}
+    conv = conv or Conversions(store)
     if len(candidates) <= QUICK_AT:  # a writer's own paths: one directory chain each, looked at and written
-        _settle_few(store, top, candidates, wants, rec, contents, res, new)
+        _settle_few(store, top, candidates, wants, rec, contents, res, new, conv)
     else:  # a sync of many paths: each directory opened once for the looks
-        _settle_many(store, top, candidates, wants, rec, contents, res, new)
+        _settle_many(store, top, candidates, wants, rec, contents, res, new, conv)
     if clean and len(new) >= RESET_AT and all(o in (CURRENT, WRITTEN) for o in res.outcomes.values()):
         # every path that changed since is now on disk as at the head: the record *is* the
         # head's tree. Starting it afresh there spares the next full sync a fold (a
@@ -736,29 +746,32 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
 
 
 def _settle_few(store: Store, top: str, candidates: list[str], wants: dict[str, Entry | None], rec: Record,
-                contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None]) -> None:
+                contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None],
+                conv: Conversions) -> None:
     # removals first: a file that becomes a directory (or the reverse) frees its name
     for p in sorted(candidates, key=lambda p: wants[p] is not None):
         want = wants[p]
-        quick = _settle_in_place(store, top, p, want, rec, contents) if want is not None else None
+        quick = _settle_in_place(store, top, p, want, rec, contents, conv) if want is not None else None
         if quick is not None:
             res.outcomes[p] = quick
             if quick == WRITTEN or (quick == CURRENT and rec.get(store, p) != want):
                 new[p] = want
             continue
-        _settle_one(store, top, p, want, disk_state(top, p), rec, contents, res, new)
+        _settle_one(store, top, p, want, disk_state(top, p, conv=conv), rec, contents, res, new, conv)
 
 
 def _settle_many(store: Store, top: str, candidates: list[str], wants: dict[str, Entry | None], rec: Record,
-                 contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None]) -> None:
+                 contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None],
+                 conv: Conversions) -> None:
     with DirFds(top) as dirs:
         for p in sorted(candidates, key=lambda p: wants[p] is not None):
-            if _settle_one(store, top, p, wants[p], disk_state(top, p, dirs), rec, contents, res, new):
+            if _settle_one(store, top, p, wants[p], disk_state(top, p, dirs, conv), rec, contents, res, new, conv):
                 dirs.close()  # the directories changed: later reads open them afresh
 
 
 def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskState", rec: Record,
-                contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None]) -> bool:
+                contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None],
+                conv: Conversions) -> bool:
     """Bring one path from ``have`` to ``want`` unless someone else edited it;
     returns whether it wrote (or tried to) on disk."""
     if same(have, want):
@@ -774,55 +787,61 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         if want is None:
             remove_path(top, p)
         else:
-            write_file(top, p, _content(store, want, contents), want.mode)
-    except (UnsafePath, OSError) as exc:
+            write_file(top, p, _content(store, p, want, contents, conv), want.mode)
+    except (UnsafePath, ConversionFailed, OSError) as exc:
         res.outcomes[p] = FAILED
-        res.errors[p] = exc.message if isinstance(exc, UnsafePath) else reason(exc)
+        res.errors[p] = reason(exc) if isinstance(exc, OSError) else exc.message
         return True
     res.outcomes[p] = WRITTEN
     new[p] = want
     return True
 
 
-def _content(store: Store, want: Entry, contents: dict[pygit2.Oid, bytes] | None) -> bytes:
+def _content(store: Store, path: str, want: Entry, contents: dict[pygit2.Oid, bytes] | None,
+             conv: Conversions) -> bytes:
+    """What goes on disk for ``want`` at ``path``: the blob as ``git checkout`` writes it."""
     data = contents.get(want.oid) if contents else None
-    return store.blob_bytes(want.oid) if data is None else data
+    if data is None:
+        data = store.blob_bytes(want.oid)
+    return data if want.mode == MODE_LINK else conv.to_worktree(path, data, want.oid)
 
 
 def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
-                     contents: dict[pygit2.Oid, bytes] | None) -> str | None:
+                     contents: dict[pygit2.Oid, bytes] | None, conv: Conversions) -> str | None:
     """The common case of sync_locked for one file, with its directory opened once
     for both the look and the write: CURRENT, KEPT or WRITTEN. None when anything
     is unusual (a directory missing or not plain, something not a file there, a
     failed write): the caller then takes the general path, which reports it."""
     try:
         with _parent_fd(top, p, create=False) as (dfd, name, _):
-            have = _state_at(dfd, name)
+            have = _state_at(dfd, name, conv, p)
             if have is False:
                 return None
             if same(have, want):
                 return CURRENT
             if not rec.is_storms(store, p, have):
                 return KEPT
+            data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
-            _write_at(dfd, name, _content(store, want, contents), want.mode)
+            _write_at(dfd, name, data, want.mode)
             return WRITTEN
-    except (UnsafePath, OSError):
+    except (UnsafePath, ConversionFailed, OSError):
         return None
 
 
 def sync(store: Store, paths: list[str] = (), *, full: bool = False,
          contents: dict[pygit2.Oid, bytes] | None = None,
          step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-         entries: dict[str, Entry | None] | None = None, keep_going: bool = False) -> SyncResult:
+         entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
+         conv: Conversions | None = None) -> SyncResult:
     with flocked(store.commondir, "worktree"):
         return sync_locked(store, paths, full=full, contents=contents, step=step, entries=entries,
-                           keep_going=keep_going)
+                           keep_going=keep_going, conv=conv)
 
 
 def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
-                entries: dict[str, Entry | None] | None = None) -> SyncResult:
+                entries: dict[str, Entry | None] | None = None, conv: Conversions | None = None) -> SyncResult:
     """After an accepted write: bring ``paths`` (and anything else behind) forward.
     ``step`` = (parent, commit) of that write and ``entries`` what it wrote: when the
     disk was synced to the parent and the head is still the commit, ``paths`` are
@@ -832,8 +851,8 @@ def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes
     disk or an unwritable record must not turn it into an error. What could not be
     done is FAILED with its reason; the next storm command brings the disk forward."""
     try:
-        return sync(store, paths, contents=contents, step=step, entries=entries, keep_going=True)
-    except (OSError, pygit2.GitError, CorruptState) as exc:
+        return sync(store, paths, contents=contents, step=step, entries=entries, keep_going=True, conv=conv)
+    except (OSError, pygit2.GitError, CorruptState, ConversionFailed) as exc:
         return SyncResult(None, {p: FAILED for p in paths}, {p: reason(exc) for p in paths})
 
 
@@ -852,9 +871,10 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
         rec = load(store)
         out, new = {}, {}
         top = store.main_workdir
+        conv = Conversions(store)
         for p in paths:
             want = entry_or_none(store, htree, p)
-            have = disk_state(top, p)
+            have = disk_state(top, p, conv=conv)
             if same(have, want):
                 out[p] = CURRENT
             else:
@@ -865,7 +885,7 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
                 if want is None:
                     remove_path(top, p)
                 else:
-                    write_file(top, p, store.blob_bytes(want.oid), want.mode)
+                    write_file(top, p, _content(store, p, want, None, conv), want.mode)
                 out[p] = WRITTEN
             if rec.get(store, p) != want:
                 new[p] = want

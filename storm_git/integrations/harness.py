@@ -37,6 +37,7 @@ import pygit2
 
 from ..core import disk, events, intents, readsets, reservations
 from ..core.agents import ENV_VAR, validate_agent
+from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
 from ..core.files import replace_file
 from ..core.locks import flocked
@@ -308,8 +309,9 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         head = ws.head()
         tree = store.commit(head).tree
         behind, unmediated = [], []
+        conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p)
+            have = disk.disk_state(top, p, conv=conv)
             if have is False:
                 continue  # a directory (or a path through a link): nothing storm versions
             cur = disk.entry_or_none(store, tree, p)
@@ -417,8 +419,9 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
     with flocked(store.commondir, "worktree"):
         rtree, _ = disk.record_tree(store)
         tree = store.commit(ws.head()).tree
+        conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p)
+            have = disk.disk_state(top, p, conv=conv)
             if disk.same(have, disk.entry_or_none(store, tree, p)) or have is False:
                 continue  # nothing new (or a directory: not a file storm records)
             tracking.check_recordable(store, p, have, ws)

@@ -25,6 +25,7 @@ import pygit2
 
 from ..core import depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
+from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
 from ..core.disk import _parent_fd as disk_parent
 from ..core.disk import changed_paths, check_record
@@ -51,7 +52,7 @@ from ..core.payloads import (
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
-from ..core.store import MODE_BLOB, MODE_EXEC, WORKSPACE_REF, Entry, Store, hex_
+from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
 from .writer import OnWait
 
@@ -256,10 +257,14 @@ class SharedWorkspace(BaseWorkspace):
         blobs: dict[str, Any] = {}
         modes: dict[str, int] = {}
         contents: dict[pygit2.Oid, bytes] = {}
+        conv = Conversions(store)
         for p, c in changes.items():
-            if isinstance(c, tuple):  # (content, mode): exec and adopt record the exec bit and links
+            from_disk = isinstance(c, tuple)
+            if from_disk:  # (content, mode) read from disk: exec and adopt record the exec bit and links
                 c, modes[p] = c
             if isinstance(c, bytes):
+                if modes.get(p) != MODE_LINK:  # what `git add` would store (.gitattributes: eol, filters)
+                    c = conv.to_odb(p, c, from_disk=from_disk)
                 blobs[p] = store.write_blob(c)
                 contents[blobs[p]] = c
             else:
@@ -444,7 +449,7 @@ class SharedWorkspace(BaseWorkspace):
             new_head = commit or head
             versions = {p: hex_(b) if b is not None else None for p, b in blobs.items()}
             synced = materialize(store, paths, contents, step=(head, commit),
-                                 entries={p: v and Entry(*v) for p, v in placed.items()}) if landed else None
+                                 entries={p: v and Entry(*v) for p, v in placed.items()}, conv=conv) if landed else None
             if synced is not None and synced.record_error:
                 warnings.append(f"recording the disk write failed: {synced.record_error} (it stays recorded "
                                 "as pending; the next storm command records it)")

@@ -41,6 +41,7 @@ import pygit2
 from ..core.agents import validate_agent
 from ..core.diffs import is_binary, unified
 from ..core import disk
+from ..core.convert import ConversionFailed, Conversions
 from ..core.disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
 from ..core.gitcmd import GitFailed
 from ..core.errors import BadPath, NotInitialised, TooLarge, UsageError
@@ -201,9 +202,10 @@ def snapshot(store: Store) -> Snapshot:
             candidates.append(path)
     dirty: dict[str, Any] = {}
     top = store.main_workdir
+    conv = Conversions(store)
     with disk.DirFds(top) as dirs:  # read only: each directory opened once
         for path in candidates:
-            have = disk_state(top, path, dirs)
+            have = disk_state(top, path, dirs, conv)
             if not same(have, entry_or_none(store, rtree, path)) or (have is False and _entry(store, rtree, path)):
                 dirty[path] = have
                 if have is False and os.path.isdir(os.path.join(top, path)):
@@ -214,7 +216,7 @@ def snapshot(store: Store) -> Snapshot:
             for p in more.split(b"\0"):
                 if p:
                     path = p.decode("utf-8", "surrogateescape")
-                    dirty[path] = disk_state(top, path, dirs)
+                    dirty[path] = disk_state(top, path, dirs, conv)
     dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
     _save_missing(store, [p for p, v in dirty.items() if v is None])
     return Snapshot(head, tree, rtree, dirty)
@@ -283,6 +285,13 @@ def _read_disk(store: Store, path: str, dirs: disk.DirFds | None = None) -> byte
         return None
 
 
+def _converted(conv: Conversions, path: str, data: bytes) -> bytes:
+    try:
+        return conv.to_odb(path, data)
+    except ConversionFailed:
+        return data
+
+
 def _with_mode(content: bytes | None, state: Any) -> Any:
     """What ``apply`` records: None (deleted), or (content, mode) so that the exec
     bit and symlinks reach the shared tree as git records them."""
@@ -345,6 +354,7 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
     with flocked(store.commondir, "worktree"):
         snap = snapshot(store)
         reverted = reverted_paths(store, snap.head, snap.dirty, snap.record)
+        conv = Conversions(store)
         out = []
         for path in sorted(snap.dirty):
             have = snap.dirty[path]
@@ -370,6 +380,8 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
             if show:
                 old = store.blob_bytes(base.oid) if base else None
                 new = _read_disk(store, path) if have is not None else None
+                if new is not None and have[1] != MODE_LINK:
+                    new = _converted(conv, path, new)  # as git diff shows it: the CRLF of a checkout is no change
                 item["binary"] = is_binary(old) or is_binary(new)
                 item["diff"] = unified(path, old, new)
             out.append(item)
@@ -404,11 +416,12 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
         disk.sync_locked(store, norm)  # a path that was only behind is brought forward, not adopted
         rtree, _ = disk.record_tree(store)
         head = store.ref_target(WORKSPACE_REF)
+        conv = Conversions(store)
         states = {}
         for p in norm:
             if os.path.lexists(os.path.join(store.main_workdir, p)):
                 check_on_disk(p, store.main_workdir, for_write=False)  # a directory, a link out
-            have = disk_state(store.main_workdir, p)
+            have = disk_state(store.main_workdir, p, conv=conv)
             base = _entry(store, rtree, p)
             if have is False:
                 raise BadPath(f"{p} is not a regular file on disk (or lies beyond a symbolic link)",

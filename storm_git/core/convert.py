@@ -1,0 +1,242 @@
+"""git's conversions between a file in the repository and the same file on disk.
+
+``.gitattributes`` (``text``, ``eol``, ``ident``, ``filter=<driver>``,
+``working-tree-encoding``) and ``core.autocrlf`` make ``git add`` store something
+other than the bytes on disk, and ``git checkout`` write something other than the
+blob. Storm crosses that line in three places, and at each does what git does:
+
+* an agent's content becoming a blob is converted as ``git add`` would (``to_odb``):
+  CRLF written to a ``text`` file is stored with LF, an LFS file as its pointer;
+* a blob written to the working tree is converted as ``git checkout`` would
+  (``to_worktree``): a ``*.bat text eol=crlf`` file gets its CRLF back;
+* a file on disk is compared with a version by the id ``git add`` would give it
+  (``odb_id``), so a checked-out CRLF file is the version it came from, not an edit.
+
+libgit2 applies the built-in conversions (line endings, ``ident``) in-process. A
+path whose attributes name a filter driver that git config defines (git-lfs is
+one) or a ``working-tree-encoding`` goes through git itself, which runs them.
+
+Most repositories have no conversions at all, and storm looks at a path's disk
+state on every write: whether a path *may* be converted is first decided from
+the attribute files that exist (``info/attributes``, the global and system files,
+``core.autocrlf``, a ``.gitattributes`` on disk in one of the path's directories):
+a few cached ``stat`` calls, before asking libgit2.
+"""
+from __future__ import annotations
+
+import os
+
+import pygit2
+from pygit2.enums import ConfigLevel, FilterMode
+
+from .errors import RepoStateError
+from .store import Store
+
+ATTRIBUTES = ".gitattributes"
+_TRUE = {"true", "yes", "on", "1", "input"}
+EXTERNAL = "external"  # the path's conversion is done by git: a filter driver
+ENCODING = "encoding"  # ... a working-tree-encoding (the stored form is UTF-8, what read returns)
+
+
+class ConversionFailed(RepoStateError):
+    """A filter that git config defines failed (or git refused an unsafe conversion)."""
+
+    kind = "conversion_failed"
+
+
+class Conversions:
+    """The conversions of one repository, for the span of one operation.
+
+    What it learns about attribute files is cached for its lifetime: make one per
+    command or write, so a ``.gitattributes`` added meanwhile is seen by the next."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._global: bool | None = None
+        self._dirs: dict[str, bool] = {}
+        self._kinds: dict[tuple[str, FilterMode], pygit2.filter.FilterList | str | None] = {}
+
+    # -- which paths -----------------------------------------------------------
+    def applies(self, path: str) -> bool:
+        """Whether ``path`` has any conversion (the common answer, no, costs a few stats)."""
+        return self._kind(path, FilterMode.TO_ODB) is not None
+
+    def _kind(self, path: str, mode: FilterMode) -> pygit2.filter.FilterList | str | None:
+        if not self._may(path):
+            return None
+        key = (path, mode)
+        if key not in self._kinds:
+            self._kinds[key] = self._lookup(path, mode)
+        return self._kinds[key]
+
+    def _lookup(self, path: str, mode: FilterMode) -> pygit2.filter.FilterList | str | None:
+        repo = self.store.repo
+        try:
+            driver = repo.get_attr(path, "filter")
+            if isinstance(driver, str) and self._driver_defined(driver):
+                return EXTERNAL
+            if isinstance(repo.get_attr(path, "working-tree-encoding"), str):
+                return ENCODING
+            return repo.load_filter_list(path, mode)
+        except pygit2.GitError as exc:
+            raise ConversionFailed(f"cannot read the attributes of {path}: {exc}",
+                                   hint="check .gitattributes (git check-attr -a -- PATH)") from None
+
+    def _driver_defined(self, name: str) -> bool:
+        return any(self.store.config_get(f"filter.{name}.{k}") is not None for k in ("clean", "smudge", "process"))
+
+    def _may(self, path: str) -> bool:
+        if self._global is None:
+            self._global = self._cached_global()
+        if self._global:
+            return True
+        parts = path.split("/")[:-1]
+        return any(self._dir_has(("/".join(parts[:i]))) for i in range(len(parts) + 1))
+
+    def _cached_global(self) -> bool:
+        """_any_global, kept on the Store while the repository's own config and
+        info/attributes are unchanged (their stat stamps, two ``stat`` calls).
+
+        Looking afresh costs two config lookups (libgit2 re-checks every config file
+        on each) and a few ``stat`` calls: ~0.12 ms of a ~3 ms write, measured by
+        benchmarks/bench_conversions.py. Files outside the repository (the global and
+        system git config and attribute files) are then read once per opened
+        repository, as git reads them once per command: a long-lived process (the
+        MCP server) sees a change there when it opens the repository again."""
+        stamp = tuple(_stamp(os.path.join(self.store.commondir, *p)) for p in (("config",), ("info", "attributes")))
+        cache = self.store.caches.setdefault("conversions", {})
+        if cache.get("stamp") != stamp:
+            cache["global"] = self._any_global()
+            cache["stamp"] = stamp
+        return cache["global"]
+
+    def _any_global(self) -> bool:
+        """core.autocrlf, or an attribute file that applies to every path."""
+        store = self.store
+        try:
+            config = store.repo.config  # one object, each lookup re-checks the files: two lookups when unset
+            autocrlf = config["core.autocrlf"] if "core.autocrlf" in config else "false"
+            configured = config["core.attributesFile"] if "core.attributesFile" in config else None
+        except pygit2.GitError:
+            autocrlf, configured = "false", None
+        if str(autocrlf).strip().lower() in _TRUE:
+            return True
+        files = [os.path.join(store.commondir, "info", "attributes")]
+        if configured:
+            files.append(os.path.expanduser(str(configured)))
+        else:
+            xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+            files.append(os.path.join(xdg, "git", "attributes"))
+        if not os.environ.get("GIT_ATTR_NOSYSTEM"):
+            files += _system_files()
+        return any(_nonempty(f) for f in files)
+
+    def _dir_has(self, d: str) -> bool:
+        """A .gitattributes in directory ``d`` of the working tree.
+
+        git falls back to the index's copy of a .gitattributes missing from disk;
+        storm does not look there (reading the index costs more than the write):
+        a .gitattributes deleted on disk is an unmediated deletion, and until it is
+        restored (git storm checkout) its rules are not applied to storm's writes."""
+        got = self._dirs.get(d)
+        if got is None:
+            rel = f"{d}/{ATTRIBUTES}" if d else ATTRIBUTES
+            got = self._dirs[d] = os.path.lexists(os.path.join(self.store.main_workdir, rel))
+        return got
+
+    # -- the conversions -------------------------------------------------------------
+    def to_odb(self, path: str, data: bytes, *, from_disk: bool = True) -> bytes:
+        """What ``git add`` would store for ``data`` at ``path``.
+
+        ``from_disk=False``: ``data`` is an agent's content (``write``, ``edit``), which
+        may already be in the stored form: line endings are normalised and a filter
+        driver runs (an agent writes the file, not an LFS pointer), but a
+        working-tree-encoding file is taken as the UTF-8 that ``read`` returned."""
+        kind = self._kind(path, FilterMode.TO_ODB)
+        if kind is None or (kind == ENCODING and not from_disk):
+            return data
+        if kind in (EXTERNAL, ENCODING):
+            oid = self._git_hash(path, data, write=True)
+            return self.store.blob_bytes(oid)
+        return self._apply(kind, path, data)
+
+    def odb_id(self, path: str, data: bytes) -> pygit2.Oid:
+        """The blob id ``git add`` would give ``data`` at ``path``."""
+        kind = self._kind(path, FilterMode.TO_ODB)
+        if kind is None:
+            return pygit2.hash(data)
+        if kind in (EXTERNAL, ENCODING):
+            return self._git_hash(path, data, write=False)
+        return pygit2.hash(self._apply(kind, path, data))
+
+    def to_worktree(self, path: str, data: bytes, oid: pygit2.Oid | None = None) -> bytes:
+        """What ``git checkout`` would write at ``path`` for the blob ``data`` (id ``oid``)."""
+        kind = self._kind(path, FilterMode.TO_WORKTREE)
+        if kind is None:
+            return data
+        if kind in (EXTERNAL, ENCODING):
+            if oid is None:
+                oid = self.store.write_blob(data)
+            r = self._git(["cat-file", "--filters", f"--path={path}", str(oid)], path)
+            return r.stdout
+        return self._apply(kind, path, data)
+
+    def _apply(self, filters: pygit2.filter.FilterList, path: str, data: bytes) -> bytes:
+        try:
+            return filters.apply_to_buffer(data)
+        except pygit2.GitError as exc:  # core.safecrlf=true and an irreversible conversion, say
+            raise ConversionFailed(f"git's conversion of {path} failed: {exc}",
+                                   hint="see core.safecrlf and the path's attributes (git check-attr -a)") from None
+
+    def _git_hash(self, path: str, data: bytes, *, write: bool) -> pygit2.Oid:
+        args = ["hash-object", "--stdin", f"--path={path}"] + (["-w"] if write else [])
+        out = self._git(args, path, data).stdout.decode("ascii", "replace").strip()
+        try:
+            return pygit2.Oid(hex=out)
+        except ValueError:
+            raise ConversionFailed(f"git hash-object gave no id for {path}: {out[:80]!r}") from None
+
+    def _git(self, args: list[str], path: str, data: bytes | None = None):
+        from .gitcmd import run_git  # git itself runs the filter drivers that its config defines
+
+        try:
+            r = run_git(args, self.store.main_workdir, check=False, input=data)
+        except OSError as exc:
+            raise ConversionFailed(f"cannot run git to convert {path}: {exc}") from None
+        if r.returncode != 0:
+            msg = (r.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+            raise ConversionFailed(f"git's filter for {path} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}",
+                                   hint="check the filter driver that .gitattributes names (git check-attr filter -- PATH)")
+        return r
+
+
+_SYSTEM: list[str] = []
+
+
+def _system_files() -> list[str]:
+    """The system attribute files git and libgit2 read (libgit2's search path is set
+    once per process)."""
+    if not _SYSTEM:
+        found = {"/etc/gitattributes"}
+        try:
+            found.update(os.path.join(d, "gitattributes")
+                         for d in pygit2.settings.search_path[ConfigLevel.SYSTEM].split(os.pathsep) if d)
+        except (AttributeError, KeyError, ValueError, pygit2.GitError):
+            pass
+        _SYSTEM.extend(sorted(found))
+    return _SYSTEM
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False

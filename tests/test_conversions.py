@@ -1,0 +1,207 @@
+"""git's content conversions at the boundary between the shared ref and the disk:
+.gitattributes (text, eol, filter drivers) and core.autocrlf.
+
+Storm stores what ``git add`` would store, writes what ``git checkout`` would write
+and compares a file on disk with a version by the id ``git add`` would give it.
+Before, a checked-out CRLF file was an "unmediated edit" that storm never brought
+forward, and CRLF content written to a ``text`` file was stored as sent, so plain
+git saw every such file modified."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
+
+CRLF_FILES = {
+    ".gitattributes": "* text=auto\n*.bat text eol=crlf\n",
+    "run.bat": b"echo 1\r\n",
+    "notes.txt": "one\ntwo\nthree\n",
+}
+
+
+def _repo(tmp_path: Path, files: dict | None = None) -> Path:
+    return make_repo(tmp_path / "repo", CRLF_FILES if files is None else files)
+
+
+def _git_add_id(repo: Path, path: str, data: bytes) -> str:
+    return git(repo, "hash-object", "--stdin", f"--path={path}", input=data).stdout.decode().strip()
+
+
+def test_a_crlf_checkout_is_the_version_it_came_from_and_storm_brings_it_forward(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    assert (repo / "run.bat").read_bytes() == b"echo 1\r\n"  # git stored "echo 1\n"
+    assert show(repo, "HEAD", "run.bat") == b"echo 1\n"
+    code, st = storm_json(repo, "status")
+    assert code == 0 and st["unmediated"] == []
+    storm(repo, "read", "run.bat", agent="e1")
+    code, out = storm_json(repo, "write", "run.bat", input="echo 2\n", agent="e1")
+    assert code == 0 and out["accepted"]
+    # before: {"run.bat": "kept-unmediated"}, and the disk kept "echo 1" for good
+    assert out["disk"] == {"run.bat": "written"}
+    assert (repo / "run.bat").read_bytes() == b"echo 2\r\n"  # as git checkout writes it
+    assert show(repo, "refs/storm/workspace", "run.bat") == b"echo 2\n"
+    code, st = storm_json(repo, "status")
+    assert st["unmediated"] == []
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    assert git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_crlf_content_for_a_text_file_is_stored_as_git_add_would(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    storm(repo, "read", "notes.txt", agent="e1")
+    sent = b"one\r\n2\r\nthree\r\n"
+    code, out = storm_json(repo, "write", "notes.txt", input=sent, agent="e1")
+    assert code == 0 and out["accepted"]
+    assert show(repo, "refs/storm/workspace", "notes.txt") == b"one\n2\nthree\n"
+    assert out["versions"]["notes.txt"] == _git_add_id(repo, "notes.txt", sent)
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    # before: " M notes.txt" for ever (the blob held CRLF, git add would store LF)
+    assert git(repo, "status", "--porcelain").stdout == b""
+    # the agent reads back the stored form, and its next write on it is valid
+    code, got = storm_json(repo, "read", "notes.txt", agent="e1")
+    assert got["files"][0]["content"] == "one\n2\nthree\n"
+    assert storm(repo, "write", "notes.txt", input="one\n", agent="e1").returncode == 0
+
+
+def test_a_persons_edit_of_a_crlf_file_is_unmediated_and_its_diff_is_the_edit(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "run.bat").write_bytes(b"echo edited\r\n")
+    code, st = storm_json(repo, "status", "-v")
+    assert [u["path"] for u in st["unmediated"]] == ["run.bat"]
+    diff = st["unmediated"][0]["diff"]
+    assert "-echo 1\n" in diff and "+echo edited\n" in diff and "\r" not in diff
+    # a storm write never overwrites it; adopting it stores what git add would
+    code, out = storm_json(repo, "adopt", "run.bat", agent="e1")
+    assert code == 0 and out["accepted"]
+    assert show(repo, "refs/storm/workspace", "run.bat") == b"echo edited\n"
+    assert (repo / "run.bat").read_bytes() == b"echo edited\r\n"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+
+
+def test_core_autocrlf_without_attributes(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.txt": "x\n"})
+    git(repo, "config", "core.autocrlf", "true")
+    storm(repo, "read", "a.txt", agent="e1")
+    code, out = storm_json(repo, "write", "a.txt", input="y\r\nz\n", agent="e1")
+    assert code == 0 and out["disk"] == {"a.txt": "written"}
+    assert show(repo, "refs/storm/workspace", "a.txt") == b"y\nz\n"
+    assert (repo / "a.txt").read_bytes() == b"y\r\nz\r\n"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    # the LF file git left on disk before autocrlf was set is the same version too
+    code, out = storm_json(repo, "write", "b.txt", input="new\n", agent="e1")
+    assert out["disk"] == {"b.txt": "written"} and (repo / "b.txt").read_bytes() == b"new\r\n"
+
+
+def test_a_gitattributes_written_through_storm_applies_to_the_next_write(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.cmd": "x\n"})
+    storm(repo, "read", "a.cmd", agent="e1")
+    assert storm(repo, "write", ".gitattributes", input="*.cmd text eol=crlf\n", agent="e1").returncode == 0
+    code, out = storm_json(repo, "write", "a.cmd", input="y\n", agent="e1")
+    assert code == 0 and out["disk"] == {"a.cmd": "written"}
+    assert (repo / "a.cmd").read_bytes() == b"y\r\n"
+
+
+ROT13 = "tr a-zA-Z n-za-mN-ZA-M"
+
+
+def test_a_filter_driver_runs_as_git_runs_it(tmp_path: Path) -> None:
+    """A driver from git config (git-lfs and git-crypt are such drivers): clean on the
+    way in, smudge on the way out, as git add and git checkout run it."""
+    repo = _repo(tmp_path, {".gitattributes": "*.sec filter=rot\n", "plain.txt": "p\n"})
+    git(repo, "config", "filter.rot.clean", ROT13)
+    git(repo, "config", "filter.rot.smudge", ROT13)
+    code, out = storm_json(repo, "write", "s.sec", input="hello secret\n", agent="e1")
+    assert code == 0 and out["disk"] == {"s.sec": "written"}
+    assert show(repo, "refs/storm/workspace", "s.sec") == b"uryyb frperg\n"  # what git add stores
+    assert (repo / "s.sec").read_bytes() == b"hello secret\n"  # what git checkout writes
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    (repo / "s.sec").write_bytes(b"hello edit\n")
+    code, st = storm_json(repo, "status")
+    assert [u["path"] for u in st["unmediated"]] == ["s.sec"]
+    assert storm(repo, "adopt", "s.sec", agent="e1").returncode == 0
+    assert show(repo, "refs/storm/workspace", "s.sec") == b"uryyb rqvg\n"
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    assert git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_a_required_filter_that_fails_refuses_the_write_and_changes_nothing(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {".gitattributes": "*.sec filter=broken\n", "plain.txt": "p\n"})
+    git(repo, "config", "filter.broken.clean", "false")
+    git(repo, "config", "filter.broken.required", "true")
+    before = snapshot_refs(repo)
+    r = storm(repo, "write", "s.sec", input="data\n", agent="e1")
+    assert r.returncode == 3, r.stderr
+    assert "filter" in r.stderr and "s.sec" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    code, out = storm_json(repo, "write", "s.sec", input="data\n", agent="e1")
+    assert code == 3 and out["error"]["kind"] == "conversion_failed"
+    assert snapshot_refs(repo) == before and not (repo / "s.sec").exists()
+
+
+def test_a_repository_without_conversions_stores_and_writes_bytes_as_sent(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.txt": "x\n"})
+    storm(repo, "read", "a.txt", agent="e1")
+    sent = b"crlf stays\r\nbinary\x00too\r\n"
+    assert storm(repo, "write", "a.txt", input=sent, agent="e1").returncode == 0
+    assert show(repo, "refs/storm/workspace", "a.txt") == sent
+    assert (repo / "a.txt").read_bytes() == sent
+    assert rev(repo, "refs/storm/workspace") != rev(repo, "HEAD")
+
+
+def test_an_agents_own_write_tool_on_a_crlf_file_is_recorded_as_git_add_would(tmp_path: Path) -> None:
+    """Claude Code's Read and Write tools on a file git checks out with CRLF: the read
+    is of the shared version (not of an "unmediated edit"), the write is stored with
+    LF and the CRLF file the tool left on disk is that version."""
+    from test_harness import claude_event, decision, hook
+
+    repo = _repo(tmp_path)
+    path = str(repo / "run.bat")
+    w = {"file_path": path, "content": "echo 9\r\n"}
+    assert decision(hook(repo, claude_event(repo, "A", "PostToolUse", "Read", {"file_path": path}, "r"))) is None
+    assert decision(hook(repo, claude_event(repo, "A", "PreToolUse", "Write", w, "w1"))) is None
+    (repo / "run.bat").write_bytes(b"echo 9\r\n")  # the tool's write
+    assert decision(hook(repo, claude_event(repo, "A", "PostToolUse", "Write", w, "w1"))) is None
+    assert show(repo, "refs/storm/workspace", "run.bat") == b"echo 9\n"
+    assert (repo / "run.bat").read_bytes() == b"echo 9\r\n"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+
+
+def test_a_long_lived_process_sees_core_autocrlf_set_after_its_first_write(tmp_path: Path) -> None:
+    """The Python API (and the MCP server) keep a Store open across writes: what storm
+    learned about the repository's conversions is kept only while its config and
+    info/attributes are unchanged."""
+    from storm_git import open_workspace
+
+    repo = _repo(tmp_path, {"a.txt": "x\n"})
+    ws = open_workspace(str(repo))
+    ws.read(["a.txt"], agent="e1")
+    ws.write("a.txt", b"one\n", agent="e1")
+    assert (repo / "a.txt").read_bytes() == b"one\n"
+    git(repo, "config", "core.autocrlf", "true")
+    ws.write("a.txt", b"two\n", agent="e1")
+    assert (repo / "a.txt").read_bytes() == b"two\r\n"
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("*.txt -text\n")
+    git(repo, "config", "core.autocrlf", "false")
+    ws.write("a.txt", b"three\r\n", agent="e1")
+    assert show(repo, "refs/storm/workspace", "a.txt") == b"three\r\n"  # -text: stored as sent
+
+
+def test_a_working_tree_encoding_file_is_utf8_to_agents_and_utf16_on_disk(tmp_path: Path) -> None:
+    """git stores a ``working-tree-encoding=UTF-16LE`` file as UTF-8 and checks it out
+    as UTF-16: an agent reads and writes the UTF-8, the disk gets the UTF-16, and an
+    edit made on disk by another tool is adopted as git add would store it."""
+    repo = _repo(tmp_path, {".gitattributes": "*.u16 text working-tree-encoding=UTF-16LE\n",
+                            "a.u16": "héllo\n".encode("utf-16-le")})
+    assert show(repo, "HEAD", "a.u16") == "héllo\n".encode()
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    code, got = storm_json(repo, "read", "a.u16", agent="e1")
+    assert got["files"][0]["content"] == "héllo\n"
+    code, out = storm_json(repo, "write", "a.u16", input="wörld\n".encode(), agent="e1")
+    assert code == 0 and out["disk"] == {"a.u16": "written"}
+    assert show(repo, "refs/storm/workspace", "a.u16") == "wörld\n".encode()
+    assert (repo / "a.u16").read_bytes() == "wörld\n".encode("utf-16-le")
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    (repo / "a.u16").write_bytes("xö\n".encode("utf-16-le"))
+    assert storm(repo, "adopt", "a.u16", agent="e1").returncode == 0
+    assert show(repo, "refs/storm/workspace", "a.u16") == "xö\n".encode()
