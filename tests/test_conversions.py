@@ -205,3 +205,44 @@ def test_a_working_tree_encoding_file_is_utf8_to_agents_and_utf16_on_disk(tmp_pa
     (repo / "a.u16").write_bytes("xö\n".encode("utf-16-le"))
     assert storm(repo, "adopt", "a.u16", agent="e1").returncode == 0
     assert show(repo, "refs/storm/workspace", "a.u16") == "xö\n".encode()
+
+
+# -- core.fileMode=false: a file system that keeps no exec bit ------------------------------
+def _ls(repo: Path) -> dict[str, str]:
+    out = git(repo, "ls-tree", "refs/storm/workspace").stdout.decode()
+    return {line.split("\t")[1]: line.split()[0] for line in out.splitlines()}
+
+
+def test_exec_bits_the_file_system_does_not_keep_are_not_edits(tmp_path: Path) -> None:
+    """``git init`` sets core.fileMode=false on vfat, exFAT and some mounts, where every
+    file may show as executable (or none): git then takes modes from the index.
+    Before, storm took each flipped bit for an unmediated edit and never wrote the file."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.sh": "b\n"}, init_storm=False)
+    git(repo, "update-index", "--chmod=+x", "b.sh")
+    git(repo, "commit", "-qm", "b.sh is executable")
+    assert storm(repo, "init").returncode == 0
+    git(repo, "config", "core.fileMode", "false")
+    (repo / "a.txt").chmod(0o755)
+    (repo / "b.sh").chmod(0o644)
+    assert git(repo, "status", "--porcelain").stdout == b""
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    storm(repo, "read", "a.txt", "b.sh", agent="e1")
+    code, out = storm_json(repo, "write", "a.txt", input="new\n", agent="e1")
+    assert code == 0 and out["disk"] == {"a.txt": "written"}  # before: kept-unmediated
+    assert (repo / "a.txt").read_bytes() == b"new\n"
+    # an edit of content is recorded with the mode the file had; a new file is not executable
+    (repo / "b.sh").write_text("b2\n")
+    (repo / "c.txt").write_text("c\n")
+    (repo / "c.txt").chmod(0o755)
+    assert storm(repo, "adopt", "b.sh", "c.txt", agent="e1").returncode == 0
+    modes = _ls(repo)
+    assert modes["b.sh"] == "100755" and modes["c.txt"] == "100644" and modes["a.txt"] == "100644"
+
+
+def test_with_core_filemode_true_an_exec_bit_is_a_change(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.txt": "a\n"})
+    (repo / "a.txt").chmod(0o755)
+    code, st = storm_json(repo, "status")
+    assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("a.txt", "mode-changed")]
+    assert storm(repo, "adopt", "a.txt", agent="e1").returncode == 0
+    assert _ls(repo)["a.txt"] == "100755"

@@ -53,6 +53,7 @@ class Conversions:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._global: bool | None = None
+        self._exec_bit: bool | None = None
         self._dirs: dict[str, bool] = {}
         self._kinds: dict[tuple[str, FilterMode], pygit2.filter.FilterList | str | None] = {}
 
@@ -85,17 +86,26 @@ class Conversions:
     def _driver_defined(self, name: str) -> bool:
         return any(self.store.config_get(f"filter.{name}.{k}") is not None for k in ("clean", "smudge", "process"))
 
+    @property
+    def exec_bit(self) -> bool:
+        """core.fileMode: whether the file system's exec bit means anything. ``git init``
+        sets it false where it does not (vfat, exFAT, some mounts of another OS's
+        disk); git then takes a file's mode from the index, never from the disk."""
+        if self._exec_bit is None:
+            self._exec_bit = self._settings()["exec_bit"]
+        return self._exec_bit
+
     def _may(self, path: str) -> bool:
         if self._global is None:
-            self._global = self._cached_global()
+            self._global = self._settings()["global"]
         if self._global:
             return True
         parts = path.split("/")[:-1]
         return any(self._dir_has(("/".join(parts[:i]))) for i in range(len(parts) + 1))
 
-    def _cached_global(self) -> bool:
-        """_any_global, kept on the Store while the repository's own config and
-        info/attributes are unchanged (their stat stamps, two ``stat`` calls).
+    def _settings(self) -> dict[str, bool]:
+        """_any_global and core.fileMode, kept on the Store while the repository's own
+        config and info/attributes are unchanged (their stat stamps, two ``stat`` calls).
 
         Looking afresh costs two config lookups (libgit2 re-checks every config file
         on each) and a few ``stat`` calls: ~0.12 ms of a ~3 ms write, measured by
@@ -107,8 +117,13 @@ class Conversions:
         cache = self.store.caches.setdefault("conversions", {})
         if cache.get("stamp") != stamp:
             cache["global"] = self._any_global()
+            try:
+                config = self.store.repo.config
+                cache["exec_bit"] = config.get_bool("core.fileMode") if "core.fileMode" in config else True
+            except (pygit2.GitError, ValueError):
+                cache["exec_bit"] = True
             cache["stamp"] = stamp
-        return cache["global"]
+        return cache
 
     def _any_global(self) -> bool:
         """core.autocrlf, or an attribute file that applies to every path."""

@@ -66,6 +66,9 @@ HASH_CHUNK = 1 << 20
 # A path's state on disk: (blob id, mode), None when absent, False when something
 # storm does not manage is there (a directory, a fifo, a path through a symlink).
 DiskState = "tuple[pygit2.Oid, int] | None | bool"
+# The mode of a regular file whose exec bit the file system does not keep
+# (core.fileMode=false): either file mode, as git then takes it from the index.
+MODE_REGULAR = -1
 
 
 class UnsafePath(BadPath):
@@ -236,6 +239,8 @@ def _state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = 
             oid = _git_hash_fd(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+    if conv is not None and not conv.exec_bit:
+        return oid, MODE_REGULAR
     return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
 
 
@@ -249,7 +254,8 @@ def disk_oid(full: str) -> pygit2.Oid | None | bool:
 def same(state: "DiskState", entry: Entry | None) -> bool:
     if entry is None:
         return state is None or state is False
-    return isinstance(state, tuple) and state[0] == entry.oid and state[1] == entry.mode
+    return isinstance(state, tuple) and state[0] == entry.oid and (
+        state[1] == entry.mode or (state[1] == MODE_REGULAR and entry.mode in (MODE_BLOB, MODE_EXEC)))
 
 
 def read_disk(top: str, path: str, limit: int | None = None, dirs: DirFds | None = None) -> bytes | None:

@@ -428,7 +428,7 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
             content = tracking._read_disk(store, p) if have is not None else None
             if content is not None:
                 ws._check_size(p, content)
-            changes[p] = tracking._with_mode(content, have)
+            changes[p] = tracking._with_mode(content, have, disk.entry_or_none(store, rtree, p))
             expected[p] = (expected_before[p] if p in expected_before
                            else hex_(getattr(disk.entry_or_none(store, rtree, p), "oid", None)))
     if not changes:

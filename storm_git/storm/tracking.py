@@ -49,7 +49,7 @@ from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
-from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
+from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
 from .writer import OnWait, ValidatedWriter
 
@@ -292,12 +292,19 @@ def _converted(conv: Conversions, path: str, data: bytes) -> bytes:
         return data
 
 
-def _with_mode(content: bytes | None, state: Any) -> Any:
+def _with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
     """What ``apply`` records: None (deleted), or (content, mode) so that the exec
-    bit and symlinks reach the shared tree as git records them."""
+    bit and symlinks reach the shared tree as git records them. ``base``: the
+    version the disk held before; where the file system keeps no exec bit
+    (core.fileMode=false) a file keeps its mode, and a new one is not executable,
+    as ``git add`` does."""
     if content is None:
         return None
-    return (content, state[1]) if isinstance(state, tuple) else (content, MODE_BLOB)
+    if not isinstance(state, tuple):
+        return content, MODE_BLOB
+    if state[1] == disk.MODE_REGULAR:
+        return content, base.mode if base is not None and base.mode in (MODE_BLOB, MODE_EXEC) else MODE_BLOB
+    return content, state[1]
 
 
 def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -> None:
@@ -444,7 +451,7 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
             content = _read_disk(store, p) if have is not None else None
             if content is not None:
                 ws._check_size(p, content)
-            changes[p] = _with_mode(content, have)
+            changes[p] = _with_mode(content, have, _entry(store, rtree, p))
             expected[p] = hex_(_version(store, rtree, p))
     return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
                     deps=None, wait=wait, op="adopt", expected=expected, on_wait=on_wait)
@@ -575,7 +582,7 @@ def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: di
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = _with_mode(_read_disk(store, path, dirs), a) if a is not None else None
+    changes[path] = _with_mode(_read_disk(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
     expected[path] = hex_(_version(store, start, path))
 
 
