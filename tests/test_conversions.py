@@ -246,3 +246,38 @@ def test_with_core_filemode_true_an_exec_bit_is_a_change(tmp_path: Path) -> None
     assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("a.txt", "mode-changed")]
     assert storm(repo, "adopt", "a.txt", agent="e1").returncode == 0
     assert _ls(repo)["a.txt"] == "100755"
+
+
+# -- core.ignoreCase=true: a file system that cannot tell README.md from readme.md ----------
+def test_where_case_is_ignored_a_path_that_names_an_existing_file_in_another_case_is_refused(tmp_path: Path) -> None:
+    """On macOS or Windows (``git init`` sets core.ignoreCase=true) README.md and
+    readme.md are one file on disk: both in the shared tree would overwrite each other
+    there. Such a write is refused (exit 2, nothing changed); the file system here is
+    case-sensitive, so the setting is what the test changes."""
+    repo = _repo(tmp_path, {"README.md": "a\n", "src/x.py": "x\n"})
+    git(repo, "config", "core.ignoreCase", "true")
+    before = snapshot_refs(repo)
+    r = storm(repo, "write", "readme.md", input="b\n", agent="e1")
+    assert r.returncode == 2 and "'readme.md' is 'README.md'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = storm(repo, "write", "Src/y.py", input="y\n", agent="e1")
+    assert r.returncode == 2 and "'src/y.py'" in r.stderr, r.stderr
+    code, out = storm_json(repo, "write", "SRC/x.py", input="y\n", agent="e1")
+    assert code == 2 and out["error"]["kind"] == "bad_path"
+    assert snapshot_refs(repo) == before and not (repo / "readme.md").exists()
+    # a new name in another directory, and a rename that changes only the case, are fine
+    assert storm(repo, "write", "src/X2.py", input="y\n", agent="e1").returncode == 0
+    from storm_git import open_workspace
+
+    ws = open_workspace(str(repo))
+    ws.read(["README.md"], agent="e1")
+    res = ws.apply("e1", {"README.md": None, "readme.md": b"a\n"}, intent="rename", deps=None, wait=True, op="write")
+    assert res.accepted
+    assert "readme.md" in _ls(repo) and "README.md" not in _ls(repo)
+
+
+def test_where_case_matters_both_spellings_are_two_files(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"README.md": "a\n"})
+    git(repo, "config", "core.ignoreCase", "false")
+    assert storm(repo, "write", "readme.md", input="b\n", agent="e1").returncode == 0
+    assert {"README.md", "readme.md"} <= set(_ls(repo))

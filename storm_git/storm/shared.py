@@ -23,7 +23,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
+from ..core import casefold, depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
@@ -379,6 +379,9 @@ class SharedWorkspace(BaseWorkspace):
                     if verdict.reason is None:
                         if any(b is MUST_REJECT for b in blobs.values()):
                             raise NotFound(f"{paths[0]} does not exist in the shared workspace")
+                        _refuse_case_twins(store, tree, [p for p, b in blobs.items()
+                                                         if b is not None and verdict.current[p] is None],
+                                           {p for p, b in blobs.items() if b is None})
                         placed = {p: None if b is None else (b, modes.get(p) or _mode(verdict.current[p]))
                                   for p, b in blobs.items()}
                         new_tree = store.tree_with(tree, placed)
@@ -775,6 +778,20 @@ def _check_disk_parents(top: str, paths: list[str]) -> None:
                 pass
         except FileNotFoundError:
             pass
+
+
+def _refuse_case_twins(store: Store, tree: pygit2.Tree, created: list[str], deleted: set[str]) -> None:
+    """Where the file system ignores case, refuse (exit 2, nothing written) a new path
+    that names an existing file in another case (storm_git.core.casefold)."""
+    if not created or not casefold.ignores_case(store):
+        return
+    for p in created:
+        twin = casefold.case_twin(store, tree, p, deleted)
+        if twin is not None:
+            meant = twin + p[len(twin):]  # the path as the file system already spells it
+            raise BadPath(f"{p!r} is {meant!r} on this case-insensitive file system (core.ignoreCase=true): "
+                          f"{twin!r} is already there",
+                          hint=f"write {meant!r} instead" + ("" if meant != twin else ", or delete it in the same change"))
 
 
 def _mode(current: Entry | None) -> int:
