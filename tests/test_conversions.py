@@ -281,3 +281,24 @@ def test_where_case_matters_both_spellings_are_two_files(tmp_path: Path) -> None
     git(repo, "config", "core.ignoreCase", "false")
     assert storm(repo, "write", "readme.md", input="b\n", agent="e1").returncode == 0
     assert {"README.md", "readme.md"} <= set(_ls(repo))
+
+
+# -- a sparse checkout: files git leaves off the disk ----------------------------------
+def test_a_write_outside_the_sparse_checkout_says_so_and_leaves_the_disk_alone(tmp_path: Path) -> None:
+    """A monorepo's sparse checkout keeps b/ off the disk. A write there lands in the
+    shared tree; the disk stays sparse, and the answer says why (it said
+    kept-unmediated, as if someone had edited the file). A file deleted inside the cone
+    is still someone's edit."""
+    repo = _repo(tmp_path, {"a/x": "1\n", "b/y": "2\n", "top.txt": "3\n"})
+    git(repo, "sparse-checkout", "set", "a")
+    assert not (repo / "b").exists()
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    storm(repo, "read", "b/y", "top.txt", agent="e1")
+    code, out = storm_json(repo, "write", "b/y", input="22\n", agent="e1")
+    assert code == 0 and out["disk"] == {"b/y": "outside-sparse-checkout"}
+    assert show(repo, "refs/storm/workspace", "b/y") == b"22\n" and not (repo / "b").exists()
+    (repo / "top.txt").unlink()
+    code, out = storm_json(repo, "write", "top.txt", input="33\n", agent="e1")
+    assert out["disk"] == {"top.txt": "kept-unmediated"}
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    assert git(repo, "ls-files", "-t", "b/y").stdout.startswith(b"S ")  # still sparse for git

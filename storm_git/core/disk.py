@@ -52,6 +52,7 @@ from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, En
 WRITTEN = "written"
 CURRENT = "current"
 KEPT = "kept-unmediated"
+SPARSE = "outside-sparse-checkout"  # absent because git's sparse checkout leaves it off the disk
 FAILED = "failed"
 
 RECORD_NAME = "disk-record"
@@ -786,7 +787,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
             new[p] = want
         return False
     if not rec.is_storms(store, p, have):
-        res.outcomes[p] = KEPT
+        res.outcomes[p] = SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
         return False
     try:
         _intend(store, rec, p, want)
@@ -801,6 +802,22 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     res.outcomes[p] = WRITTEN
     new[p] = want
     return True
+
+
+def outside_sparse_checkout(store: Store, path: str) -> bool:
+    """Whether git's sparse checkout leaves ``path`` off the disk (its index entry is
+    skip-worktree). Asked only of a file that is missing where storm recorded one,
+    and only when core.sparseCheckout is on: one ``git ls-files`` then."""
+    if str(store.config_get("core.sparseCheckout", "false")).strip().lower() not in ("true", "yes", "on", "1"):
+        return False
+    from .gitcmd import run_git
+
+    try:
+        r = run_git(["ls-files", "-t", "-z", "--", path], store.main_workdir, check=False,
+                    env={"GIT_LITERAL_PATHSPECS": "1"})
+    except OSError:
+        return False
+    return r.returncode == 0 and r.stdout.startswith(b"S ")
 
 
 def _content(store: Store, path: str, want: Entry, contents: dict[pygit2.Oid, bytes] | None,
@@ -826,7 +843,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
             if same(have, want):
                 return CURRENT
             if not rec.is_storms(store, p, have):
-                return KEPT
+                return SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
             _write_at(dfd, name, data, want.mode)
