@@ -807,17 +807,30 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
 def outside_sparse_checkout(store: Store, path: str) -> bool:
     """Whether git's sparse checkout leaves ``path`` off the disk (its index entry is
     skip-worktree). Asked only of a file that is missing where storm recorded one,
-    and only when core.sparseCheckout is on: one ``git ls-files`` then."""
+    and only when core.sparseCheckout is on; the index's skip-worktree paths are
+    read by one ``git ls-files`` and kept on the Store while the index is unchanged."""
     if str(store.config_get("core.sparseCheckout", "false")).strip().lower() not in ("true", "yes", "on", "1"):
         return False
-    from .gitcmd import run_git
-
+    index = os.path.join(store.commondir, "index")  # the shared working tree is the main one
     try:
-        r = run_git(["ls-files", "-t", "-z", "--", path], store.main_workdir, check=False,
-                    env={"GIT_LITERAL_PATHSPECS": "1"})
+        st = os.stat(index)
     except OSError:
         return False
-    return r.returncode == 0 and r.stdout.startswith(b"S ")
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cache = store.caches.setdefault("sparse", {})
+    if cache.get("stamp") != stamp:
+        from .gitcmd import run_git
+
+        try:
+            r = run_git(["ls-files", "-t", "-z"], store.main_workdir, check=False)
+        except OSError:
+            return False
+        if r.returncode != 0:
+            return False
+        cache["paths"] = {e[2:].decode("utf-8", "surrogateescape") for e in r.stdout.split(b"\0")
+                          if e.startswith(b"S ")}
+        cache["stamp"] = stamp
+    return path in cache["paths"]
 
 
 def _content(store: Store, path: str, want: Entry, contents: dict[pygit2.Oid, bytes] | None,
