@@ -59,9 +59,21 @@ def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, 
     return path
 
 
+# STORM_TEST_FRESH=1: every storm() call starts a new interpreter (python -m storm_git),
+# as a user's `git storm` does. By default a call is a process forked from this one,
+# which has already imported storm, pygit2 and click: the same command line, its own
+# pid, cwd, environment, stdin, stdout, stderr and exit status, without the ~0.2 s of
+# CPU an interpreter start and those imports cost (most of the suite's time: it makes
+# thousands of calls). Tests of start-up itself (python -m storm_git, git's dispatch to
+# git-storm, the hooks) run real new processes, and tests/test_fresh_process.py runs a
+# sample of commands both ways and compares them.
+FRESH = os.environ.get("STORM_TEST_FRESH") == "1"
+
+
 def storm(cwd: str | Path, *args: str, input: bytes | str | None = None, agent: str | None = None,
-          env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``git storm ARGS`` (via ``python -m storm_git``) in ``cwd``; text output."""
+          env: dict[str, str] | None = None, timeout: float = 120, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``git storm ARGS`` in ``cwd`` as its own process; text output.
+    ``fresh``: a new interpreter (``python -m storm_git``) even when forking is the default."""
     e = dict(os.environ)
     e.pop("STORM_AGENT", None)
     if agent is not None:
@@ -69,11 +81,136 @@ def storm(cwd: str | Path, *args: str, input: bytes | str | None = None, agent: 
     if env:
         e.update(env)
     data = input.encode() if isinstance(input, str) else input
-    r = subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, input=data,
-                       capture_output=True, env=e, timeout=timeout)
+    if fresh or FRESH:
+        r = subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, input=data,
+                           capture_output=True, env=e, timeout=timeout)
+    else:
+        r = _forked([*args], str(cwd), data, e, timeout)
     r.stdout = r.stdout.decode("utf-8", "replace")
     r.stderr = r.stderr.decode("utf-8", "replace")
     return r
+
+
+def _forked(args: list[str], cwd: str, data: bytes | None, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess:
+    """``git storm ARGS`` in a child forked from this process (see FRESH)."""
+    import threading
+
+    from storm_git.cli.main import main  # imported here, before the fork, once per worker
+
+    fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
+    pid = os.fork()
+    if pid == 0:  # the child: become `git storm ARGS` and never return into pytest
+        code = 1
+        try:
+            os.dup2(fds[0][0], 0)
+            os.dup2(fds[1][1], 1)
+            os.dup2(fds[2][1], 2)
+            for r, w in fds:
+                os.close(r)
+                os.close(w)
+            _become_fresh(cwd, env)
+            code = 0
+            try:
+                main(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    print(exc.code, file=sys.stderr)
+            except BaseException:  # what a fresh interpreter does with an uncaught exception
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    os.close(fds[0][0])
+    os.close(fds[1][1])
+    os.close(fds[2][1])
+    out: dict[int, bytes] = {}
+
+    def drain(fd: int) -> None:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+        os.close(fd)
+        out[fd] = b"".join(chunks)
+
+    def feed(fd: int) -> None:
+        try:
+            if data:
+                _write_all(fd, data)
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=drain, args=(fds[1][0],)), threading.Thread(target=drain, args=(fds[2][0],)),
+               threading.Thread(target=feed, args=(fds[0][1],))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    status = None
+    while status is None:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+        elif time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            for t in threads:
+                t.join()
+            raise subprocess.TimeoutExpired(["git", "storm", *args], timeout)
+        else:
+            time.sleep(0.002)
+    for t in threads:
+        t.join()
+    return subprocess.CompletedProcess(["git", "storm", *args], os.waitstatus_to_exitcode(status),
+                                       out[fds[1][0]], out[fds[2][0]])
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _become_fresh(cwd: str, env: dict[str, str]) -> None:
+    """What a new ``git storm`` process would start with: its directory, environment,
+    standard streams, argv and libgit2's config search paths (read from HOME and
+    XDG_CONFIG_HOME at libgit2's start, which in this worker was before the tests
+    set them), and no signal handler of pytest's."""
+    import io
+
+    import pygit2
+    from pygit2.enums import ConfigLevel
+
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    enc = getattr(sys.__stdout__, "encoding", None) or "utf-8"
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc,
+                                 errors="surrogateescape")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding=enc,
+                                  errors="surrogateescape")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding=enc,
+                                  errors="backslashreplace", line_buffering=True)
+    sys.argv = ["git-storm"]
+    home = env.get("HOME", "")
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    pygit2.settings.search_path[ConfigLevel.GLOBAL] = home
+    pygit2.settings.search_path[ConfigLevel.XDG] = os.path.join(xdg, "git")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_IGN if sig == signal.SIGPIPE else signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def storm_json(cwd: str | Path, *args: str, **kw: Any) -> tuple[int, Any]:

@@ -292,7 +292,8 @@ def test_lost_push_answer_is_not_applied_twice(tmp_path):
     hook.write_text(KILLER.format(python=sys.executable, marker=str(marker)))
     hook.chmod(0o755)
     assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
-    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    # fresh: the hook finds the client by "storm_git" in its command line
+    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a", fresh=True)
     assert r.returncode == -9 and marker.exists(), (r.returncode, r.stderr)
     landed = server_log(srv, h0)
     assert len(landed) == 1  # the server took it
