@@ -302,3 +302,46 @@ def test_a_write_outside_the_sparse_checkout_says_so_and_leaves_the_disk_alone(t
     assert out["disk"] == {"top.txt": "kept-unmediated"}
     assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
     assert git(repo, "ls-files", "-t", "b/y").stdout.startswith(b"S ")  # still sparse for git
+
+
+# -- core.symlinks=false: links checked out as plain files ---------------------------------
+def test_where_links_are_plain_files_a_link_is_its_target_in_a_file(tmp_path: Path) -> None:
+    """Where the file system takes no symbolic links (``git init`` sets core.symlinks=false)
+    git checks a link out as a plain file holding its target and keeps it a link in the
+    index. Before, storm took that file for an unmediated edit (mode-changed) and never
+    wrote it; and it wrote links as links there."""
+    from storm_git import open_workspace
+    from storm_git.core.store import MODE_LINK
+
+    repo = make_repo(tmp_path / "repo", {"target.txt": "t\n", "a.txt": "a\n"}, init_storm=False)
+    (repo / "link").symlink_to("target.txt")
+    git(repo, "add", "link")
+    git(repo, "commit", "-qm", "a link")
+    assert storm(repo, "init").returncode == 0
+    git(repo, "config", "core.symlinks", "false")
+    (repo / "link").unlink()
+    (repo / "link").write_text("target.txt")  # as git checks it out there
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    ws = open_workspace(str(repo))
+    ws.read(["link"], agent="e1")
+    res = ws.apply("e1", {"link": (b"a.txt", MODE_LINK)}, intent="retarget", deps=None, wait=True, op="write")
+    assert res.accepted and res.disk == {"link": "written"}
+    assert not (repo / "link").is_symlink() and (repo / "link").read_text() == "a.txt"
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    # an edit of the stand-in file is a new target, recorded as a link (git add's rule)
+    (repo / "link").write_text("elsewhere.txt")
+    assert storm(repo, "adopt", "link", agent="e1").returncode == 0
+    assert _ls(repo)["link"] == "120000"
+    assert show(repo, "refs/storm/workspace", "link") == b"elsewhere.txt"
+
+
+def test_where_links_are_links_a_plain_file_in_place_of_one_is_a_change(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"target.txt": "t\n"}, init_storm=False)
+    (repo / "link").symlink_to("target.txt")
+    git(repo, "add", "link")
+    git(repo, "commit", "-qm", "a link")
+    assert storm(repo, "init").returncode == 0
+    (repo / "link").unlink()
+    (repo / "link").write_text("target.txt")
+    code, st = storm_json(repo, "status")
+    assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("link", "mode-changed")]

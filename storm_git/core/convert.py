@@ -54,6 +54,7 @@ class Conversions:
         self.store = store
         self._global: bool | None = None
         self._exec_bit: bool | None = None
+        self._symlinks: bool | None = None
         self._dirs: dict[str, bool] = {}
         self._kinds: dict[tuple[str, FilterMode], pygit2.filter.FilterList | str | None] = {}
 
@@ -95,6 +96,15 @@ class Conversions:
             self._exec_bit = self._settings()["exec_bit"]
         return self._exec_bit
 
+    @property
+    def symlinks(self) -> bool:
+        """core.symlinks: whether the file system takes symbolic links. ``git init`` sets
+        it false where it does not; git then checks a link out as a plain file holding
+        its target, and keeps such a file a link in the index."""
+        if self._symlinks is None:
+            self._symlinks = self._settings()["symlinks"]
+        return self._symlinks
+
     def _may(self, path: str) -> bool:
         if self._global is None:
             self._global = self._settings()["global"]
@@ -117,11 +127,12 @@ class Conversions:
         cache = self.store.caches.setdefault("conversions", {})
         if cache.get("stamp") != stamp:
             cache["global"] = self._any_global()
-            try:
-                config = self.store.repo.config
-                cache["exec_bit"] = config.get_bool("core.fileMode") if "core.fileMode" in config else True
-            except (pygit2.GitError, ValueError):
-                cache["exec_bit"] = True
+            for key, name in (("exec_bit", "core.fileMode"), ("symlinks", "core.symlinks")):
+                try:
+                    config = self.store.repo.config
+                    cache[key] = config.get_bool(name) if name in config else True
+                except (pygit2.GitError, ValueError):
+                    cache[key] = True
             cache["stamp"] = stamp
         return cache
 

@@ -69,7 +69,14 @@ HASH_CHUNK = 1 << 20
 DiskState = "tuple[pygit2.Oid, int] | None | bool"
 # The mode of a regular file whose exec bit the file system does not keep
 # (core.fileMode=false): either file mode, as git then takes it from the index.
+# Where links are checked out as plain files (core.symlinks=false) a regular file
+# may also stand for a link: the modes such a file can be recorded as.
 MODE_REGULAR = -1
+MODE_BLOB_OR_LINK = -2
+MODE_EXEC_OR_LINK = -3
+MODE_ANY_FILE = -4
+ACCEPTS = {MODE_REGULAR: (MODE_BLOB, MODE_EXEC), MODE_BLOB_OR_LINK: (MODE_BLOB, MODE_LINK),
+           MODE_EXEC_OR_LINK: (MODE_EXEC, MODE_LINK), MODE_ANY_FILE: (MODE_BLOB, MODE_EXEC, MODE_LINK)}
 
 
 class UnsafePath(BadPath):
@@ -240,9 +247,13 @@ def _state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = 
             oid = _git_hash_fd(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-    if conv is not None and not conv.exec_bit:
-        return oid, MODE_REGULAR
-    return oid, (MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB)
+    mode = MODE_EXEC if st.st_mode & 0o100 else MODE_BLOB
+    if conv is not None:
+        if not conv.symlinks:
+            mode = MODE_ANY_FILE if not conv.exec_bit else MODE_EXEC_OR_LINK if mode == MODE_EXEC else MODE_BLOB_OR_LINK
+        elif not conv.exec_bit:
+            mode = MODE_REGULAR
+    return oid, mode
 
 
 def disk_oid(full: str) -> pygit2.Oid | None | bool:
@@ -256,7 +267,25 @@ def same(state: "DiskState", entry: Entry | None) -> bool:
     if entry is None:
         return state is None or state is False
     return isinstance(state, tuple) and state[0] == entry.oid and (
-        state[1] == entry.mode or (state[1] == MODE_REGULAR and entry.mode in (MODE_BLOB, MODE_EXEC)))
+        state[1] == entry.mode or entry.mode in ACCEPTS.get(state[1], ()))
+
+
+def recorded_mode(state_mode: int, base: Entry | None) -> int:
+    """The mode git records for a file on disk of ``state_mode`` (a _state_at mode):
+    where the disk cannot say (no exec bits, links as plain files), the mode the
+    path had (``base``) if the disk is compatible with it, else a plain file's."""
+    accepts = ACCEPTS.get(state_mode)
+    if accepts is None:
+        return state_mode
+    if base is not None and base.mode in accepts:
+        return base.mode
+    return MODE_EXEC if state_mode == MODE_EXEC_OR_LINK else MODE_BLOB
+
+
+def disk_mode(mode: int, conv: Conversions) -> int:
+    """How storm writes an entry of ``mode``: a link as a plain file holding its
+    target where the file system takes no links (core.symlinks=false), as git does."""
+    return MODE_BLOB if mode == MODE_LINK and not conv.symlinks else mode
 
 
 def read_disk(top: str, path: str, limit: int | None = None, dirs: DirFds | None = None) -> bytes | None:
@@ -794,7 +823,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         if want is None:
             remove_path(top, p)
         else:
-            write_file(top, p, _content(store, p, want, contents, conv), want.mode)
+            write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv))
     except (UnsafePath, ConversionFailed, OSError) as exc:
         res.outcomes[p] = FAILED
         res.errors[p] = reason(exc) if isinstance(exc, OSError) else exc.message
@@ -859,7 +888,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
-            _write_at(dfd, name, data, want.mode)
+            _write_at(dfd, name, data, disk_mode(want.mode, conv))
             return WRITTEN
     except (UnsafePath, ConversionFailed, OSError):
         return None
@@ -921,7 +950,7 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
                 if want is None:
                     remove_path(top, p)
                 else:
-                    write_file(top, p, _content(store, p, want, None, conv), want.mode)
+                    write_file(top, p, _content(store, p, want, None, conv), disk_mode(want.mode, conv))
                 out[p] = WRITTEN
             if rec.get(store, p) != want:
                 new[p] = want

@@ -49,7 +49,7 @@ from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
-from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
+from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
 from .writer import OnWait, ValidatedWriter
 
@@ -302,9 +302,7 @@ def _with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
         return None
     if not isinstance(state, tuple):
         return content, MODE_BLOB
-    if state[1] == disk.MODE_REGULAR:
-        return content, base.mode if base is not None and base.mode in (MODE_BLOB, MODE_EXEC) else MODE_BLOB
-    return content, state[1]
+    return content, disk.recorded_mode(state[1], base)
 
 
 def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -> None:
