@@ -345,3 +345,15 @@ def test_where_links_are_links_a_plain_file_in_place_of_one_is_a_change(tmp_path
     (repo / "link").write_text("target.txt")
     code, st = storm_json(repo, "status")
     assert [(u["path"], u["state"]) for u in st["unmediated"]] == [("link", "mode-changed")]
+
+
+def test_adopting_a_file_whose_required_filter_fails_says_so(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {".gitattributes": "*.sec filter=broken\n", "plain.txt": "p\n"})
+    git(repo, "config", "filter.broken.clean", "false")
+    git(repo, "config", "filter.broken.required", "true")
+    (repo / "s.sec").write_text("data\n")
+    before = snapshot_refs(repo)
+    code, out = storm_json(repo, "adopt", "s.sec", agent="e1")
+    assert code == 3 and out["error"]["kind"] == "conversion_failed", out
+    assert "s.sec" in out["error"]["message"] and "filter" in out["error"]["message"]
+    assert snapshot_refs(repo) == before

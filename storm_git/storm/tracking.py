@@ -285,6 +285,15 @@ def _read_disk(store: Store, path: str, dirs: disk.DirFds | None = None) -> byte
         return None
 
 
+def _raise_failed_conversion(store: Store, conv: Conversions, path: str) -> None:
+    """A regular file that disk_state could not compare because git's conversion of it
+    failed (a required filter driver that fails): raise that failure, in git's words,
+    rather than call the file "not a regular file"."""
+    content = _read_disk(store, path)
+    if content is not None and not os.path.islink(os.path.join(store.main_workdir, path)) and conv.applies(path):
+        conv.odb_id(path, content)
+
+
 def _converted(conv: Conversions, path: str, data: bytes) -> bytes:
     try:
         return conv.to_odb(path, data)
@@ -429,6 +438,7 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
             have = disk_state(store.main_workdir, p, conv=conv)
             base = _entry(store, rtree, p)
             if have is False:
+                _raise_failed_conversion(store, conv, p)
                 raise BadPath(f"{p} is not a regular file on disk (or lies beyond a symbolic link)",
                               hint="storm adopts regular files and symbolic links inside the repository")
             if same(have, base):
