@@ -8,6 +8,8 @@ forward, and CRLF content written to a ``text`` file was stored as sent, so plai
 git saw every such file modified."""
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
@@ -357,3 +359,43 @@ def test_adopting_a_file_whose_required_filter_fails_says_so(tmp_path: Path) -> 
     assert code == 3 and out["error"]["kind"] == "conversion_failed", out
     assert "s.sec" in out["error"]["message"] and "filter" in out["error"]["message"]
     assert snapshot_refs(repo) == before
+
+
+def test_two_writers_creating_one_name_in_two_cases_at_once_land_one(tmp_path: Path) -> None:
+    """The case check runs under the workspace lock, on the head the write lands on:
+    two writers that both found neither spelling, held at the lock until both wait
+    there, cannot both land (before the lock, each saw a tree without the other)."""
+    from helpers import STORM_LOCKS, hold, release, start_write
+
+    repo = _repo(tmp_path, {"a.txt": "a\n"})
+    git(repo, "config", "core.ignoreCase", "true")
+    holder = hold(repo, "workspace")
+    try:
+        procs = [start_write(repo, "e1", "Notes.md", "one\n", "--json"),
+                 start_write(repo, "e2", "notes.md", "two\n", "--json")]
+        lock = str(repo / STORM_LOCKS / "workspace")
+        deadline = time.monotonic() + 60
+        while not all(_has_open(p.pid, lock) for p in procs):  # both opened the lock: at flock
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+    finally:
+        release(holder)
+    codes = sorted(p.wait(timeout=120) for p in procs)
+    assert codes == [0, 2], [p.communicate() for p in procs]
+    names = {n for n in _ls(repo) if n.lower() == "notes.md"}
+    assert len(names) == 1
+
+
+def _has_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` holds a descriptor on ``path`` (a writer about to flock it)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:
+            pass
+    return False

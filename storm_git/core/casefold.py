@@ -18,15 +18,13 @@ import pygit2
 
 from .store import Store
 
-_TRUE = {"true", "yes", "on", "1"}
-
 
 def ignores_case(store: Store) -> bool:
     """core.ignoreCase, as ``git init`` found the file system."""
-    return str(store.config_get("core.ignoreCase", "false")).strip().lower() in _TRUE
+    return store.config_bool("core.ignoreCase", False)
 
 
-def case_twin(store: Store, tree: pygit2.Tree, path: str, deleted: Container[str] = ()) -> str | None:
+def case_twin(tree: pygit2.Tree, path: str, deleted: Container[str] = ()) -> str | None:
     """The existing path in ``tree`` that names the same file as ``path`` on a
     case-insensitive file system (a component equal but for case), unless the same
     write deletes it; None when there is none. A directory's entries are compared

@@ -30,10 +30,11 @@ import pygit2
 from pygit2.enums import ConfigLevel, FilterMode
 
 from .errors import RepoStateError
+from .files import stamp
 from .store import Store
 
 ATTRIBUTES = ".gitattributes"
-_TRUE = {"true", "yes", "on", "1", "input"}
+_AUTOCRLF_ON = {"true", "yes", "on", "1", "input"}  # core.autocrlf: a boolean, or "input"
 EXTERNAL = "external"  # the path's conversion is done by git: a filter driver
 ENCODING = "encoding"  # ... a working-tree-encoding (the stored form is UTF-8, what read returns)
 
@@ -123,17 +124,13 @@ class Conversions:
         system git config and attribute files) are then read once per opened
         repository, as git reads them once per command: a long-lived process (the
         MCP server) sees a change there when it opens the repository again."""
-        stamp = tuple(_stamp(os.path.join(self.store.commondir, *p)) for p in (("config",), ("info", "attributes")))
+        stamps = tuple(stamp(os.path.join(self.store.commondir, *p)) for p in (("config",), ("info", "attributes")))
         cache = self.store.caches.setdefault("conversions", {})
-        if cache.get("stamp") != stamp:
+        if cache.get("stamp") != stamps:
             cache["global"] = self._any_global()
-            for key, name in (("exec_bit", "core.fileMode"), ("symlinks", "core.symlinks")):
-                try:
-                    config = self.store.repo.config
-                    cache[key] = config.get_bool(name) if name in config else True
-                except (pygit2.GitError, ValueError):
-                    cache[key] = True
-            cache["stamp"] = stamp
+            cache["exec_bit"] = self.store.config_bool("core.fileMode", True)
+            cache["symlinks"] = self.store.config_bool("core.symlinks", True)
+            cache["stamp"] = stamps
         return cache
 
     def _any_global(self) -> bool:
@@ -145,7 +142,7 @@ class Conversions:
             configured = config["core.attributesFile"] if "core.attributesFile" in config else None
         except pygit2.GitError:
             autocrlf, configured = "false", None
-        if str(autocrlf).strip().lower() in _TRUE:
+        if str(autocrlf).strip().lower() in _AUTOCRLF_ON:
             return True
         files = [os.path.join(store.commondir, "info", "attributes")]
         if configured:
@@ -251,14 +248,6 @@ def _system_files() -> list[str]:
             pass
         _SYSTEM.extend(sorted(found))
     return _SYSTEM
-
-
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def _nonempty(path: str) -> bool:

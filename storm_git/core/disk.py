@@ -45,7 +45,7 @@ import pygit2
 
 from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
-from .files import append_all, reason, remove_quietly, replace_file
+from .files import append_all, reason, remove_quietly, replace_file, stamp
 from .locks import flocked
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
@@ -838,16 +838,13 @@ def outside_sparse_checkout(store: Store, path: str) -> bool:
     skip-worktree). Asked only of a file that is missing where storm recorded one,
     and only when core.sparseCheckout is on; the index's skip-worktree paths are
     read by one ``git ls-files`` and kept on the Store while the index is unchanged."""
-    if str(store.config_get("core.sparseCheckout", "false")).strip().lower() not in ("true", "yes", "on", "1"):
+    if not store.config_bool("core.sparseCheckout", False):
         return False
-    index = os.path.join(store.commondir, "index")  # the shared working tree is the main one
-    try:
-        st = os.stat(index)
-    except OSError:
+    index_stamp = stamp(os.path.join(store.commondir, "index"))  # the shared working tree is the main one
+    if index_stamp is None:
         return False
-    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
     cache = store.caches.setdefault("sparse", {})
-    if cache.get("stamp") != stamp:
+    if cache.get("stamp") != index_stamp:
         from .gitcmd import run_git
 
         try:
@@ -858,7 +855,7 @@ def outside_sparse_checkout(store: Store, path: str) -> bool:
             return False
         cache["paths"] = {e[2:].decode("utf-8", "surrogateescape") for e in r.stdout.split(b"\0")
                           if e.startswith(b"S ")}
-        cache["stamp"] = stamp
+        cache["stamp"] = index_stamp
     return path in cache["paths"]
 
 

@@ -80,6 +80,16 @@ def reason(exc: BaseException) -> str:
     return str(exc.strerror or exc) if isinstance(exc, OSError) else str(exc)
 
 
+def stamp(path: str) -> tuple[int, int, int] | None:
+    """(mtime, size, inode) of ``path``, None when absent: what a cache of a file's
+    parsed content is checked against (git replaces files by rename: a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 def size_limited() -> int:
     """This process's file size limit in bytes (``ulimit -f``), 0 when there is none:
     libgit2 reports a write it cut short without the reason, and this is then the cause."""

@@ -152,6 +152,15 @@ class Store:
         except (KeyError, pygit2.GitError):
             return default
 
+    def config_bool(self, key: str, default: bool) -> bool:
+        """A boolean setting parsed as git parses it (true/yes/on/1 …); unset or
+        unparsable: ``default``."""
+        try:
+            config = self.repo.config
+            return config.get_bool(key) if key in config else default
+        except (pygit2.GitError, ValueError):
+            return default
+
     def config_int(self, key: str, default: int) -> int:
         raw = self.config_get(key)
         if raw is None:

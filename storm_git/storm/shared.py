@@ -786,7 +786,7 @@ def _refuse_case_twins(store: Store, tree: pygit2.Tree, created: list[str], dele
     if not created or not casefold.ignores_case(store):
         return
     for p in created:
-        twin = casefold.case_twin(store, tree, p, deleted)
+        twin = casefold.case_twin(tree, p, deleted)
         if twin is not None:
             meant = twin + p[len(twin):]  # the path as the file system already spells it
             raise BadPath(f"{p!r} is {meant!r} on this case-insensitive file system (core.ignoreCase=true): "
