@@ -55,7 +55,7 @@ def main() -> None:
         def applies(self, path: str) -> bool:
             return False
 
-        def to_odb(self, path: str, data: bytes) -> bytes:
+        def to_odb(self, path: str, data: bytes, *, from_disk: bool = True) -> bytes:
             return data
 
         def to_worktree(self, path: str, data: bytes, oid=None) -> bytes:
