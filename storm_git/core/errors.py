@@ -88,6 +88,13 @@ class OperationInProgress(RepoStateError):
     kind = "operation_in_progress"
 
 
+class Unreachable(RepoStateError):
+    """A remote (the shared workspace's, a partial clone's promisor) could not be
+    reached or would not answer: nothing was changed (exit 3)."""
+
+    kind = "remote_unreachable"
+
+
 class NoSpace(RepoStateError):
     """The disk (a quota, a file size limit) refused to store more."""
 

@@ -242,9 +242,14 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
             old = None
         if old is None or old.oid == blob or _plain(store).get(old.oid):
             continue  # nothing there, unchanged, or known to hold nothing annotation-like
-        if not _small_loose(objects, old.oid) and odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
-            continue  # sized from the header: a large file is never loaded for this
-        data = odb.read(old.oid)[1]  # small: read directly (blob_bytes would read the header again)
+        try:
+            if not _small_loose(objects, old.oid) and odb.read_header(old.oid)[1] > MAX_SCAN_BYTES:
+                continue  # sized from the header: a large file is never loaded for this
+            data = odb.read(old.oid)[1]  # small: read directly (blob_bytes would read the header again)
+        except KeyError:  # a partial clone's blob not fetched yet (storm_git.core.promisor)
+            data = store.blob_bytes(old.oid)
+            if len(data) > MAX_SCAN_BYTES:
+                continue
         if not _QUICK.search(data):
             _plain(store)[old.oid] = True
             continue

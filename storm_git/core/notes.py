@@ -33,9 +33,10 @@ def read_note(store: Store, tree: pygit2.Tree | None, target: str) -> bytes | No
     a, b = _split(target)
     for path in (f"{a}/{b}", target):
         try:
-            return store.repo[tree[path].id].data
+            blob = tree[path].id
         except KeyError:
             continue
+        return store.blob_bytes(blob)  # a blob missing here is fetched or reported, never "no note"
     return None
 
 

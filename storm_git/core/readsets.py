@@ -358,7 +358,7 @@ def _load_locked(store: Store, agent: str) -> _Cached:
         return c
     if c is None or c.notes_head != notes_head or c.base != base or c.inode != inode or size < c.size:
         blob = _note_blob(store, tree, _key(agent))
-        text = None if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+        text = None if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
         lines = _lines(text, agent)
         c = _Cached(notes_head, base, inode, 0, 0, lines, entries={p: ReadEntry.parse(ln) for p, ln in lines.items()},
                     gen=next(_GEN))
@@ -451,7 +451,7 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
             _start_journal(store, agent, base)  # left by a fold killed after its notes commit
         return False
     blob = _note_blob(store, tree, _key(agent))
-    base_text = None if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+    base_text = None if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
     lines = {} if reset else _lines(base_text, agent)
     changes: dict[str, bytes | None] = {}
     if journal is not None and journal.lines:
@@ -527,7 +527,7 @@ def _reset_unreadable(store: Store, agent: str) -> list[str]:
     as it was, under its base's key, like any folded journal."""
     _n, base, tree = _base_of(store, agent)
     blob = _note_blob(store, tree, _key(agent))
-    text = "" if blob is None else store.repo[blob].data.decode("utf-8", "surrogateescape")
+    text = "" if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
     raw = _read_journal(store, agent) or b""
     text += raw.decode("utf-8", "surrogateescape")
     found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2 and not ln.startswith("p ")]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pygit2
 
+from . import promisor
 from .errors import BadPath, Busy, CorruptState, NoSpace, NotARepository, RepoStateError, UsageError
 from .files import no_space, size_limited
 
@@ -278,12 +280,13 @@ class Store:
             raise CorruptState(f"{oid} is not a commit")
         return obj
 
-    def blob_bytes(self, oid: pygit2.Oid) -> bytes:
+    def blob_bytes(self, oid: pygit2.Oid, *, fetched: bool = False) -> bytes:
         """The content of blob ``oid``, with one copy in memory.
 
         libgit2 holds the compressed and the inflated object while reading, and
         ``Blob.data`` copies it once more (a 200 MB blob peaked at 3x); a large
-        blob is streamed from ``git cat-file`` into one buffer instead."""
+        blob is streamed from ``git cat-file`` into one buffer instead. A partial
+        clone's blob not fetched yet is fetched first (storm_git.core.promisor)."""
         try:
             size = self.repo.odb.read_header(oid)[1]
             if size >= BIG_BLOB_BYTES:
@@ -291,8 +294,19 @@ class Store:
                 if data is not None:
                     return data
             return self.repo.odb.read(oid)[1]
-        except (KeyError, ValueError):
+        except ValueError:
             raise CorruptState(f"blob {oid} is missing", hint="run git fsck") from None
+        except KeyError:
+            if fetched:
+                raise CorruptState(f"blob {oid} is missing", hint="run git fsck") from None
+        # a partial clone's blob still on its server: fetched as git would (else corrupt)
+        promisor.fetch(self.repo, self.gitdir, [oid], git_env())
+        return self.blob_bytes(oid, fetched=True)
+
+    def prefetch(self, oids: Iterable[pygit2.Oid]) -> int:
+        """Fetch, in one go, those of ``oids`` a partial clone does not have yet
+        (storm_git.core.promisor); nothing in a full clone. Returns how many."""
+        return promisor.prefetch(self.repo, self.gitdir, oids, git_env())
 
     def _blob_via_git(self, oid: pygit2.Oid, size: int) -> bytes | None:
         """``git cat-file blob`` read into one buffer of ``size`` bytes (None: fall back)."""

@@ -49,10 +49,13 @@ class Refused(Exception):
 
 
 class _Repo:
-    """What storm_git.core.notes needs of a Store: ``.repo``."""
+    """What storm_git.core.notes needs of a Store: ``.repo`` and ``blob_bytes``."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
+
+    def blob_bytes(self, oid: pygit2.Oid) -> bytes:
+        return self.repo[oid].data  # a server's blob is there (or the push is refused)
 
 
 def open_repo(path: str) -> pygit2.Repository:

@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from ..core.errors import NoSpace, RepoStateError, UsageError
+from ..core.errors import NoSpace, RepoStateError, Unreachable, UsageError
 from ..core.files import NO_SPACE_TEXT
 from ..core.store import REMOTE_TRACKING_PREFIX, Store, git_env
 
@@ -36,12 +36,6 @@ FETCH_TIMEOUT = 60.0
 PROTOCOL_KEY = "storm.remoteProtocol"
 LOCAL_LOCK_TRIES = 5
 PUSH_TIMEOUT = 120.0
-
-
-class Unreachable(RepoStateError):
-    """The remote could not be reached: nothing was changed (exit 3)."""
-
-    kind = "remote_unreachable"
 
 
 class RemoteRefused(RepoStateError):
@@ -97,8 +91,10 @@ def fetch(store: Store, remote: str) -> None:
     url = check_remote(store, remote)
     specs = [f"+refs/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/storm/*",
              f"+refs/notes/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/notes/storm/*"]
+    # --no-filter: a partial clone's fetches inherit its filter (blob:none), which left out
+    # the blobs other machines wrote and the read sets (storm_git.core.promisor)
     args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
-            "--no-auto-gc", remote, *specs]
+            "--no-auto-gc", "--no-filter", remote, *specs]
     for attempt in range(LOCAL_LOCK_TRIES):
         r = _git(store, args, FETCH_TIMEOUT, protocol_args(store, url))
         if r.returncode == 0 or b"cannot lock ref" not in r.stderr:

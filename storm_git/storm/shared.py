@@ -169,8 +169,10 @@ class SharedWorkspace(BaseWorkspace):
         head = self.head()
         tree = self.store.commit(head).tree
         results = []
-        for p in norm:
-            e = self.store.entry(tree, p)
+        found = [(p, self.store.entry(tree, p)) for p in norm]
+        if len(found) > 1:  # a partial clone fetches what it lacks in one go, not path by path
+            self.store.prefetch([e.oid for _, e in found if e is not None])
+        for p, e in found:
             results.append(ReadResult(p, hex_(e.oid) if e else None, str(head),
                                       self.store.blob_bytes(e.oid) if e else None, e.mode if e else None))
         readsets.record(self.store, agent,
