@@ -1,5 +1,5 @@
 """Partial clones (``git clone --filter=blob:none``): the blobs git leaves on the
-server until a command needs them (storm_git.core.promisor).
+server until a command needs them (storm_git.core.promisor, storm_git.core.packs).
 
 Every repository here is real: a served repository with ``uploadpack.allowFilter``,
 blobless clones of it over ``file://``, and ``git storm`` processes. Git's own
@@ -10,7 +10,9 @@ import re
 import shutil
 from pathlib import Path
 
-from helpers import git, make_repo, rev, storm, storm_json
+import pytest
+
+from helpers import fsck, git, make_repo, rev, storm, storm_json
 
 FILES = {"a/keep.py": "keep = 1\n", "b/x.py": "x = 1\n", "b/y.py": "y = 1\n", "b/z.py": "z = 1\n",
          "b/w.py": "w = 1\n", "README.md": "# p\n"}
@@ -110,3 +112,64 @@ def test_a_blobless_clone_works_in_a_shared_workspace_on_a_remote(tmp_path):
     assert (a / "notes/new.txt").read_text() == "from b\n"
     code, out = storm_json(b, "status", agent="b1")
     assert code == 0 and out["head"] == rev(a, "refs/storm/workspace"), out
+
+
+def _packs(repo: Path) -> dict[str, set[str]]:
+    d = repo / ".git" / "objects" / "pack"
+    out: dict[str, set[str]] = {}
+    for p in d.iterdir():
+        stem, _, ext = p.name.partition(".")
+        out.setdefault(stem, set()).add(ext)
+    return {k: v for k, v in out.items() if "pack" in v}
+
+
+def test_maintenance_rolls_up_a_partial_clones_own_packs_and_keeps_the_fetched_ones(tmp_path):
+    src = served(tmp_path)
+    c = blobless(tmp_path, f"file://{src}", "c")
+    assert storm(c, "init").returncode == 0
+    git(c, "config", "storm.autoMaintenance", "0")  # this test starts every run itself
+    fetched = {k: v for k, v in _packs(c).items() if "promisor" in v}
+    assert fetched, "the premise: a partial clone's packs carry .promisor"
+    for i in range(6):  # six packs of the clone's own: six rounds of writes, each packed by git
+        for n in range(3):
+            assert storm(c, "write", f"notes/n{n}.txt", input=f"v{i}{n}\n", agent="a1").returncode == 0
+        git(c, "maintenance", "run", "--task=loose-objects")
+    own = [k for k, v in _packs(c).items() if "promisor" not in v]
+    assert len(own) >= 6
+
+    trace = tmp_path / "trace"
+    r = storm(c, "maintenance", env={"GIT_TRACE2": str(trace)})
+    assert r.returncode == 0, r.stderr  # was exit 3: git repack --geometric cannot run here
+    after = _packs(c)
+    assert {k: v for k, v in after.items() if "promisor" in v} == fetched  # untouched
+    assert len([k for k, v in after.items() if "promisor" not in v]) <= 2
+    assert fetches(trace) == 0  # rolling packs fetched nothing from the server
+    assert fsck(c).returncode == 0
+    r = storm(c, "read", "notes/n0.txt", "notes/n1.txt", "notes/n2.txt", agent="a1")
+    assert r.returncode == 0 and "v50" in r.stdout and "v52" in r.stdout, r.stderr
+    assert storm(c, "doctor").returncode == 0
+
+
+@pytest.mark.parametrize("sizes", [[1, 1, 1, 1, 1], [1, 2, 4, 8, 100], [3, 1, 1, 9], [2, 3, 5, 40, 41],
+                                   [10, 1, 1, 1, 2, 60]])
+def test_the_roll_up_chooses_the_packs_git_geometric_repack_rolls(tmp_path, sizes):
+    """storm_git.core.packs.split against git's own ``repack --geometric=2`` on the
+    same packs (a full clone, where git can run it)."""
+    from storm_git.core import packs
+
+    repo = make_repo(tmp_path / "r", {"f": "f\n"}, init_storm=False)
+    git(repo, "repack", "-a", "-d", "-q")
+    n = 0
+    for size in sizes:
+        oids = []
+        for _ in range(size):
+            n += 1
+            oids.append(git(repo, "hash-object", "-w", "--stdin", input=f"blob {n}\n".encode()).stdout.decode().strip())
+        git(repo, "pack-objects", "-q", str(repo / ".git/objects/pack/pack"), input="\n".join(oids).encode() + b"\n")
+    git(repo, "prune-packed")
+    listed = packs.listing(str(repo / ".git"))
+    assert sorted(p.objects for p in listed) == sorted([*sizes, 3])  # the commit's pack: 3 objects
+    chosen = {p.name for p in packs.split(listed)}
+    git(repo, "repack", "-d", "-q", "--geometric=2")
+    left = {p.name for p in packs.listing(str(repo / ".git"))}
+    assert {p.name for p in listed} - left == chosen, (sizes, chosen, left)

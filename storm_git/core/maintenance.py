@@ -18,7 +18,9 @@ loose files. This runs what git designed to run beside concurrent writers:
   whole repository, so it runs under its own lock: a loose step may run while a
   roll-up does (the loose step deletes no pack; a roll-up deletes only the packs
   it chose when it started), and the loose objects stay bounded during a long
-  roll-up.
+  roll-up. git 2.39 cannot run it in a partial clone; there storm rolls the
+  clone's own packs up itself, by git's rule, and leaves the fetched (promisor)
+  packs as they are (storm_git.core.packs).
 * ``pack-refs``: packs loose refs (storm's CAS works on packed refs too).
 
 Nothing is deleted that is not in a pack, so a writer's freshly written, not yet
@@ -57,6 +59,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from . import packs, promisor
 from .errors import RepoStateError
 from .locks import flocked, is_locked, try_flocked
 from .store import Store, git_env
@@ -182,13 +185,18 @@ def _loose(store: Store) -> list[str]:
 def _rollup(store: Store, *, wait: bool) -> list[str]:
     """The geometric roll-up, under its own lock, once there are more than ROLLUP_AT
     packs (always for an explicit run, which waits for a running roll-up)."""
-    if not wait and count_objects(store).packs <= ROLLUP_AT:
+    partial = promisor.remote_of(store.repo) is not None  # its fetched packs stay (storm_git.core.packs)
+    if not wait and (sum(not p.fixed for p in packs.listing(store.commondir)) if partial
+                     else count_objects(store).packs) <= ROLLUP_AT:
         return []
     with (flocked(store.commondir, ROLLUP_LOCK) if wait else
           try_flocked(store.commondir, ROLLUP_LOCK)) as taken:
         if taken is False:
             return []
-        _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
+        if partial:
+            packs.rollup(store.commondir, git_env())
+        else:
+            _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
     return [ROLLUP]
 
 
