@@ -114,6 +114,30 @@ def test_a_blobless_clone_works_in_a_shared_workspace_on_a_remote(tmp_path):
     assert code == 0 and out["head"] == rev(a, "refs/storm/workspace"), out
 
 
+def test_a_treeless_clone_looks_for_reverted_edits_only_in_the_trees_it_has(tmp_path):
+    """``--filter=tree:0`` leaves the history's trees on the server; looking for an
+    older version an edit might restore read them all, and ``status``, ``adopt``
+    and ``exec`` failed ("Unable to read tree", exit 3) at the first edit on disk."""
+    src = served(tmp_path)
+    for i in range(3):  # a history whose trees the clone will not have
+        (src / "b/x.py").write_text(f"x = {i + 2}\n")
+        git(src, "commit", "-q", "-am", f"x {i}")
+    c = tmp_path / "c"
+    git(tmp_path, "clone", "-q", "--filter=tree:0", f"file://{src}", "c")
+    old_tree = git(c, "log", "-1", "--format=%T", "HEAD~1").stdout.decode().strip()  # reads no tree
+    assert old_tree in missing_blobs(c)  # the premise (rev-list prints missing trees too)
+    assert storm(c, "init").returncode == 0
+    (c / "b/y.py").write_text("y = 2\n")
+    code, out = storm_json(c, "status", agent="a1")
+    assert code == 0 and [u["path"] for u in out["unmediated"]] == ["b/y.py"], out
+    r = storm(c, "adopt", "b/y.py", agent="a1")
+    assert r.returncode == 0, r.stderr
+    r = storm(c, "exec", "--", "sh", "-c", "echo z = 3 > b/z.py", agent="a1")
+    assert r.returncode == 0, r.stderr
+    assert storm(c, "commit", "-m", "y and z").returncode == 0
+    assert git(c, "show", "HEAD:b/z.py").stdout == b"z = 3\n"
+
+
 def _packs(repo: Path) -> dict[str, set[str]]:
     d = repo / ".git" / "objects" / "pack"
     out: dict[str, set[str]] = {}

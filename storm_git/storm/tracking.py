@@ -337,27 +337,39 @@ def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
     want = {p: s[0] for p, s in states.items() if isinstance(s, tuple)}
     want.update({p: None for p, s in states.items() if s is None})
     out: set[str] = set()
-    trees = []
+    trees: list[pygit2.Oid] = []
     c = store.commit(head)
     for _ in range(REVERT_LOOKBACK):
         if not c.parent_ids:
             break
         c = store.commit(c.parent_ids[0])
-        trees.append(c.tree)
+        trees.append(c.tree_id)
     try:
         if not store.repo.head_is_unborn:
-            trees.append(store.repo.head.peel(pygit2.Commit).tree)
+            trees.append(store.repo.head.peel(pygit2.Commit).tree_id)
     except (pygit2.GitError, KeyError):
         pass
+    missing: set[pygit2.Oid] = set()
     for p, oid in want.items():
         base = _version(store, record, p)
         if oid == base:
             continue
         for t in trees:
-            if _version(store, t, p) == oid:
+            if t not in missing and _old_version(store, t, p, missing) == oid:
                 out.add(p)
                 break
     return out
+
+
+def _old_version(store: Store, tree_id: pygit2.Oid, path: str, missing: set[pygit2.Oid]) -> pygit2.Oid | None:
+    """``path``'s version in an older tree; None, and the tree set aside in ``missing``,
+    where a treeless partial clone (``--filter=tree:0``) has not fetched that tree:
+    fetching up to REVERT_LOOKBACK trees to spot a revert would cost a round trip each."""
+    try:
+        return _version(store, store.repo[tree_id], path)
+    except (pygit2.GitError, KeyError):
+        missing.add(tree_id)
+        return None
 
 
 # -- unmediated edits ---------------------------------------------------------------
