@@ -152,8 +152,10 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
               help="Storm mode: record unmediated edits as the manager's write first (never a reverted file).")
 @click.option("--strict", is_flag=True,
               help="Storm mode: refuse (exit 3) while unmediated edits remain on disk.")
+@click.option("--gpg-sign/--no-gpg-sign", "sign", default=None,
+              help="Sign the commit as git commit -S does (default: as commit.gpgSign says).")
 @json_option
-def commit(message: str, agent: str | None, adopt_: bool, strict: bool, as_json: bool) -> None:
+def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bool | None, as_json: bool) -> None:
     """Commit the shared state to the current branch (storm mode: the manager only).
 
     Storm mode: the commit's tree is the shared head's tree, its parent the
@@ -163,14 +165,17 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, as_json:
     there (unmediated edits, untracked files not ignored) are not part of the
     shared state: they are listed as a warning and stay on disk; --adopt
     records them first as the manager's write, --strict refuses instead.
-    Worktree mode: the agent commits its own worktree to its branch.
+    Worktree mode: the agent commits its own worktree to its branch. Both
+    sign the commit when commit.gpgSign is set (git's signing settings:
+    gpg.format, user.signingKey); a signature that cannot be made is exit 3
+    and the branch does not move.
 
     \b
     Example:
       STORM_AGENT=manager git storm commit -m 'Integrate retries and timeouts'
       git storm commit -m 'Integrate' --adopt --json
     """
-    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict)
+    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign)
     if as_json:
         _emit_json(res.to_dict())
     elif res.commit is None:

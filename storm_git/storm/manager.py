@@ -19,7 +19,7 @@ import subprocess
 
 import pygit2
 
-from ..core import events, trailers
+from ..core import events, signing, trailers
 from ..core.agents import validate_agent
 from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
@@ -100,11 +100,12 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
 
 
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
-           strict: bool = False) -> CommitResult:
+           strict: bool = False, sign: bool | None = None) -> CommitResult:
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
     files), adopted first with ``adopt`` (validated against the version each was
-    made on; a reverted file is never adopted), or refused with ``strict``."""
+    made on; a reverted file is never adopted), or refused with ``strict``.
+    ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing)."""
     store = ws.store
     manager = manager_id(store)
     who = validate_agent(agent) if agent else validate_agent(manager)
@@ -152,7 +153,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
         if shared.tree.id != parent.tree.id:
             sig = _identity(store, manager)
             text = format_message(message, agents, head, len(writes))
-            new = odb_retry(store.repo.create_commit, None, sig, sig, text, shared.tree.id, [parent.id])
+            new = signing.make_commit(store, shared.tree.id, [parent.id], sig, sig, text,
+                                      sign=signing.wanted(store, sign))
             if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
                 raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
                                      hint="run git storm commit again")

@@ -235,14 +235,15 @@ class WorktreeWorkspace(BaseWorkspace):
 
     # -- commit ---------------------------------------------------------------------------
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
-               strict: bool = False) -> CommitResult:
+               strict: bool = False, sign: bool | None = None) -> CommitResult:
         """Commit everything changed in the agent's worktree to its branch.
 
         Refused (CommitRefused, nothing staged, nothing changed) when the worktree is
         not on the agent's own branch, or a changed file is outside its assignment
         or restricted; the pre-commit hook applies the same rule to plain ``git
         commit``. ``adopt`` has no meaning here: every change in the worktree is
-        the agent's.
+        the agent's. ``sign``: ``git commit -S`` / ``--no-gpg-sign`` (None: as
+        ``commit.gpgSign`` says, which git commit reads itself).
         """
         if not agent:
             raise UsageError("commit in worktree mode needs --agent",
@@ -282,7 +283,8 @@ class WorktreeWorkspace(BaseWorkspace):
             added = [p for xy, p in status_entries(w.path, excludes, rename_sources=False) if xy != "D "]
             run_git(["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"], w.path, env=env,
                     input="\0".join(f":(literal){p}" for p in added).encode("utf-8", "surrogateescape"))
-            r = run_git(["commit", "--quiet", "-F", "-"], w.path, env=env, input=body.encode(), check=False)
+            flag = [] if sign is None else ["-S" if sign else "--no-gpg-sign"]
+            r = run_git(["commit", "--quiet", *flag, "-F", "-"], w.path, env=env, input=body.encode(), check=False)
             if r.returncode != 0:
                 msg = (r.stderr or r.stdout).decode("utf-8", "replace").strip().replace("\n", " ")
                 self._log_refusal(agent, paths, [msg])

@@ -28,11 +28,11 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, trailers
+from ..core import events, signing, trailers
 from ..core.agents import validate_agent
 from ..core.errors import RepoStateError, UsageError
 from ..core.locks import flocked
-from ..core.store import Store
+from ..core.store import Store, signature
 from ..core.gitcmd import run_git
 from .worktrees import ahead_behind, branch_for, list_worktrees, storm_branches, target_branch
 
@@ -324,6 +324,7 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
         raise UsageError(f"unknown strategy {strategy!r}", hint=f"use one of {', '.join(STRATEGIES)}")
     target = target_branch(store, into)
     tref = "refs/heads/" + target
+    sign = signing.wanted(store) and not dry_run  # a dry run's commits land nowhere
     with flocked(store.commondir, "merge"):
         ref = store.ref(tref)
         before = ref.target
@@ -365,7 +366,8 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
             msg = trailers.format_message(f"storm: merge {branch} ({agent}) into {target}", agent, "merge",
                                           [c["path"] for c in res.files_changed[:50]])
             msg += f"Storm-Merged-By: {by}\nStorm-Strategy: {strategy}\n"
-            candidate = store.make_commit(tree, [cur, tip], by, msg)
+            sig = signature(by)  # it lands on the target branch: signed if commit.gpgSign says so
+            candidate = signing.make_commit(store, tree, [cur, tip], sig, sig, msg, sign=sign)
             if check is not None:
                 res.test = check(agent, candidate)
                 if not res.test.get("passed"):
