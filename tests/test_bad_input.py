@@ -3,6 +3,7 @@ state), and changes nothing — refs, notes and the working tree stay as they we
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -186,3 +187,32 @@ def test_binary_files_are_allowed(repo):
     data = bytes(range(256))
     assert storm(repo, "write", "blob.bin", input=data, agent="e1").returncode == 0
     assert (repo / "blob.bin").read_bytes() == data
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the repository to another user needs root")
+def test_a_repository_of_another_user_is_refused_as_git_refuses_it(repo, tmp_path):
+    """libgit2 refuses it as git does ("dubious ownership"); storm said only that it
+    could not open it, as if it were corrupt, without git's way out."""
+    before = snapshot_refs(repo)
+    subprocess.run(["chown", "-R", "nobody", str(repo)], check=True)
+    r = storm(repo, "status")
+    _assert_refused(repo, r, 3, "belongs to another user")
+    assert f"safe.directory {repo}" in r.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {repo}\n")
+    assert storm(repo, "status", env={"HOME": str(home), "XDG_CONFIG_HOME": str(home)}).returncode == 0
+    subprocess.run(["chown", "-R", "root", str(repo)], check=True)
+    assert snapshot_refs(repo) == before
+
+
+def test_a_sha256_repository_is_refused_with_the_reason(tmp_path):
+    r = tmp_path / "sha256"
+    git(tmp_path, "init", "-q", "--object-format=sha256", "-b", "main", str(r))
+    (r / "a").write_text("a\n")
+    git(r, "add", "a")
+    git(r, "commit", "-q", "-m", "a")
+    res = storm(r, "init")
+    _assert_refused(r, res, 3, "unknown object format")
+    assert "SHA-1" in res.stderr
+    assert not (r / ".git" / "refs" / "storm").exists()

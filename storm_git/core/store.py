@@ -144,7 +144,7 @@ class Store:
         try:
             repo = pygit2.Repository(path)
         except pygit2.GitError as exc:
-            raise CorruptState(f"cannot open the repository at {path}: {exc}") from None
+            raise _unopenable(path, str(exc)) from None
         return cls(repo, cwd=start)
 
     # -- configuration -------------------------------------------------------
@@ -509,6 +509,18 @@ def _dir_race(exc: Exception, deadline: float) -> bool:
 # repository, index or object store; git commands storm runs name theirs explicitly.
 REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR",
              "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+
+def _unopenable(path: str, why: str) -> RepoStateError:
+    """Why libgit2 would not open ``path``, with what to do about it (exit 3)."""
+    top = os.path.dirname(path.rstrip(os.sep)) if path.rstrip(os.sep).endswith(".git") else path
+    if "not owned by current user" in why:  # git's own "dubious ownership" refusal
+        return RepoStateError(f"{top} belongs to another user: git refuses to work in it too (dubious ownership)",
+                              hint=f"if you trust it: git config --global --add safe.directory {top}")
+    if "object format" in why:
+        return RepoStateError(f"cannot open the repository at {path}: {why}",
+                              hint="storm works on SHA-1 repositories (libgit2 cannot open SHA-256 ones yet)")
+    return CorruptState(f"cannot open the repository at {path}: {why}")
 
 
 def git_env(**overrides: str) -> dict[str, str]:
