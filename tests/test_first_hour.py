@@ -201,3 +201,34 @@ def test_init_on_a_dirty_tree_warns_lists_and_offers_choices(tmp_path):
     repo3 = make_repo(tmp_path / "r3", init_storm=False)
     r = storm(repo3, "init")
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_a_work_tree_whose_git_directory_lives_elsewhere(tmp_path):
+    """``git init --separate-git-dir`` (and ``git clone --separate-git-dir``) leave a
+    ``.git`` *file* in the work tree. Storm opened the git directory itself, for which
+    libgit2 takes the directory's parent as the work tree: init failed (exit 3), a
+    read of a file in the repository was refused as inside a "submodule", and status
+    listed every file of the parent directory as an unmediated edit."""
+    (tmp_path / "neighbour.txt").write_text("not in the repository\n")
+    wt, gd = tmp_path / "wt", tmp_path / "gitdirs" / "wt.git"
+    gd.parent.mkdir()
+    git(tmp_path, "init", "-q", "-b", "main", "--separate-git-dir", str(gd), str(wt))
+    (wt / "src").mkdir()
+    (wt / "src/app.py").write_text("x = 1\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "initial")
+    r = storm(wt, "init")
+    assert r.returncode == 0, r.stderr
+    assert (gd / "hooks" / "pre-commit").exists()
+    r = storm(wt / "src", "read", "app.py", agent="e1")
+    assert r.returncode == 0 and r.stdout == "x = 1\n", r.stderr
+    assert storm(wt, "write", "src/app.py", input="x = 2  # e1: more\n", agent="e1").returncode == 0
+    assert (wt / "src/app.py").read_text() == "x = 2  # e1: more\n"
+    code, out = storm_json(wt, "status", agent="e1")
+    assert code == 0 and out["unmediated"] == [], out
+    refused = git_commit(wt, "-qam", "by hand", agent="e1")
+    assert refused.returncode != 0 and "storm" in refused.stderr  # the guard found its repository
+    assert storm(wt, "commit", "-m", "integrate").returncode == 0
+    assert git(wt, "show", "HEAD:src/app.py").stdout == b"x = 2  # e1: more\n"
+    assert git(wt, "status", "--porcelain").stdout == b""
+    assert (tmp_path / "neighbour.txt").read_text() == "not in the repository\n"

@@ -142,7 +142,13 @@ class Store:
                 hint="run git storm inside a repository (git init first)",
             )
         try:
-            repo = pygit2.Repository(path)
+            # Opened from where it was found, not from its git directory: a working tree
+            # whose .git is a file (git init/clone --separate-git-dir) is then the work
+            # tree, not the git directory's parent, which libgit2 assumes when opening
+            # that directory itself (storm took the parent directory for the repository).
+            repo = pygit2.Repository(path if explicit else start)
+            if not explicit and os.path.normpath(repo.path) != os.path.normpath(path):
+                repo = pygit2.Repository(path)  # pragma: no cover - both searches agree
         except pygit2.GitError as exc:
             raise _unopenable(path, str(exc)) from None
         return cls(repo, cwd=start)
