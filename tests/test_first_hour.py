@@ -226,6 +226,11 @@ def test_a_work_tree_whose_git_directory_lives_elsewhere(tmp_path):
     assert (wt / "src/app.py").read_text() == "x = 2  # e1: more\n"
     code, out = storm_json(wt, "status", agent="e1")
     assert code == 0 and out["unmediated"] == [], out
+    # git --git-dir=GD --work-tree=WT storm …, from anywhere (git exports both variables)
+    code, out = storm_json(tmp_path, "status", agent="e1", env={"GIT_DIR": str(gd), "GIT_WORK_TREE": str(wt)})
+    assert code == 0 and out["unmediated"] == [], out
+    r = storm(wt, "read", "src/app.py", agent="e1", env={"GIT_DIR": str(gd)})  # git's rule: cwd is the top
+    assert r.returncode == 0 and r.stdout == "x = 2  # e1: more\n", r.stderr
     refused = git_commit(wt, "-qam", "by hand", agent="e1")
     assert refused.returncode != 0 and "storm" in refused.stderr  # the guard found its repository
     assert storm(wt, "commit", "-m", "integrate").returncode == 0

@@ -149,6 +149,8 @@ class Store:
             repo = pygit2.Repository(path if explicit else start)
             if not explicit and os.path.normpath(repo.path) != os.path.normpath(path):
                 repo = pygit2.Repository(path)  # pragma: no cover - both searches agree
+            if explicit:
+                _explicit_work_tree(repo, start)
         except pygit2.GitError as exc:
             raise _unopenable(path, str(exc)) from None
         return cls(repo, cwd=start)
@@ -515,6 +517,20 @@ def _dir_race(exc: Exception, deadline: float) -> bool:
 # repository, index or object store; git commands storm runs name theirs explicitly.
 REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR",
              "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+
+def _explicit_work_tree(repo: pygit2.Repository, cwd: str) -> None:
+    """The work tree of ``git --git-dir=X [--work-tree=Y] storm``, by git's rule:
+    GIT_WORK_TREE, else core.worktree, else the current directory. libgit2 opens X
+    with X's parent as the work tree instead; storm keeps that for a directory named
+    ``.git`` (the usual layout, where it is what a person means from a subdirectory)
+    and a linked worktree's git directory (whose work tree libgit2 reads from it)."""
+    given = os.environ.get("GIT_WORK_TREE")
+    if given:
+        repo.workdir = os.path.abspath(given)
+    elif "core.worktree" not in repo.config and os.path.basename(os.path.normpath(repo.path)) != ".git" \
+            and not os.path.exists(os.path.join(repo.path, "commondir")):  # a linked worktree: libgit2 knows it
+        repo.workdir = cwd
 
 
 def _unopenable(path: str, why: str) -> RepoStateError:
