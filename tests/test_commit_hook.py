@@ -244,3 +244,37 @@ def test_the_managers_commit_refuses_while_a_merge_is_in_progress(repo):
     assert storm(repo, "commit", "-m", "integrate").returncode == 0  # nothing left in progress
     assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1\n"  # the shared state, on top
     assert git(repo, "show", "HEAD:README.md").stdout == b"# both\n"
+
+
+def test_the_managers_commit_waits_its_turn_for_gits_index_lock(repo, tmp_path):
+    """A git command holding ``index.lock`` (here a person's ``git commit`` whose
+    editor is still open) let the manager's commit move the branch and then fail to
+    reset the index: exit 3 "the commit was made", the index still holding the old
+    tree, so the person's next ``git commit`` would have recorded a revert of the
+    agents' work. Now the commit is refused first and nothing changes."""
+    import time
+
+    _write(repo, "e1", "src/api.py", "x = 1  # e1: new\n")
+    started = tmp_path / "editor-started"  # git commit -a holds the lock until the message is in
+    env = dict(_commit_env(), GIT_EDITOR=f"sh -c 'touch {started}; sleep 60'")
+    person = subprocess.Popen(["git", "commit", "-a", "--no-verify", "--allow-empty"], cwd=repo, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():  # git holds index.lock while its editor runs
+            assert time.monotonic() < deadline and person.poll() is None
+            time.sleep(0.02)
+        assert (repo / ".git" / "index.lock").exists()
+        head, index = rev(repo, "HEAD"), (repo / ".git" / "index").read_bytes()
+        code, res = storm_json(repo, "commit", "-m", "integrate")
+        assert code == 3 and res["error"]["kind"] == "busy" and "index.lock" in res["error"]["message"], res
+        assert rev(repo, "HEAD") == head and (repo / ".git" / "index").read_bytes() == index
+    finally:
+        os.killpg(person.pid, 15)
+        person.wait(timeout=30)
+    assert not (repo / ".git" / "index.lock").exists()  # git removed its lock as it died
+    r = storm(repo, "commit", "-m", "integrate")
+    assert r.returncode == 0, r.stderr
+    assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1  # e1: new\n"
+    assert git(repo, "status", "--porcelain").stdout == b""  # the index has the new tree
+    assert not list((repo / ".git").glob("index.storm-*")) and not (repo / ".git" / "index.lock").exists()

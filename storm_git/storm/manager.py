@@ -14,17 +14,21 @@ the shared head. Unmediated edits on disk are reported, adopted with ``--adopt``
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 
 import pygit2
 
 from ..core import events, signing, trailers
 from ..core.agents import validate_agent
-from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
+from ..core.errors import Busy, OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
-from ..core.store import Store, git_env, odb_retry, signature
+from ..core.store import Store, git_env, signature
 from .tracking import adopt, unmediated
 from .writer import ValidatedWriter
 
@@ -87,16 +91,53 @@ def format_message(message: str, agents: list[str], head: pygit2.Oid, writes: in
     return "\n".join(lines) + "\n"
 
 
+@contextlib.contextmanager
+def _index_locked(store: Store) -> Iterator[None]:
+    """git's own lock on the index (``index.lock``, created exclusively), held from
+    before the branch moves until the index holds the new tree.
+
+    A git command holding it (a person's ``git add -p``, an editor's ``git status``)
+    or one that crashed and left it used to let the branch move and then fail to
+    reset the index (exit 3, "the commit was made"): the index kept the old tree, so
+    the person's next ``git commit`` would have recorded a revert of the agents'
+    work. Now the commit is refused first, with nothing changed, as git refuses."""
+    lock = os.path.join(store.gitdir, "index.lock")
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        raise Busy(f"git's index is locked ({lock}): another git command is running here, or one crashed "
+                   "and left the file", hint="wait for it and run git storm commit again; if no git command "
+                                             "runs, remove the file (git says the same)") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+
+
 def _reset_index(store: Store, tree: pygit2.Oid) -> None:
-    """Make git's index hold ``tree``; keep stat data of unchanged entries so the
-    next ``git status`` does not re-read every file."""
-    env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top)
-    for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
-        r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
-        if r.returncode != 0 and args[0] == "read-tree":
-            err = r.stderr.decode("utf-8", "replace").strip()
-            raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
-                                 hint="run git read-tree HEAD once the index is free")
+    """Make git's index hold ``tree`` (its lock held: _index_locked); keep stat data
+    of unchanged entries so the next ``git status`` does not re-read every file.
+    Built in a copy, then renamed over the index: never half-written."""
+    index = os.path.join(store.gitdir, "index")
+    fd, tmp = tempfile.mkstemp(prefix="index.storm-", dir=store.gitdir)
+    os.close(fd)
+    try:
+        if os.path.exists(index):
+            shutil.copyfile(index, tmp)
+        else:
+            os.unlink(tmp)
+        env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top, GIT_INDEX_FILE=tmp)
+        for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
+            r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
+            if r.returncode != 0 and args[0] == "read-tree":
+                err = r.stderr.decode("utf-8", "replace").strip()
+                raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
+                                     hint="run git read-tree HEAD")
+        os.replace(tmp, index)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
@@ -139,34 +180,35 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                               hint="record them with git storm adopt PATH... --agent ID (or --adopt), "
                                    "or restore them with git storm checkout PATH; git storm status -v shows them")
 
-    with flocked(store.commondir, "workspace"):
-        head = ws.head()
-        shared = store.commit(head)
-        branch_ref = store.repo.lookup_reference("HEAD").resolve()
-        parent = store.commit(branch_ref.target)
-        committed = store.ref(COMMITTED_REF)
-        since = committed.target if committed is not None else None
-        writes = writes_since(store, head, since)
-        agents = sorted({trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0] for c in writes})
-        paths = sorted({p for c in writes for p in trailers.parse(c.message).get("Storm-Path", [])})
-        new = None
-        if shared.tree.id != parent.tree.id:
-            sig = _identity(store, manager)
-            text = format_message(message, agents, head, len(writes))
-            new = signing.make_commit(store, shared.tree.id, [parent.id], sig, sig, text,
-                                      sign=signing.wanted(store, sign))
-            if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
-                raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
-                                     hint="run git storm commit again")
-        if since != head:
-            store.cas(committed, COMMITTED_REF, head, "storm: committed")
-        events.append(store, "commit", manager,
-                      f"{manager} committed {len(writes)} write(s) to {branch_ref.shorthand}",
-                      {"commit": str(new) if new else None, "branch": branch_ref.shorthand,
-                       "workspace": str(head), "agents": agents, "count": len(writes),
-                       "writes": [str(c.id) for c in writes[-MAX_LISTED_WRITES:]]})
-    if new is not None:
-        _reset_index(store, shared.tree.id)
+    with _index_locked(store):  # before the branch moves, held until the index has its tree
+        with flocked(store.commondir, "workspace"):
+            head = ws.head()
+            shared = store.commit(head)
+            branch_ref = store.repo.lookup_reference("HEAD").resolve()
+            parent = store.commit(branch_ref.target)
+            committed = store.ref(COMMITTED_REF)
+            since = committed.target if committed is not None else None
+            writes = writes_since(store, head, since)
+            agents = sorted({trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0] for c in writes})
+            paths = sorted({p for c in writes for p in trailers.parse(c.message).get("Storm-Path", [])})
+            new = None
+            if shared.tree.id != parent.tree.id:
+                sig = _identity(store, manager)
+                text = format_message(message, agents, head, len(writes))
+                new = signing.make_commit(store, shared.tree.id, [parent.id], sig, sig, text,
+                                          sign=signing.wanted(store, sign))
+                if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
+                    raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
+                                         hint="run git storm commit again")
+            if since != head:
+                store.cas(committed, COMMITTED_REF, head, "storm: committed")
+            events.append(store, "commit", manager,
+                          f"{manager} committed {len(writes)} write(s) to {branch_ref.shorthand}",
+                          {"commit": str(new) if new else None, "branch": branch_ref.shorthand,
+                           "workspace": str(head), "agents": agents, "count": len(writes),
+                           "writes": [str(c.id) for c in writes[-MAX_LISTED_WRITES:]]})
+        if new is not None:
+            _reset_index(store, shared.tree.id)
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
                         adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])
