@@ -79,6 +79,10 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
                 click.echo("storm exec: the command changed no file", err=True)
             else:
                 click.echo("storm exec: " + render.write_result(res.write), err=True)
+    if res.nested_repositories and not as_json:
+        names = ", ".join(f"{p}/" for p in res.nested_repositories[:10])
+        click.echo(f"storm exec: not recorded: {names} (a git repository of its own; storm records files: "
+                   "make it a submodule with git, or list it in .gitignore)", err=True)
     if as_json:
         sys.stdout.flush()
         click.echo(json.dumps(res.to_dict(), ensure_ascii=False))

@@ -249,3 +249,22 @@ def test_exec_replacing_a_directory_by_a_file_keeps_storm_working(repo):
     r = storm(repo, "commit", "-m", "integrate", agent="manager")
     assert r.returncode == 0, r.stderr
     assert show(repo, "HEAD", "src") == b"f\n"
+
+
+def test_a_command_that_makes_a_git_repository_of_its_own_records_the_rest(repo):
+    """``git init``, ``git clone``, ``cargo new`` run by an agent leave a directory
+    with its own ``.git``. git lists it as one entry (``nested/``); storm took it for
+    a deleted file, refused the whole exec (exit 2, nothing recorded, the other files
+    the command wrote left unrecorded) and ``status`` then showed ``deleted: nested/``."""
+    r = storm(repo, "exec", "--agent", "e1", "--json", "--", "sh", "-c",
+              "git init -q nested && echo hi > nested/x.txt && echo new > top.txt")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["paths"] == ["top.txt"] and out["write"]["accepted"], out
+    assert out["nested_repositories"] == ["nested"]
+    tree = git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout.decode().split()
+    assert "top.txt" in tree and not any(p.startswith("nested") for p in tree)
+    code, status = storm_json(repo, "status", agent="e1")
+    assert code == 0 and status["unmediated"] == [], status
+    r = storm(repo, "exec", "--agent", "e1", "--", "sh", "-c", "echo more >> top.txt")
+    assert r.returncode == 0 and "not recorded: nested/" in r.stderr, r.stderr

@@ -178,6 +178,7 @@ class ExecResult:
     timed_out: bool
     paths: list[str]
     write: WriteResult | None = None
+    nested_repositories: list[str] = field(default_factory=list)  # made by the command, not recorded
 
     @property
     def accepted(self) -> bool:
@@ -190,6 +191,7 @@ class ExecResult:
             "timed_out": self.timed_out,
             "paths": self.paths,
             "write": self.write.to_dict() if self.write else None,
+            "nested_repositories": self.nested_repositories,
         }
 
 

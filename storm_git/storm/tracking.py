@@ -33,7 +33,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
@@ -90,6 +90,7 @@ class Snapshot:
     tree: pygit2.Tree
     record: pygit2.Tree  # what storm last put on disk, as one tree
     dirty: dict[str, Any]  # path -> DiskState
+    nested: list[str] = field(default_factory=list)  # git repositories of their own (not recorded)
 
 
 # -- the private index --------------------------------------------------------------
@@ -201,6 +202,7 @@ def snapshot(store: Store) -> Snapshot:
         elif xy[1:2] in (b"M", b"D", b"T"):
             candidates.append(path)
     dirty: dict[str, Any] = {}
+    nested: list[str] = []
     top = store.main_workdir
     conv = Conversions(store)
     with disk.DirFds(top) as dirs:  # read only: each directory opened once
@@ -214,12 +216,17 @@ def snapshot(store: Store) -> Snapshot:
             more = _git(store, ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
                         index=index)
             for p in more.split(b"\0"):
-                if p:
+                if p.endswith(b"/"):
+                    # a directory holding a .git of its own (git init, git clone, cargo new run
+                    # in the tree): git add would record it as a gitlink. Storm records files; it
+                    # used to take the directory for a deleted file and refuse the whole exec.
+                    nested.append(p[:-1].decode("utf-8", "surrogateescape"))
+                elif p:
                     path = p.decode("utf-8", "surrogateescape")
                     dirty[path] = disk_state(top, path, dirs, conv)
     dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
     _save_missing(store, [p for p, v in dirty.items() if v is None])
-    return Snapshot(head, tree, rtree, dirty)
+    return Snapshot(head, tree, rtree, dirty, nested)
 
 
 def _storm_temp(path: str) -> bool:
@@ -690,14 +697,15 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
         else:
             changes, expected = classify(store, before, after)
         paths = list(changes)
+        nested = after.nested  # each exec names them, as git status lists them, until ignored or a submodule
         if timed_out or rc < 0:
             # Killed: its changes may be half done. Record nothing; they stay on disk
             # and show as unmediated edits.
-            return ExecResult(argv, rc, timed_out, paths, None)
+            return ExecResult(argv, rc, timed_out, paths, None, nested)
         for p in paths:
             check_recordable(store, p, after.dirty.get(p), ws)
     if not changes:
-        return ExecResult(argv, rc, False, [], None)
+        return ExecResult(argv, rc, False, [], None, nested)
     for p, change in changes.items():
         content = change[0] if isinstance(change, tuple) else None
         if content is not None and len(content) > ws.max_file_bytes:
@@ -709,4 +717,4 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
         command = command[:117] + "..."
     res = ws.apply(agent, changes, intent=intent or f"{agent} exec: {command}", deps=None, wait=wait,
                    op="exec", expected=expected, on_wait=on_wait)
-    return ExecResult(argv, rc, False, paths, res)
+    return ExecResult(argv, rc, False, paths, res, nested)
