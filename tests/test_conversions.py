@@ -399,3 +399,32 @@ def _has_open(pid: int, path: str) -> bool:
         except OSError:
             pass
     return False
+
+
+def test_under_a_filter_driver_agents_get_the_file_that_write_takes_back(tmp_path: Path) -> None:
+    """read gave the stored form (an LFS pointer, git-crypt ciphertext), while write
+    runs the clean filter on what it is sent: an agent that wrote back what it read
+    had it cleaned twice (the file changed), and edit applied its change to the
+    stored form and cleaned that (the file destroyed)."""
+    repo = _repo(tmp_path, {".gitattributes": "*.sec filter=rot\n", "plain.txt": "p\n"})
+    git(repo, "config", "filter.rot.clean", ROT13)
+    git(repo, "config", "filter.rot.smudge", ROT13)
+    assert storm(repo, "write", "s.sec", input="hello secret\n", agent="e1").returncode == 0
+    stored = show(repo, "refs/storm/workspace", "s.sec")
+    assert stored == b"uryyb frperg\n"
+
+    r = storm(repo, "read", "s.sec", agent="e2")
+    assert r.returncode == 0 and r.stdout == "hello secret\n", r.stdout
+    code, out = storm_json(repo, "write", "s.sec", input=r.stdout, agent="e2")  # back, unchanged
+    assert code == 0 and show(repo, "refs/storm/workspace", "s.sec") == stored, out
+
+    r = storm(repo, "edit", "s.sec", "--old", "hello", "--new", "goodbye", agent="e2")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "s.sec") == b"tbbqolr frperg\n"  # rot13 of the edit
+    assert (repo / "s.sec").read_bytes() == b"goodbye secret\n"
+
+    # e1 last read nothing of it since: its write is refused with the file as agents see it
+    code, out = storm_json(repo, "write", "s.sec", input="hello again\n", agent="e1")
+    assert code == 1 and out["rejection"]["current_content"] == "goodbye secret\n", out
+    diff = out["rejection"]["diff"]
+    assert "+goodbye secret" in diff and "-hello secret" in diff, diff

@@ -10,7 +10,9 @@ blob. Storm crosses that line in three places, and at each does what git does:
 * a blob written to the working tree is converted as ``git checkout`` would
   (``to_worktree``): a ``*.bat text eol=crlf`` file gets its CRLF back;
 * a file on disk is compared with a version by the id ``git add`` would give it
-  (``odb_id``), so a checked-out CRLF file is the version it came from, not an edit.
+  (``odb_id``), so a checked-out CRLF file is the version it came from, not an edit;
+* what an agent is given is what ``write`` takes back (``for_agent``): the stored
+  form, or under a filter driver the checked-out file.
 
 libgit2 applies the built-in conversions (line endings, ``ident``) in-process. A
 path whose attributes name a filter driver that git config defines (git-lfs is
@@ -203,6 +205,18 @@ class Conversions:
             r = self._git(["cat-file", "--filters", f"--path={path}", str(oid)], path)
             return r.stdout
         return self._apply(kind, path, data)
+
+    def for_agent(self, path: str, data: bytes, oid: pygit2.Oid | None = None) -> bytes:
+        """The blob ``data`` at ``path`` as an agent is given it (``read``, ``edit``'s
+        base, a rejection's content and diff): the form ``write`` takes back. That is
+        the stored form (LF; UTF-8 for a working-tree-encoding), except under a filter
+        driver, whose clean filter ``write`` runs on what it is sent: there it is the
+        file ``git checkout`` writes. Given the stored form (an LFS pointer, git-crypt
+        ciphertext), an agent that wrote it back unchanged, or ``edit``ed it, had it
+        cleaned a second time: the file changed, or was destroyed (found 2026-11-25)."""
+        if self._kind(path, FilterMode.TO_WORKTREE) != EXTERNAL:
+            return data
+        return self.to_worktree(path, data, oid)
 
     def _apply(self, filters: pygit2.filter.FilterList, path: str, data: bytes) -> bytes:
         try:

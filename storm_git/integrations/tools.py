@@ -176,9 +176,9 @@ class StormTools:
         if isinstance(ws, SharedWorkspace):
             seen = ws.read_set(self.agent).get(p)
             if seen is not None and seen.blob is not None:
-                return self.store.blob_bytes(pygit2.Oid(hex=seen.blob)), True
+                return ws.agent_content(p, pygit2.Oid(hex=seen.blob)), True
             e = self.store.entry(self._head_tree(ws), p)
-            return (self.store.blob_bytes(e.oid) if e else None), False
+            return (ws.agent_content(p, e.oid, e.mode) if e else None), False
         full = os.path.join(ws.worktree(self.agent).path, p)
         if os.path.isdir(full):
             raise BadPath(f"{p} is a directory, not a file")
@@ -228,7 +228,7 @@ class StormTools:
         """The content ``p`` has now (shared head, or the agent's worktree), not recorded."""
         if isinstance(ws, SharedWorkspace):
             e = self.store.entry(self._head_tree(ws), p)
-            return self.store.blob_bytes(e.oid) if e else None
+            return ws.agent_content(p, e.oid, e.mode) if e else None
         return self._base(ws, p)[0]
 
     def _listing(self, ws: Any, shown: str, p: str, view_range: list[int] | None = None) -> ToolOutcome:
@@ -329,7 +329,7 @@ class StormTools:
             if last is None:
                 raise editor.EditorError(f"No edit history found for {path}.",
                                          hint=f"{self.agent} has no accepted edit of it to undo")
-            content = self.store.blob_bytes(pygit2.Oid(hex=last.previous)) if last.previous else None
+            content = ws.agent_content(p, pygit2.Oid(hex=last.previous)) if last.previous else None
             res = ws.apply(self.agent, {p: content}, intent=f"{self.agent}: undo its last edit of {p}",
                            deps=None, wait=True, op=UNDO_OP, expected={p: last.produced})
             if not res.accepted:

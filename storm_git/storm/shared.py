@@ -172,12 +172,23 @@ class SharedWorkspace(BaseWorkspace):
         found = [(p, self.store.entry(tree, p)) for p in norm]
         if len(found) > 1:  # a partial clone fetches what it lacks in one go, not path by path
             self.store.prefetch([e.oid for _, e in found if e is not None])
+        conv = Conversions(self.store)
         for p, e in found:
             results.append(ReadResult(p, hex_(e.oid) if e else None, str(head),
-                                      self.store.blob_bytes(e.oid) if e else None, e.mode if e else None))
+                                      self.agent_content(p, e.oid, e.mode, conv) if e else None,
+                                      e.mode if e else None))
         readsets.record(self.store, agent,
                         [ReadEntry(r.path, r.version, str(head)) for r in results], why="read")
         return results
+
+    def agent_content(self, path: str, oid: pygit2.Oid, mode: int | None = None,
+                      conv: Conversions | None = None) -> bytes:
+        """Blob ``oid`` of ``path`` as agents are given it: what ``write`` takes back
+        (storm_git.core.convert.Conversions.for_agent; a link's target as stored)."""
+        data = self.store.blob_bytes(oid)
+        if mode == MODE_LINK:
+            return data
+        return (conv or Conversions(self.store)).for_agent(path, data, oid)
 
     # -- writes ----------------------------------------------------------------
     def write(self, path: str, content: bytes, *, agent: str | None, intent: str | None = None,
@@ -205,7 +216,7 @@ class SharedWorkspace(BaseWorkspace):
             # rejection gives the agent the content to edit.
             return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit",
                               on_wait=on_wait)
-        base = self.store.blob_bytes(pygit2.Oid(hex=seen.blob))
+        base = self.agent_content(p, pygit2.Oid(hex=seen.blob))
         old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
         n = base.count(old_b)
         if n != 1:
@@ -643,8 +654,9 @@ class SharedWorkspace(BaseWorkspace):
         return list(dict.fromkeys(by)), behind
 
     def _change(self, path: str, seen: ReadEntry | None, current: Entry | None, head: pygit2.Oid) -> FileChange:
-        old = self.store.blob_bytes(pygit2.Oid(hex=seen.blob)) if seen and seen.blob else None
-        new = self.store.blob_bytes(current.oid) if current else None
+        conv = Conversions(self.store)
+        old = self.agent_content(path, pygit2.Oid(hex=seen.blob), None, conv) if seen and seen.blob else None
+        new = self.agent_content(path, current.oid, current.mode, conv) if current else None
         by, behind = self._file_history(path, head, seen.head if seen else None, seen.blob if seen else None)
         if seen is None:  # never read: no base to diff from or count versions since
             return FileChange(path, None, hex_(current.oid) if current else None, by, None, "",
@@ -675,7 +687,8 @@ class SharedWorkspace(BaseWorkspace):
         if reason != RESERVED and reservation is not None:
             text += f"; {agent} holds {target} for {reservation.remaining():.0f}s to retry"
         return Rejection(reason, agent, target, str(head), hex_(cur.oid) if cur else None,
-                         self.store.blob_bytes(cur.oid) if cur else None, change, stale, reservation, text)
+                         self.agent_content(target, cur.oid, cur.mode) if cur else None, change, stale,
+                         reservation, text)
 
     # -- status and log ----------------------------------------------------------
     def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
