@@ -58,6 +58,7 @@ class Conversions:
         self._global: bool | None = None
         self._exec_bit: bool | None = None
         self._symlinks: bool | None = None
+        self._drivers: bool | None = None
         self._dirs: dict[str, bool] = {}
         self._kinds: dict[tuple[str, FilterMode], pygit2.filter.FilterList | str | None] = {}
 
@@ -132,8 +133,18 @@ class Conversions:
             cache["global"] = self._any_global()
             cache["exec_bit"] = self.store.config_bool("core.fileMode", True)
             cache["symlinks"] = self.store.config_bool("core.symlinks", True)
+            cache["drivers"] = self._any_driver()
             cache["stamp"] = stamps
         return cache
+
+    def _any_driver(self) -> bool:
+        """Whether git config defines any filter driver (``filter.<name>.clean``,
+        ``smudge`` or ``process``: git-lfs installs one in the global config)."""
+        try:
+            return any(e.name.startswith("filter.") and e.name.rsplit(".", 1)[-1] in ("clean", "smudge", "process")
+                       for e in self.store.repo.config)
+        except pygit2.GitError:
+            return True  # unknown: look at each path
 
     def _any_global(self) -> bool:
         """core.autocrlf, or an attribute file that applies to every path."""
@@ -214,8 +225,10 @@ class Conversions:
         file ``git checkout`` writes. Given the stored form (an LFS pointer, git-crypt
         ciphertext), an agent that wrote it back unchanged, or ``edit``ed it, had it
         cleaned a second time: the file changed, or was destroyed (found 2026-11-25)."""
-        if self._kind(path, FilterMode.TO_WORKTREE) != EXTERNAL:
-            return data
+        if self._drivers is None:
+            self._drivers = self._settings()["drivers"]
+        if not self._drivers or self._kind(path, FilterMode.TO_WORKTREE) != EXTERNAL:
+            return data  # no filter driver in git config: a read of 2,000 paths pays one lookup
         return self.to_worktree(path, data, oid)
 
     def _apply(self, filters: pygit2.filter.FilterList, path: str, data: bytes) -> bytes:
