@@ -265,6 +265,7 @@ def test_a_command_that_makes_a_git_repository_of_its_own_records_the_rest(repo)
     tree = git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout.decode().split()
     assert "top.txt" in tree and not any(p.startswith("nested") for p in tree)
     code, status = storm_json(repo, "status", agent="e1")
-    assert code == 0 and status["unmediated"] == [], status
+    assert code == 0 and status["unmediated"] == [] and status["nested_repositories"] == ["nested"], status
+    assert "not recorded, git repositories of their own: nested/" in storm(repo, "status").stdout
     r = storm(repo, "exec", "--agent", "e1", "--", "sh", "-c", "echo more >> top.txt")
     assert r.returncode == 0 and "not recorded: nested/" in r.stderr, r.stderr

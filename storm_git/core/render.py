@@ -118,6 +118,11 @@ def status(st: Any) -> str:
         if key == "unmediated":
             out.extend(unmediated(value))
             continue
+        if key == "nested_repositories":
+            out.append(f"not recorded, git repositories of their own: {', '.join(p + '/' for p in value[:10])}"
+                       + (f" and {len(value) - 10} more" if len(value) > 10 else "")
+                       + " (storm records files: make one a submodule with git, or list it in .gitignore)")
+            continue
         if isinstance(value, list):
             out.append(f"{key.replace('_', ' ')}: {len(value)}")
             for v in value:

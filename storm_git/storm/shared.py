@@ -705,8 +705,10 @@ class SharedWorkspace(BaseWorkspace):
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(self._entry_or_none(tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
+        nested: list[str] = []
+        edits = self.unmediated(diffs=diffs, untracked_content=untracked_content, nested=nested)
         return Status(self.mode, str(head), agents, reservations.active(self.store),
-                      extra={"unmediated": self.unmediated(diffs=diffs, untracked_content=untracked_content),
+                      extra={"unmediated": edits, **({"nested_repositories": nested} if nested else {}),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.manager) ----------
@@ -726,11 +728,13 @@ class SharedWorkspace(BaseWorkspace):
         return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
                      on_wait=on_wait)
 
-    def unmediated(self, *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
-        """Paths whose disk differs from what storm last put there (with diffs on request)."""
+    def unmediated(self, *, diffs: bool = True, untracked_content: bool = False,
+                   nested: list[str] | None = None) -> list[dict[str, Any]]:
+        """Paths whose disk differs from what storm last put there (with diffs on request);
+        ``nested`` receives the git repositories of their own that storm does not record."""
         from .tracking import unmediated
 
-        return unmediated(self, diffs=diffs, untracked_content=untracked_content)
+        return unmediated(self, diffs=diffs, untracked_content=untracked_content, nested=nested)
 
     def checkout(self, paths: list[str]) -> dict[str, str]:
         """Restore ``paths`` on disk from the shared head, discarding edits made there."""

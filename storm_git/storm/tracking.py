@@ -380,12 +380,16 @@ def _old_version(store: Store, tree_id: pygit2.Oid, path: str, missing: set[pygi
 
 
 # -- unmediated edits ---------------------------------------------------------------
-def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bool = False) -> list[dict[str, Any]]:
+def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bool = False,
+               nested: list[str] | None = None) -> list[dict[str, Any]]:
     """Every path whose disk differs from what storm last put there, with the
-    version it was made on (``base_version``) and, on request, its diff."""
+    version it was made on (``base_version``) and, on request, its diff.
+    ``nested``: receives the git repositories of their own found in the tree."""
     store = ws.store
     with flocked(store.commondir, "worktree"):
         snap = snapshot(store)
+        if nested is not None:
+            nested.extend(snap.nested)
         reverted = reverted_paths(store, snap.head, snap.dirty, snap.record)
         conv = Conversions(store)
         out = []
