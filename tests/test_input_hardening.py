@@ -147,6 +147,9 @@ def test_path_inside_a_submodule_on_disk(repo, tmp_path):
     for path in ("sm/x.txt", "sm/lib.txt"):
         line = _refused(storm(repo, "write", path, input="x\n", agent="e1"), 2)
         assert f"'{path}' is inside the submodule 'sm'; storm does not write inside submodules" in line
+    for verb in ("write", "read"):  # the submodule itself: said so, not "a directory, not a file"
+        line = _refused(storm(repo, verb, "sm", input="x\n", agent="e1"), 2)
+        assert "'sm' is a submodule, not a file" in line, line
     assert _state(repo) == before and not (repo / "sm" / "x.txt").exists()
 
 

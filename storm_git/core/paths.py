@@ -225,4 +225,8 @@ def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] 
         if not last:
             seen[cur] = "dir"
         if last and stat.S_ISDIR(st.st_mode):
+            if os.path.lexists(os.path.join(cur, ".git")):
+                what = "a submodule" if os.path.isfile(os.path.join(cur, ".git")) else "a nested repository"
+                raise BadPath(f"{path!r} is {what}, not a file; storm does not read or write it",
+                              hint=f"work in {path} with git itself")
             raise BadPath(f"{path!r} is a directory, not a file")
