@@ -9,8 +9,12 @@ temporary file left over. Every such write in the library goes through here.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 # errors that say "the disk (or a limit on it) cannot take more", not "storm is broken"
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -97,3 +101,22 @@ def size_limited() -> int:
 
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     return 0 if soft == resource.RLIM_INFINITY else soft
+
+
+@contextlib.contextmanager
+def index_copy(index: str) -> Iterator[str]:
+    """A private copy of git's ``index`` beside it (no file when there is no index
+    yet), for git commands run with GIT_INDEX_FILE set to it: the real index is
+    replaced by renaming the copy over it, never half-written. Removed on the way out
+    unless the caller renamed it."""
+    fd, tmp = tempfile.mkstemp(prefix="index.storm-", dir=os.path.dirname(index))
+    os.close(fd)
+    try:
+        if os.path.exists(index):
+            shutil.copyfile(index, tmp)
+        else:
+            os.unlink(tmp)
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 
 import pygit2
@@ -26,6 +24,7 @@ import pygit2
 from ..core import events, signing, trailers
 from ..core.agents import validate_agent
 from ..core.errors import Busy, OperationInProgress, RepoStateError, StormError, UsageError
+from ..core.files import index_copy
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, signature
@@ -120,13 +119,7 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
     of unchanged entries so the next ``git status`` does not re-read every file.
     Built in a copy, then renamed over the index: never half-written."""
     index = os.path.join(store.gitdir, "index")
-    fd, tmp = tempfile.mkstemp(prefix="index.storm-", dir=store.gitdir)
-    os.close(fd)
-    try:
-        if os.path.exists(index):
-            shutil.copyfile(index, tmp)
-        else:
-            os.unlink(tmp)
+    with index_copy(index) as tmp:
         env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top, GIT_INDEX_FILE=tmp)
         for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
             r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
@@ -135,9 +128,6 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
                 raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
                                      hint="run git read-tree HEAD")
         os.replace(tmp, index)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,

@@ -11,9 +11,7 @@ commit until ``git storm commit --agent A`` commits A's worktree to its branch.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +20,7 @@ import pygit2
 from ..core import events, readsets, scope
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
+from ..core.files import index_copy
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
@@ -267,13 +266,7 @@ class WorktreeWorkspace(BaseWorkspace):
         body = subject + "\n\n" + "\n".join(
             [f"Storm-Agent: {agent}", "Storm-Op: commit"] + [f"Storm-Path: {p}" for p in paths]) + "\n"
         index = run_git(["rev-parse", "--path-format=absolute", "--git-path", "index"], w.path).stdout.decode().strip()
-        fd, tmp_index = tempfile.mkstemp(prefix="index.storm-", dir=os.path.dirname(index))
-        os.close(fd)
-        try:
-            if os.path.exists(index):
-                shutil.copyfile(index, tmp_index)
-            else:
-                os.unlink(tmp_index)
+        with index_copy(index) as tmp_index:
             env = {"GIT_INDEX_FILE": tmp_index, "STORM_AGENT": agent, radar.OFF_ENV: "off",
                    "GIT_AUTHOR_NAME": agent, "GIT_AUTHOR_EMAIL": f"{agent}@storm.invalid",
                    "GIT_COMMITTER_NAME": agent, "GIT_COMMITTER_EMAIL": f"{agent}@storm.invalid"}
@@ -291,9 +284,6 @@ class WorktreeWorkspace(BaseWorkspace):
                 raise CommitRefused(f"git commit in the worktree of {agent} failed: {msg}",
                                     hint="fix what the pre-commit hook names, then commit again")
             os.replace(tmp_index, index)
-        finally:
-            if os.path.exists(tmp_index):
-                os.unlink(tmp_index)
         oid = run_git(["rev-parse", "HEAD"], w.path).stdout.decode().strip()
         writes = self._writes_since_last_commit(agent)
         with flocked(self.store.commondir, "workspace"):
