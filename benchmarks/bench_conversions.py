@@ -12,7 +12,12 @@ commit, CAS: the floor):
 * a file under ``text eol=crlf`` (libgit2's line-ending filter, in-process, both ways);
 * a file under a filter driver from git config (``tr`` as clean and smudge, as
   git-lfs or git-crypt would be), against what git itself pays for the same
-  conversions: ``git hash-object -w --path`` plus ``git cat-file --filters``.
+  conversions: ``git hash-object -w --path`` plus ``git cat-file --filters``;
+* a read of every file outside the driver's directory by a new agent, checks on
+  and off (alternating): what giving agents the file ``write`` takes back costs
+  where git config defines a filter driver (each path's attributes are then looked
+  up); and a read of the files under the driver, per file (a smudge each), against
+  ``git cat-file --filters`` of the same files.
 """
 from __future__ import annotations
 
@@ -59,6 +64,9 @@ def main() -> None:
             return data
 
         def to_worktree(self, path: str, data: bytes, oid=None) -> bytes:
+            return data
+
+        def for_agent(self, path: str, data: bytes, oid=None) -> bytes:
             return data
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="storm-bench-conv-")
@@ -111,6 +119,27 @@ def main() -> None:
                        capture_output=True, check=True)
         git_rot.append(time.perf_counter() - t)
     assert (open(os.path.join(repo, targets["crlf"]), "rb").read().count(b"\r\n") > 0), "eol=crlf not applied"
+    # a read of every file by a new agent (what it is given: for_agent), checks on and off,
+    # alternating; git config defines a filter driver here, so every path's attributes are looked up
+    everything = [p for p in paths if p not in targets.values() and not p.startswith(rot_dir + "/")]
+    smudged = [p for p in paths if p.startswith(rot_dir + "/") and p != targets["rot"]]
+    r_on, r_off = [], []
+    for i in range(2 * max(10, args.writes // 15)):
+        shared.Conversions = Conversions if i % 2 == 0 else Off
+        t = time.perf_counter()
+        ws.read(everything, agent=f"reader{i}")
+        (r_on if i % 2 == 0 else r_off).append(time.perf_counter() - t)
+    shared.Conversions = Conversions
+    r_rot, git_smudge = [], []  # the files under the driver: a smudge each, as git checkout runs it
+    for i in range(5):
+        t = time.perf_counter()
+        ws.read(smudged, agent=f"smudge{i}")
+        r_rot.append((time.perf_counter() - t) / len(smudged))
+        t = time.perf_counter()
+        for p in smudged:
+            subprocess.run(["git", "cat-file", "--filters", f"refs/storm/workspace:{p}"], cwd=repo,
+                           capture_output=True, check=True)
+        git_smudge.append((time.perf_counter() - t) / len(smudged))
 
     print(f"{args.files} files, medians in ms ({args.writes} writes per row, {n_rot} under the filter driver)")
     print(f"  bare cycle (floor)                          {med(fl):7.3f}")
@@ -119,6 +148,11 @@ def main() -> None:
     print(f"    cost of the checks                        {med(on) - med(off):+7.3f}  ({(med(on) / med(off) - 1) * 100:+.1f} %)")
     print(f"  write, text eol=crlf                        {med(crlf):7.3f}  ({med(crlf) / med(crlf_fl):.2f}x its floor "
           f"{med(crlf_fl):.3f})")
+    print(f"  read of {len(everything)} files, checks on           {med(r_on):7.3f}")
+    print(f"  read of {len(everything)} files, checks off          {med(r_off):7.3f}  "
+          f"(cost of the checks {(med(r_on) / med(r_off) - 1) * 100:+.1f} %; a filter driver is defined)")
+    print(f"  read under the filter driver, per file      {med(r_rot):7.3f}  (git cat-file --filters per file "
+          f"{med(git_smudge):.3f}: {med(r_rot) / med(git_smudge):.2f}x)")
     print(f"  write, filter driver (3 git processes)      {med(rot):7.3f}")
     print(f"    git hash-object -w --path + cat-file --filters  {med(git_rot):7.3f}  "
           f"(storm write / git's own conversions: {med(rot) / med(git_rot):.2f}x)")

@@ -59,7 +59,9 @@ class Conversions:
         self._exec_bit: bool | None = None
         self._symlinks: bool | None = None
         self._drivers: bool | None = None
+        self._defined: dict[str, bool] = {}
         self._dirs: dict[str, bool] = {}
+        self._may_dir: dict[str, bool] = {}
         self._kinds: dict[tuple[str, FilterMode], pygit2.filter.FilterList | str | None] = {}
 
     # -- which paths -----------------------------------------------------------
@@ -114,8 +116,12 @@ class Conversions:
             self._global = self._settings()["global"]
         if self._global:
             return True
-        parts = path.split("/")[:-1]
-        return any(self._dir_has(("/".join(parts[:i]))) for i in range(len(parts) + 1))
+        d = path.rpartition("/")[0]
+        got = self._may_dir.get(d)
+        if got is None:  # once per directory: a read of 2,000 paths asks for a few dozen
+            parts = d.split("/") if d else []
+            got = self._may_dir[d] = any(self._dir_has("/".join(parts[:i])) for i in range(len(parts) + 1))
+        return got
 
     def _settings(self) -> dict[str, bool]:
         """_any_global and core.fileMode, kept on the Store while the repository's own
@@ -227,9 +233,28 @@ class Conversions:
         cleaned a second time: the file changed, or was destroyed (found 2026-11-25)."""
         if self._drivers is None:
             self._drivers = self._settings()["drivers"]
-        if not self._drivers or self._kind(path, FilterMode.TO_WORKTREE) != EXTERNAL:
+        if not self._drivers or not self._external(path):
             return data  # no filter driver in git config: a read of 2,000 paths pays one lookup
         return self.to_worktree(path, data, oid)
+
+    def _external(self, path: str) -> bool:
+        """Whether a filter driver that git config defines converts ``path``: one
+        attribute lookup (``_kind`` makes three, for every conversion git has)."""
+        if not self._may(path):
+            return False
+        known = self._kinds.get((path, FilterMode.TO_WORKTREE), False)
+        if known is not False:
+            return known == EXTERNAL
+        try:
+            driver = self.store.repo.get_attr(path, "filter")
+        except pygit2.GitError as exc:
+            raise ConversionFailed(f"cannot read the attributes of {path}: {exc}",
+                                   hint="check .gitattributes (git check-attr -a -- PATH)") from None
+        if not isinstance(driver, str):
+            return False
+        if driver not in self._defined:
+            self._defined[driver] = self._driver_defined(driver)
+        return self._defined[driver]
 
     def _apply(self, filters: pygit2.filter.FilterList, path: str, data: bytes) -> bytes:
         try:
