@@ -49,7 +49,7 @@ def missing(repo: pygit2.Repository, oids: Iterable[pygit2.Oid]) -> list[pygit2.
     return [o for o in dict.fromkeys(oids) if not exists(o)]
 
 
-def fetch(repo: pygit2.Repository, workdir: str, oids: list[pygit2.Oid], env: dict[str, str]) -> None:
+def fetch(repo: pygit2.Repository, cwd: str, oids: list[pygit2.Oid], env: dict[str, str]) -> None:
     """Fetch ``oids`` from the promisor remote in one ``git fetch``.
 
     Raises CorruptState when the clone is not partial (a missing object is then
@@ -63,7 +63,7 @@ def fetch(repo: pygit2.Repository, workdir: str, oids: list[pygit2.Oid], env: di
     env = {**env, "GIT_TERMINAL_PROMPT": "0"}  # an agent's command never waits at a password prompt
     what = f"{len(oids)} blobs" if len(oids) > 1 else f"blob {oids[0]}"
     try:
-        r = subprocess.run(args, cwd=workdir, input="".join(f"{o}\n" for o in oids).encode(),
+        r = subprocess.run(args, cwd=cwd, input="".join(f"{o}\n" for o in oids).encode(),
                            capture_output=True, env=env, timeout=FETCH_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise Unreachable(f"fetching {what} of this partial clone from {remote} took more than "
@@ -81,12 +81,12 @@ def fetch(repo: pygit2.Repository, workdir: str, oids: list[pygit2.Oid], env: di
                           hint="the server may not allow fetching objects by id (uploadpack.allowAnySHA1InWant)")
 
 
-def prefetch(repo: pygit2.Repository, workdir: str, oids: Iterable[pygit2.Oid], env: dict[str, str]) -> int:
+def prefetch(repo: pygit2.Repository, cwd: str, oids: Iterable[pygit2.Oid], env: dict[str, str]) -> int:
     """In a partial clone, fetch those of ``oids`` that are missing, in one go (a read
     of many paths would otherwise fetch them one by one). Returns how many were."""
     if remote_of(repo) is None:
         return 0
     need = missing(repo, oids)
     if need:
-        fetch(repo, workdir, need, env)
+        fetch(repo, cwd, need, env)
     return len(need)
