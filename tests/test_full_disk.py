@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import git, make_repo, storm
 
 FILES = {f"src/m{i:02d}.py": f"x = {i}\n" for i in range(30)} | {"a.txt": "one\n"}
@@ -220,3 +222,27 @@ def test_an_mcp_tool_on_a_full_disk_is_a_no_space_tool_error(tmp_path):
     assert out["error"] and out["data"]["error"]["kind"] == "no_space", out
     assert "free space" in out["text"]
     assert head(repo) == before
+
+
+def test_a_read_only_mount_is_named_not_blamed_on_storm(tmp_path):
+    """A repository on a read-only mount (a container volume, a remounted disk): every
+    storm command that records anything said "OSError: [Errno 30] … (run git storm
+    doctor)". It is now one line naming the read-only file system, exit 3 `read_only`."""
+    repo = make_repo(tmp_path / "mnt" / "repo")
+    assert storm(repo, "read", "README.md", agent="e1").returncode == 0
+    mnt = tmp_path / "mnt"
+    if subprocess.run(["mount", "--bind", str(mnt), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("needs mount (root in a container that allows it)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        for args, data in ((("read", "README.md"), None), (("write", "README.md"), "x\n"), (("status",), None)):
+            r = storm(repo, *args, input=data, agent="e1")
+            assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+            assert "read-only" in r.stderr and "doctor" not in r.stderr and "Errno" not in r.stderr, r.stderr
+        r = storm(repo, "read", "README.md", "--json", agent="e1")
+        assert json.loads(r.stdout)["error"]["kind"] == "read_only"
+        assert storm(repo, "log").returncode == 0  # reading the history needs no write
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+    assert storm(repo, "read", "README.md", agent="e1").returncode == 0

@@ -124,6 +124,14 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None] | None:
         # one of storm's own files replaced by a directory (or the reverse): corrupt state
         return (EXIT_REPO_STATE, CorruptState.kind, f"storm's {exc.filename} is not what storm keeps there "
                 f"({exc.strerror})", "git storm doctor --fix moves it aside")
+    if _read_only(exc):
+        where = getattr(exc, "filename", None)
+        if not where and "'" in str(exc):  # libgit2 names the file in quotes
+            where = str(exc).split("'")[1]
+        return (EXIT_REPO_STATE, "read_only", f"the file system is read-only{f' at {where}' if where else ''}: "
+                "storm records each read and write in the repository (.git/storm, .git/objects)",
+                "make the repository writable here (a read-only mount, a container volume); "
+                "git storm log and plain git can still read it")
     if isinstance(exc, (pygit2.GitError, OSError)):
         if no_space(exc):
             why = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror and exc.filename \
@@ -131,3 +139,15 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None] | None:
             return EXIT_REPO_STATE, NoSpace.kind, f"the disk refused to store more: {why}", NoSpace.HINT
         return EXIT_REPO_STATE, "repo_state", f"{type(exc).__name__}: {exc}", "run git storm doctor"
     return None
+
+
+def _read_only(exc: BaseException) -> bool:
+    """A write refused because the file system is mounted read-only (EROFS), as
+    Python or libgit2 words it."""
+    import errno
+
+    import pygit2
+
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        return True
+    return isinstance(exc, (OSError, pygit2.GitError)) and "Read-only file system" in str(exc)
