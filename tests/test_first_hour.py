@@ -237,3 +237,40 @@ def test_a_work_tree_whose_git_directory_lives_elsewhere(tmp_path):
     assert git(wt, "show", "HEAD:src/app.py").stdout == b"x = 2  # e1: more\n"
     assert git(wt, "status", "--porcelain").stdout == b""
     assert (tmp_path / "neighbour.txt").read_text() == "not in the repository\n"
+
+
+def test_a_repository_shared_by_a_group_stays_writable_by_the_group(tmp_path):
+    """``git init --shared=group`` (core.sharedRepository): git makes what it creates
+    group-writable so several users (agents in containers with their own uids on one
+    volume) can share the repository. Storm created its locks, journals and disk
+    record 0644 (its directories, and libgit2's new object directories, 0755), and its
+    commit left git's index 0600: a second user of the group could not take a lock or
+    write an object, and every storm command of theirs failed with "Permission
+    denied". A second user cannot be made everywhere, so this checks what that user
+    needs: the group's bits on everything storm made."""
+    r = tmp_path / "shared"
+    git(tmp_path, "init", "-q", "--shared=group", "-b", "main", str(r))
+    (r / "a.py").write_text("x = 1\n")
+    git(r, "add", "a.py")
+    git(r, "commit", "-q", "-m", "initial")
+    gd = r / ".git"
+    index_mode = (gd / "index").stat().st_mode & 0o777
+    old = os.umask(0o022)  # what a container's processes usually run with
+    try:
+        assert storm(r, "init").returncode == 0
+        assert storm(r, "read", "a.py", agent="e1").returncode == 0
+        assert storm(r, "write", "a.py", input="x = 2  # e1: more\n", agent="e1").returncode == 0
+        assert storm(r, "commit", "-m", "integrate").returncode == 0
+    finally:
+        os.umask(old)
+    dirs = [gd / "storm", *(p for p in (gd / "storm").rglob("*") if p.is_dir()),
+            *(p for p in (gd / "objects").iterdir() if len(p.name) == 2),
+            *(p for p in (gd / "refs" / "storm").rglob("*") if p.is_dir()), gd / "refs" / "storm"]
+    files = [p for p in (gd / "storm").rglob("*") if p.is_file()]
+    assert files and dirs
+    closed = {str(p.relative_to(gd)): oct(p.stat().st_mode & 0o777) for p in dirs if p.stat().st_mode & 0o070 != 0o070}
+    closed.update({str(p.relative_to(gd)): oct(p.stat().st_mode & 0o777) for p in files
+                   if p.stat().st_mode & 0o060 != 0o060})
+    assert closed == {}, closed
+    assert (gd / "index").stat().st_mode & 0o777 == index_mode  # the commit's new index kept git's mode
+    assert git(r, "status", "--porcelain").stdout == b""

@@ -114,6 +114,7 @@ def index_copy(index: str) -> Iterator[str]:
     try:
         if os.path.exists(index):
             shutil.copyfile(index, tmp)
+            shutil.copymode(index, tmp)  # mkstemp's 0600 would shut the other users of a shared repository out
         else:
             os.unlink(tmp)
         yield tmp

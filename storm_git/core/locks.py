@@ -43,10 +43,10 @@ def flocked(commondir: str, name: str, *, shared: bool = False) -> Iterator[None
     d = lock_dir(commondir)
     path = os.path.join(d, name)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except FileNotFoundError:
         os.makedirs(d, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -60,7 +60,7 @@ def try_flocked(commondir: str, name: str) -> Iterator[bool]:
     whoever must not wait on another process (``status`` beside a stopped agent)."""
     d = lock_dir(commondir)
     os.makedirs(d, exist_ok=True)
-    fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

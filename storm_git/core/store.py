@@ -101,6 +101,7 @@ class Store:
                 hint="storm needs a working tree for the shared workspace",
             )
         self.repo = repo
+        _shared_umask(repo)
         # Per-open caches of parsed state, each validated against what it was parsed
         # from before use (storm_git.core.readsets): never shared across repositories.
         self.caches: dict[str, dict] = {}
@@ -517,6 +518,38 @@ def _dir_race(exc: Exception, deadline: float) -> bool:
 # repository, index or object store; git commands storm runs name theirs explicitly.
 REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR",
              "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+
+# core.sharedRepository (git init --shared): the permission bits the repository's
+# users share. git chmods each file it creates to them; storm (and libgit2 in storm's
+# process) create files through the umask, so the umask is widened to match.
+_SHARED_PERMS = {"group": 0o660, "true": 0o660, "1": 0o660, "all": 0o664, "world": 0o664,
+                 "everybody": 0o664, "2": 0o664}
+
+
+def _shared_umask(repo: pygit2.Repository) -> None:
+    """Let the files storm creates be shared as ``core.sharedRepository`` says.
+
+    Storm created its locks, journals, disk record (and libgit2 its objects and refs)
+    with the process's umask, 0644 and 0755 under the usual 022: in a repository made
+    with ``git init --shared=group`` a second user of the group could not take a storm
+    lock or write an object, and every storm command of theirs failed (found
+    2026-11-25). Like git, nothing changes where the setting is absent or ``umask``."""
+    try:
+        config = repo.config
+        raw = str(config["core.sharedRepository"]).strip().lower() if "core.sharedRepository" in config else ""
+    except (pygit2.GitError, ValueError):
+        return
+    perms = _SHARED_PERMS.get(raw)
+    if perms is None and raw.startswith("0") and len(raw) > 1:
+        try:
+            perms = int(raw, 8) & 0o666
+        except ValueError:
+            perms = None
+    if not perms:
+        return
+    current = os.umask(0)
+    os.umask(current & ~(perms | (perms & 0o444) >> 2) & 0o777)  # and x where readable, for directories
 
 
 def _explicit_work_tree(repo: pygit2.Repository, cwd: str) -> None:
