@@ -327,3 +327,23 @@ def test_outside_a_repository_and_uninitialised(tmp_path):
         r = storm(repo, *args, agent="e1", input=b"x")
         assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert snapshot_refs(repo) == before
+
+
+def test_a_named_pipe_in_the_tree_is_refused_never_waited_on(tmp_path):
+    """An agent's command can leave a FIFO (mkfifo) where a file would be. Opening it
+    for reading blocks until a writer appears: ``git storm adopt pipe`` never
+    returned, nor did a worktree-mode ``read`` of one. Both now refuse at once."""
+    repo = make_repo(tmp_path / "repo")
+    os.mkfifo(repo / "pipe")
+    r = storm(repo, "adopt", "pipe", agent="e1", timeout=30)
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+    r = storm(repo, "exec", "--agent", "e1", "--", "sh", "-c", "mkfifo other && echo y > y.txt", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert storm(repo, "status", timeout=30).returncode == 0
+    wt = make_repo(tmp_path / "wt")
+    assert storm(wt, "mode", "worktree").returncode == 0
+    assert storm(wt, "spawn", "e1").returncode == 0
+    agent_tree = Path(git(wt, "worktree", "list", "--porcelain").stdout.decode().split("worktree ")[2].split("\n")[0])
+    os.mkfifo(agent_tree / "wp")
+    r = storm(wt, "read", "wp", agent="e1", timeout=30)
+    assert r.returncode == 2 and "named pipe" in r.stderr, r.stderr

@@ -45,7 +45,7 @@ import pygit2
 
 from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
-from .files import append_all, reason, remove_quietly, replace_file, stamp
+from .files import append_all, open_regular, read_regular, reason, remove_quietly, replace_file, stamp
 from .locks import flocked
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
@@ -238,7 +238,10 @@ def _state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = 
         return pygit2.hash(os.fsencode(os.readlink(name, dir_fd=dfd))), MODE_LINK
     if not stat_mod.S_ISREG(st.st_mode):
         return False
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        fd = open_regular(name, dir_fd=dfd, follow=False)
+    except BadPath:  # swapped for a FIFO, a directory … since the stat: not a file storm records
+        return False
     try:
         if conv is not None and conv.applies(path):
             with open(fd, "rb", closefd=False) as fh:
@@ -308,9 +311,7 @@ def _read_at(dfd: int, name: str, limit: int | None) -> bytes:
         return os.fsencode(os.readlink(name, dir_fd=dfd))
     if limit is not None and st.st_size > limit:
         raise ValueError(st.st_size)
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    with open(fd, "rb", closefd=True) as fh:
-        return fh.read()
+    return read_regular(name, dir_fd=dfd, follow=False)
 
 
 # -- writing the disk ------------------------------------------------------------------

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 
@@ -121,3 +122,29 @@ def index_copy(index: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def open_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -> int:
+    """A read-only descriptor of the regular file ``name``. Opened with O_NONBLOCK, so
+    a FIFO (``mkfifo`` by an agent's command, or swapped in while storm looks) does
+    not hang the command until some writer appears, as a plain open did (found
+    2026-11-25: ``git storm adopt pipe`` never returned); anything but a regular
+    file raises BadPath naming it. Reads of a regular file ignore O_NONBLOCK."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        from .errors import BadPath
+
+        what = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "not a regular file"
+        raise BadPath(f"{name!r} is {what}, not a file storm can read", hint="storm reads and writes regular files")
+    return fd
+
+
+def read_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -> bytes:
+    """The content of the regular file ``name`` (open_regular's rules)."""
+    with open(open_regular(name, dir_fd=dir_fd, follow=follow), "rb", closefd=True) as fh:
+        return fh.read()

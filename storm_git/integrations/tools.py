@@ -23,6 +23,7 @@ import pygit2
 from ..core.agents import validate_agent
 from ..api import open_workspace
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError, classify
+from ..core.files import read_regular
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
 from ..storm.shared import SharedWorkspace, deps_argument
@@ -183,8 +184,7 @@ class StormTools:
         if os.path.isdir(full):
             raise BadPath(f"{p} is a directory, not a file")
         try:
-            with open(full, "rb") as fh:
-                return fh.read(), True
+            return read_regular(full), True  # a FIFO is refused (BadPath), never waited on
         except FileNotFoundError:
             return None, True
 

@@ -20,7 +20,7 @@ import pygit2
 from ..core import events, readsets, scope
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
-from ..core.files import index_copy
+from ..core.files import index_copy, read_regular
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
@@ -58,8 +58,7 @@ def _disk_version(full: str) -> tuple[str | None, bytes | None, int | None]:
         data = os.fsencode(os.readlink(full))
         return str(pygit2.hash(data)), data, MODE_LINK
     try:
-        with open(full, "rb") as fh:
-            data = fh.read()
+        data = read_regular(full)  # a FIFO in the worktree is refused, never waited on
         mode = MODE_EXEC if os.stat(full).st_mode & 0o111 else MODE_BLOB
     except FileNotFoundError:
         return None, None, None
