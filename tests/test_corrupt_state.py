@@ -73,10 +73,23 @@ def _disk_record_is_a_directory(repo: Path) -> None:
 
 
 # storm's own paths of the wrong type: refused naming the path, fixed by doctor --fix
+def _fifo(rel: str):
+    """Put a named pipe where storm keeps ``rel`` (a glob under .git/storm): a plain
+    open of it waits for a writer, and every storm command hung (found 2026-11-25)."""
+    def corrupt(repo: Path) -> None:
+        for p in (list((repo / ".git" / "storm").glob(rel)) or [repo / ".git" / "storm" / rel]):
+            if p.exists():
+                p.unlink()
+            os.mkfifo(p)
+    return corrupt
+
+
 LAYOUT = {
     "lock-files-are-directories": _locks_are_directories,
     "journal-directory-is-a-file": _journal_dir_is_a_file,
     "disk-record-is-a-directory": _disk_record_is_a_directory,
+    "disk-record-is-a-named-pipe-hung": _fifo("disk-record"),
+    "journal-is-a-named-pipe-hung": _fifo("journal/*"),
 }
 
 CORRUPTIONS = {

@@ -491,7 +491,7 @@ def load(store: Store) -> Record:
     file's inode and size: every rewrite is a new file, renamed over)."""
     path = record_path(store)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO here must not hang us
     except FileNotFoundError:
         base, synced = _default_base(store)
         reset(store, base, synced)

@@ -148,3 +148,20 @@ def read_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -
     """The content of the regular file ``name`` (open_regular's rules)."""
     with open(open_regular(name, dir_fd=dir_fd, follow=follow), "rb", closefd=True) as fh:
         return fh.read()
+
+
+def read_own(path: str) -> bytes | None:
+    """One of storm's own files (a journal, the disk record's companions), None when
+    absent. Never blocks on a FIFO put in its place (a plain open waits for a writer:
+    every storm command hung); anything but a regular file is corrupt state, which
+    ``git storm doctor --fix`` moves aside."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with open(fd, "rb", closefd=True) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            from .errors import CorruptState
+
+            raise CorruptState(f"storm's {path} is not a regular file", hint="git storm doctor --fix moves it aside")
+        return fh.read()

@@ -49,7 +49,7 @@ import pygit2
 
 from . import notes, trailers
 from .errors import CorruptState
-from .files import append_all, replace_file
+from .files import append_all, read_own, replace_file
 from .locks import flocked, try_flocked
 from .store import AGENTS_PREFIX, Store
 
@@ -234,11 +234,7 @@ def _parse_journal(data: bytes, agent: str, start: int = 0) -> _Journal:
 
 
 def _read_journal(store: Store, agent: str) -> bytes | None:
-    try:
-        with open(journal_path(store, agent), "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+    return read_own(journal_path(store, agent))
 
 
 def _start_journal(store: Store, agent: str, base: str) -> None:

@@ -50,7 +50,7 @@ import pygit2
 from ..core import readsets, trailers
 from ..core.disk import changed_paths
 from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
-from ..core.files import replace_file
+from ..core.files import read_own, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
@@ -337,11 +337,7 @@ class RemoteWorkspace(SharedWorkspace):
     # -- the agent's read set around an attempt -------------------------------------
     def _take_snapshot(self, agent: str) -> None:
         with flocked(self.store.commondir, agent_lock(agent)):
-            try:
-                with open(journal_path(self.store, agent), "rb") as fh:
-                    journal = fh.read()
-            except FileNotFoundError:
-                journal = None
+            journal = read_own(journal_path(self.store, agent))
             self._snap[agent] = _Snapshot(journal, self.store.ref_target(agent_ref(agent)))
 
     def _put_back(self, agent: str) -> None:

@@ -45,7 +45,7 @@ from ..core.convert import ConversionFailed, Conversions
 from ..core.disk import TEMP_PREFIX, disk_state, entry_or_none, same, tree_changes
 from ..core.gitcmd import GitFailed
 from ..core.errors import BadPath, NotInitialised, TooLarge, UsageError
-from ..core.files import replace_file
+from ..core.files import read_own, replace_file
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
@@ -137,11 +137,7 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
     d = _storm_dir(store)
     index = os.path.join(d, INDEX_NAME)
     state = os.path.join(d, STATE_NAME)
-    try:
-        with open(state, encoding="ascii") as fh:
-            have = fh.read().strip()
-    except FileNotFoundError:
-        have = ""
+    have = (read_own(state) or b"").decode("ascii", "replace").strip()
     if have == str(tree.id) and os.path.exists(index):
         return index
     old = None
@@ -243,10 +239,8 @@ def _save_missing(store: Store, missing: list[str]) -> None:
 
 
 def _load_missing(store: Store) -> set[str] | None:
-    try:
-        with open(os.path.join(_storm_dir(store), MISSING_NAME), "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
+    data = read_own(os.path.join(_storm_dir(store), MISSING_NAME))
+    if data is None:
         return None
     return {p.decode("utf-8", "surrogateescape") for p in data.split(b"\0") if p}
 
