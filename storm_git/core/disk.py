@@ -45,7 +45,7 @@ import pygit2
 
 from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
-from .files import append_all, open_regular, read_regular, reason, remove_quietly, replace_file, stamp
+from .files import NotRegularFile, append_all, open_regular, read_regular, reason, remove_quietly, replace_file, stamp
 from .locks import flocked
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
@@ -240,7 +240,7 @@ def _state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = 
         return False
     try:
         fd = open_regular(name, dir_fd=dfd, follow=False)
-    except BadPath:  # swapped for a FIFO, a directory … since the stat: not a file storm records
+    except NotRegularFile:  # swapped for a FIFO, a directory … since the stat: not a file storm records
         return False
     try:
         if conv is not None and conv.applies(path):

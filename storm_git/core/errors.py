@@ -119,6 +119,12 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None] | None:
 
     if isinstance(exc, StormError):
         return exc.exit_code, exc.kind, exc.message, exc.hint
+    from .files import NotRegularFile
+
+    if isinstance(exc, NotRegularFile):  # a FIFO, a directory … where a file was expected
+        if exc.own:
+            return EXIT_REPO_STATE, CorruptState.kind, exc.message, "git storm doctor --fix moves it aside"
+        return EXIT_USAGE, BadPath.kind, exc.message, "storm reads and writes regular files"
     if isinstance(exc, OSError) and exc.errno in (errno.EISDIR, errno.ENOTDIR) and exc.filename \
             and f"{os.sep}storm{os.sep}" in str(exc.filename):
         # one of storm's own files replaced by a directory (or the reverse): corrupt state

@@ -124,23 +124,34 @@ def index_copy(index: str) -> Iterator[str]:
             os.unlink(tmp)
 
 
+class NotRegularFile(OSError):
+    """A path that is not a regular file where storm reads one. ``own``: one of
+    storm's own files (corrupt state, exit 3); else a path of the working tree
+    (bad input, exit 2). storm_git.core.errors.classify answers both."""
+
+    def __init__(self, message: str, *, own: bool = False) -> None:
+        super().__init__(message)
+        self.message, self.own = message, own
+
+
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "not a regular file")
+
+
 def open_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -> int:
     """A read-only descriptor of the regular file ``name``. Opened with O_NONBLOCK, so
     a FIFO (``mkfifo`` by an agent's command, or swapped in while storm looks) does
     not hang the command until some writer appears, as a plain open did (found
     2026-11-25: ``git storm adopt pipe`` never returned); anything but a regular
-    file raises BadPath naming it. Reads of a regular file ignore O_NONBLOCK."""
+    file raises NotRegularFile naming it. Reads of a regular file ignore O_NONBLOCK."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(name, flags, dir_fd=dir_fd)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        from .errors import BadPath
-
-        what = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
-            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
-            "not a regular file"
-        raise BadPath(f"{name!r} is {what}, not a file storm can read", hint="storm reads and writes regular files")
+        raise NotRegularFile(f"{name!r} is {_kind_of(mode)}, not a file storm can read")
     return fd
 
 
@@ -160,8 +171,7 @@ def read_own(path: str) -> bytes | None:
     except FileNotFoundError:
         return None
     with open(fd, "rb", closefd=True) as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            from .errors import CorruptState
-
-            raise CorruptState(f"storm's {path} is not a regular file", hint="git storm doctor --fix moves it aside")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"storm's {path} is {_kind_of(mode)}, not the file storm keeps there", own=True)
         return fh.read()

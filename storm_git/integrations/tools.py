@@ -184,7 +184,7 @@ class StormTools:
         if os.path.isdir(full):
             raise BadPath(f"{p} is a directory, not a file")
         try:
-            return read_regular(full), True  # a FIFO is refused (BadPath), never waited on
+            return read_regular(full), True  # a FIFO is refused (files.NotRegularFile), never waited on
         except FileNotFoundError:
             return None, True
 

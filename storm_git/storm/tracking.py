@@ -282,7 +282,7 @@ def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
 def _read_disk(store: Store, path: str, dirs: disk.DirFds | None = None) -> bytes | None:
     try:
         return disk.read_disk(store.main_workdir, path, dirs=dirs)
-    except (disk.UnsafePath, OSError, BadPath):  # BadPath: a FIFO or the like, never opened to wait
+    except (disk.UnsafePath, OSError):  # OSError includes a FIFO or the like (files.NotRegularFile)
         return None
 
 

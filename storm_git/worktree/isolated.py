@@ -58,7 +58,7 @@ def _disk_version(full: str) -> tuple[str | None, bytes | None, int | None]:
         data = os.fsencode(os.readlink(full))
         return str(pygit2.hash(data)), data, MODE_LINK
     try:
-        data = read_regular(full)  # a FIFO in the worktree is refused, never waited on
+        data = read_regular(full)  # a FIFO in the worktree is refused (exit 2), never waited on
         mode = MODE_EXEC if os.stat(full).st_mode & 0o111 else MODE_BLOB
     except FileNotFoundError:
         return None, None, None
