@@ -158,8 +158,11 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
               help="Storm mode: refuse (exit 3) while unmediated edits remain on disk.")
 @click.option("--gpg-sign/--no-gpg-sign", "sign", default=None,
               help="Sign the commit as git commit -S does (default: as commit.gpgSign says).")
+@click.option("--no-verify", is_flag=True,
+              help="Skip the repository's commit-msg and post-commit hooks (storm mode; git commit's hooks in worktree mode).")
 @json_option
-def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bool | None, as_json: bool) -> None:
+def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bool | None, no_verify: bool,
+           as_json: bool) -> None:
     """Commit the shared state to the current branch (storm mode: the manager only).
 
     Storm mode: the commit's tree is the shared head's tree, its parent the
@@ -172,14 +175,17 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
     Worktree mode: the agent commits its own worktree to its branch. Both
     sign the commit when commit.gpgSign is set (git's signing settings:
     gpg.format, user.signingKey); a signature that cannot be made is exit 3
-    and the branch does not move.
+    and the branch does not move. The repository's commit-msg hook may rewrite
+    or refuse the message and its post-commit hook runs after, as for git
+    commit (--no-verify skips them).
 
     \b
     Example:
       STORM_AGENT=manager git storm commit -m 'Integrate retries and timeouts'
       git storm commit -m 'Integrate' --adopt --json
     """
-    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign)
+    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign,
+                              verify=not no_verify)
     if as_json:
         _emit_json(res.to_dict())
     elif res.commit is None:

@@ -278,3 +278,32 @@ def test_the_managers_commit_waits_its_turn_for_gits_index_lock(repo, tmp_path):
     assert git(repo, "show", "HEAD:src/api.py").stdout == b"x = 1  # e1: new\n"
     assert git(repo, "status", "--porcelain").stdout == b""  # the index has the new tree
     assert not list((repo / ".git").glob("index.storm-*")) and not (repo / ".git" / "index.lock").exists()
+
+
+def test_the_managers_commit_runs_the_repositorys_commit_msg_and_post_commit_hooks(repo):
+    """git commit runs commit-msg (Gerrit's adds the Change-Id its server requires;
+    others refuse a message format) and post-commit; the manager's commit ran
+    neither. Now it does, as git does, and --no-verify skips them."""
+    hooks = repo / ".git" / "hooks"
+    (hooks / "commit-msg").write_text('#!/bin/sh\ngrep -q "^Change-Id:" "$1" || echo "Change-Id: I0123abcd" >> "$1"\n')
+    (hooks / "post-commit").write_text('#!/bin/sh\ngit rev-parse HEAD > "$(git rev-parse --git-dir)/post-commit-ran"\n')
+    for h in ("commit-msg", "post-commit"):
+        (hooks / h).chmod(0o755)
+    _write(repo, "e1", "src/api.py", "x = 1\n")
+    r = storm(repo, "commit", "-m", "integrate")
+    assert r.returncode == 0, r.stderr
+    body = git(repo, "log", "-1", "--format=%B").stdout.decode()
+    assert body.startswith("integrate\n") and "Storm-Writes: 1" in body and "Change-Id: I0123abcd" in body, body
+    assert (repo / ".git" / "post-commit-ran").read_text().strip() == rev(repo, "HEAD")
+
+    (hooks / "commit-msg").write_text('#!/bin/sh\necho "message must name a ticket" >&2\nexit 1\n')
+    storm(repo, "read", "src/api.py", agent="e1")
+    assert storm(repo, "write", "src/api.py", input="x = 2\n", agent="e1").returncode == 0
+    head = rev(repo, "HEAD")
+    code, res = storm_json(repo, "commit", "-m", "integrate again")
+    assert code == 3 and res["error"]["kind"] == "hook_refused", res
+    assert "message must name a ticket" in res["error"]["message"] and "--no-verify" in res["error"]["hint"]
+    assert rev(repo, "HEAD") == head and not list((repo / ".git").glob("STORM_COMMIT_EDITMSG*"))
+    r = storm(repo, "commit", "-m", "integrate again", "--no-verify")
+    assert r.returncode == 0, r.stderr
+    assert "Change-Id" not in git(repo, "log", "-1", "--format=%B").stdout.decode()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 
 import pygit2
@@ -114,6 +115,41 @@ def _index_locked(store: Store) -> Iterator[None]:
             os.unlink(lock)
 
 
+class HookRefused(RepoStateError):
+    """The repository's commit-msg hook refused the manager's commit (exit 3)."""
+
+    kind = "hook_refused"
+
+
+def _hook(store: Store, name: str, *args: str) -> subprocess.CompletedProcess:
+    """Run the repository's ``name`` hook as git commit would (``git hook run``: it
+    finds core.hooksPath, or the hooks directory); nothing when there is none."""
+    return subprocess.run(["git", "hook", "run", "--ignore-missing", name, "--", *args], cwd=store.top,
+                          env=git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top, GIT_EDITOR=":"),
+                          capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def _commit_msg(store: Store, text: str) -> str:
+    """The message after the repository's commit-msg hook, which may rewrite it (a
+    Gerrit Change-Id, a DCO sign-off) or refuse it, as for git commit. Before
+    2026-11-25 the manager's commit ran no hook: a Change-Id that the server
+    requires was missing and a hook that refuses a message format was bypassed."""
+    fd, path = tempfile.mkstemp(prefix="STORM_COMMIT_EDITMSG.", dir=store.gitdir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        r = _hook(store, "commit-msg", path)
+        if r.returncode != 0:
+            said = (r.stderr or r.stdout).decode("utf-8", "replace").strip().splitlines()
+            raise HookRefused(f"the commit-msg hook refused the commit: {said[-1] if said else 'exit ' + str(r.returncode)}",
+                              hint="fix the message (-m), or commit without the hooks: git storm commit --no-verify")
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _reset_index(store: Store, tree: pygit2.Oid) -> None:
     """Make git's index hold ``tree`` (its lock held: _index_locked); keep stat data
     of unchanged entries so the next ``git status`` does not re-read every file.
@@ -131,12 +167,14 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
 
 
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
-           strict: bool = False, sign: bool | None = None) -> CommitResult:
+           strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
     files), adopted first with ``adopt`` (validated against the version each was
     made on; a reverted file is never adopted), or refused with ``strict``.
-    ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing)."""
+    ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing).
+    ``verify``: run the repository's commit-msg hook on the message and its
+    post-commit hook after, as git commit does (``--no-verify`` skips them)."""
     store = ws.store
     manager = manager_id(store)
     who = validate_agent(agent) if agent else validate_agent(manager)
@@ -185,6 +223,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
             if shared.tree.id != parent.tree.id:
                 sig = _identity(store, manager)
                 text = format_message(message, agents, head, len(writes))
+                if verify:  # under the lock: the trailers name this head (a slow hook holds writers back)
+                    text = _commit_msg(store, text)
                 new = signing.make_commit(store, shared.tree.id, [parent.id], sig, sig, text,
                                           sign=signing.wanted(store, sign))
                 if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
@@ -199,6 +239,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                            "writes": [str(c.id) for c in writes[-MAX_LISTED_WRITES:]]})
         if new is not None:
             _reset_index(store, shared.tree.id)
+    if new is not None and verify:
+        _hook(store, "post-commit")  # as for git commit: its exit status changes nothing
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
                         adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])

@@ -746,11 +746,11 @@ class SharedWorkspace(BaseWorkspace):
         return restore(self.store, norm)
 
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
-               strict: bool = False, sign: bool | None = None) -> CommitResult:
+               strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
         """The manager commits the shared head's tree to the current branch."""
         from .manager import commit
 
-        return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign)
+        return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify)
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""

@@ -233,7 +233,7 @@ class WorktreeWorkspace(BaseWorkspace):
 
     # -- commit ---------------------------------------------------------------------------
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
-               strict: bool = False, sign: bool | None = None) -> CommitResult:
+               strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
         """Commit everything changed in the agent's worktree to its branch.
 
         Refused (CommitRefused, nothing staged, nothing changed) when the worktree is
@@ -275,7 +275,7 @@ class WorktreeWorkspace(BaseWorkspace):
             added = [p for xy, p in status_entries(w.path, excludes, rename_sources=False) if xy != "D "]
             run_git(["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"], w.path, env=env,
                     input="\0".join(f":(literal){p}" for p in added).encode("utf-8", "surrogateescape"))
-            flag = [] if sign is None else ["-S" if sign else "--no-gpg-sign"]
+            flag = ([] if sign is None else ["-S" if sign else "--no-gpg-sign"]) + ([] if verify else ["--no-verify"])
             r = run_git(["commit", "--quiet", *flag, "-F", "-"], w.path, env=env, input=body.encode(), check=False)
             if r.returncode != 0:
                 msg = (r.stderr or r.stdout).decode("utf-8", "replace").strip().replace("\n", " ")
