@@ -91,7 +91,11 @@ class Conversions:
                                    hint="check .gitattributes (git check-attr -a -- PATH)") from None
 
     def _driver_defined(self, name: str) -> bool:
-        return any(self.store.config_get(f"filter.{name}.{k}") is not None for k in ("clean", "smudge", "process"))
+        got = self._defined.get(name)
+        if got is None:  # three config lookups, once per driver name and operation
+            got = self._defined[name] = any(self.store.config_get(f"filter.{name}.{k}") is not None
+                                            for k in ("clean", "smudge", "process"))
+        return got
 
     @property
     def exec_bit(self) -> bool:
@@ -250,11 +254,7 @@ class Conversions:
         except pygit2.GitError as exc:
             raise ConversionFailed(f"cannot read the attributes of {path}: {exc}",
                                    hint="check .gitattributes (git check-attr -a -- PATH)") from None
-        if not isinstance(driver, str):
-            return False
-        if driver not in self._defined:
-            self._defined[driver] = self._driver_defined(driver)
-        return self._defined[driver]
+        return isinstance(driver, str) and self._driver_defined(driver)
 
     def _apply(self, filters: pygit2.filter.FilterList, path: str, data: bytes) -> bytes:
         try:

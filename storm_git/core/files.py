@@ -129,9 +129,9 @@ class NotRegularFile(OSError):
     storm's own files (corrupt state, exit 3); else a path of the working tree
     (bad input, exit 2). storm_git.core.errors.classify answers both."""
 
-    def __init__(self, message: str, *, own: bool = False) -> None:
+    def __init__(self, message: str, *, own: bool = False, kind: str = "not a regular file") -> None:
         super().__init__(message)
-        self.message, self.own = message, own
+        self.message, self.own, self.kind = message, own, kind
 
 
 def _kind_of(mode: int) -> str:
@@ -151,7 +151,8 @@ def open_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise NotRegularFile(f"{name!r} is {_kind_of(mode)}, not a file storm can read")
+        kind = _kind_of(mode)
+        raise NotRegularFile(f"{name!r} is {kind}, not a file storm can read", kind=kind)
     return fd
 
 
@@ -167,11 +168,8 @@ def read_own(path: str) -> bytes | None:
     every storm command hung); anything but a regular file is corrupt state, which
     ``git storm doctor --fix`` moves aside."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        return read_regular(path)
     except FileNotFoundError:
         return None
-    with open(fd, "rb", closefd=True) as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(f"storm's {path} is {_kind_of(mode)}, not the file storm keeps there", own=True)
-        return fh.read()
+    except NotRegularFile as exc:
+        raise NotRegularFile(f"storm's {path} is {exc.kind}, not the file storm keeps there", own=True) from None

@@ -653,10 +653,13 @@ class SharedWorkspace(BaseWorkspace):
             c = parent
         return list(dict.fromkeys(by)), behind
 
-    def _change(self, path: str, seen: ReadEntry | None, current: Entry | None, head: pygit2.Oid) -> FileChange:
+    def _change(self, path: str, seen: ReadEntry | None, current: Entry | None, head: pygit2.Oid,
+                new: bytes | None = None) -> FileChange:
+        """``new``: the current content as agents see it, when the caller has it already."""
         conv = Conversions(self.store)
         old = self.agent_content(path, pygit2.Oid(hex=seen.blob), None, conv) if seen and seen.blob else None
-        new = self.agent_content(path, current.oid, current.mode, conv) if current else None
+        if new is None and current is not None:
+            new = self.agent_content(path, current.oid, current.mode, conv)
         by, behind = self._file_history(path, head, seen.head if seen else None, seen.blob if seen else None)
         if seen is None:  # never read: no base to diff from or count versions since
             return FileChange(path, None, hex_(current.oid) if current else None, by, None, "",
@@ -669,7 +672,8 @@ class SharedWorkspace(BaseWorkspace):
         tree = self.store.commit(head).tree
         target = verdict.conflicts[0] if verdict.conflicts else next(iter(verdict.current))
         cur = verdict.current.get(target)
-        change = self._change(target, reads.get(target), cur, head)
+        content = self.agent_content(target, cur.oid, cur.mode) if cur else None  # once: a smudge may be a process
+        change = self._change(target, reads.get(target), cur, head, content)
         stale = [self._change(g, reads[g], self._entry_or_none(tree, g), head) for g in verdict.stale]
         reason = verdict.reason or RESERVED
         text = {
@@ -687,8 +691,7 @@ class SharedWorkspace(BaseWorkspace):
         if reason != RESERVED and reservation is not None:
             text += f"; {agent} holds {target} for {reservation.remaining():.0f}s to retry"
         return Rejection(reason, agent, target, str(head), hex_(cur.oid) if cur else None,
-                         self.agent_content(target, cur.oid, cur.mode) if cur else None, change, stale,
-                         reservation, text)
+                         content, change, stale, reservation, text)
 
     # -- status and log ----------------------------------------------------------
     def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
