@@ -141,7 +141,7 @@ def harness_install(which: str, agent: str | None, as_json: bool) -> None:
       git storm harness install claude
       git storm harness install codex --agent engineer_2
     """
-    from storm_git.integrations.harness_install import install
+    from storm_git.admin.harness_install import install
     from storm_git.core.store import Store
 
     res = install(Store.discover(), which, agent)
@@ -167,7 +167,7 @@ def harness_uninstall(which: str, as_json: bool) -> None:
     Example:
       git storm harness uninstall claude
     """
-    from storm_git.integrations.harness_install import uninstall
+    from storm_git.admin.harness_install import uninstall
     from storm_git.core.store import Store
 
     res = uninstall(Store.discover(), which)

@@ -214,7 +214,7 @@ def test_install_merges_and_uninstall_restores(repo):
     assert data["permissions"] == {"allow": ["Bash(npm test)"]}
     pre = data["hooks"]["PreToolUse"]
     assert pre[0]["hooks"][0]["command"] == "audit.sh"  # the user's hook first, kept
-    assert pre[1]["matcher"] == "Edit|MultiEdit|Write|Bash" and "harness hook --harness claude" in \
+    assert pre[1]["matcher"] == "Edit|MultiEdit|Write|NotebookEdit|Bash" and "harness hook --harness claude" in \
         pre[1]["hooks"][0]["command"]
     assert "Read" in data["hooks"]["PostToolUse"][0]["matcher"]
     text = settings.read_text()
@@ -312,3 +312,77 @@ def test_lease_makes_others_wait_and_a_failed_tool_releases_it(repo):
     assert decision(hook(repo, failed)) is None
     assert json.loads(storm(repo, "status", "--json").stdout)["reservations"] == []  # released at once
     assert decision(hook(repo, claude_event(repo, "B", "PreToolUse", "Edit", w, "eB2"))) is None
+
+
+def _notebook(*sources: str) -> str:
+    cells = [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": [s]} for i, s in enumerate(sources)]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+def test_notebook_edits_are_validated_and_recorded_like_edits(repo):
+    """Claude Code's NotebookEdit writes a .ipynb itself. Before 2026-11-25 storm's hooks
+    did not match it: a stale cell edit went through over another agent's write, and the
+    result was an unmediated edit. Now it is checked before and recorded after, as Edit."""
+    nb = repo / "analysis.ipynb"
+    nb.write_text(_notebook("x = 1", "plot(x)"))
+    assert storm(repo, "adopt", "analysis.ipynb", agent="engineer_1").returncode == 0
+    installed = storm(repo, "harness", "install", "claude", "--json")
+    assert installed.returncode == 0, installed.stderr
+    groups = json.loads((repo / ".claude/settings.json").read_text())["hooks"]
+    assert all("NotebookEdit" in groups[e][0]["matcher"].split("|")
+               for e in ("PreToolUse", "PostToolUse", "PostToolUseFailure"))
+    path = str(nb)
+    for s in ("sess-A", "sess-B"):
+        assert decision(hook(repo, claude_event(repo, s, "PostToolUse", "Read", {"file_path": path}, "r"),
+                             env={"STORM_AGENT": ""})) is None
+    edit_a = {"notebook_path": path, "cell_id": "c0", "new_source": "x = 2", "edit_mode": "replace"}
+    assert decision(hook(repo, claude_event(repo, "sess-A", "PreToolUse", "NotebookEdit", edit_a, "n1"))) is None
+    nb.write_text(_notebook("x = 2", "plot(x)"))  # the tool's own write
+    assert decision(hook(repo, claude_event(repo, "sess-A", "PostToolUse", "NotebookEdit", edit_a, "n1"))) is None
+    assert show(repo, "refs/storm/workspace", "analysis.ipynb") == nb.read_bytes()
+    msg = git(repo, "log", "-1", "--format=%B", "refs/storm/workspace").stdout.decode()
+    assert "Storm-Agent: claude-sessA" in msg and "NotebookEdit" in msg
+    head = rev(repo, "refs/storm/workspace")
+    edit_b = {"notebook_path": path, "cell_id": "c1", "new_source": "plot(x, 'r')", "edit_mode": "replace"}
+    out = decision(hook(repo, claude_event(repo, "sess-B", "PreToolUse", "NotebookEdit", edit_b, "n2")))
+    spec = out["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "deny" and "changed by claude-sessA" in spec["permissionDecisionReason"]
+    assert rev(repo, "refs/storm/workspace") == head
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    assert st["unmediated"] == []
+
+
+def test_doctor_brings_hooks_an_older_storm_installed_up_to_date(repo):
+    """Settings written by a git storm from before NotebookEdit: doctor names the tool
+    that runs without storm; --fix widens storm's matchers only, keeping the installed
+    command (its --agent) and the user's own hooks; install again is then unchanged."""
+    settings = repo / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"hooks": {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}]}}))
+    assert storm(repo, "harness", "install", "claude", "--agent", "engineer_7").returncode == 0
+    data = json.loads(settings.read_text())
+    for event, old in (("PreToolUse", "Edit|MultiEdit|Write|Bash"), ("PostToolUse", "Read|Edit|MultiEdit|Write|Bash"),
+                       ("PostToolUseFailure", "Edit|MultiEdit|Write|Bash")):
+        data["hooks"][event][-1]["matcher"] = old  # as the older storm wrote them
+    settings.write_text(json.dumps(data, indent=2) + "\n")
+    command = data["hooks"]["PreToolUse"][-1]["hooks"][0]["command"]
+    assert "--agent engineer_7" in command
+
+    r = storm(repo, "doctor", "--json")
+    rep = json.loads(r.stdout)
+    assert r.returncode != 0 and not rep["ok"]
+    [f] = [f for f in rep["findings"] if f["kind"] == "stale_harness_hooks"]
+    assert f["what"] == ".claude/settings.json" and "NotebookEdit run without storm" in f["detail"]
+    assert json.loads(settings.read_text()) == data  # a report changes nothing
+
+    r = storm(repo, "doctor", "--fix", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stdout
+    fixed = json.loads(settings.read_text())["hooks"]
+    assert fixed["PreToolUse"][0] == {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}
+    assert fixed["PreToolUse"][1]["matcher"] == "Edit|MultiEdit|Write|NotebookEdit|Bash"
+    assert fixed["PostToolUse"][0]["matcher"] == "Read|Edit|MultiEdit|Write|NotebookEdit|Bash"
+    assert all(g["hooks"][0]["command"] == command for e in fixed.values() for g in e if "harness hook" in str(g))
+    assert not [f for f in json.loads(storm(repo, "doctor", "--json").stdout)["findings"]
+                if f["kind"] == "stale_harness_hooks"]

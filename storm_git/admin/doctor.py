@@ -49,6 +49,12 @@ What it looks for:
   Every command that needs it refuses with exit 3 naming it. The fix moves it
   aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
   checks wait until it is fixed.
+* ``stale_harness_hooks``: Claude Code's or Codex's settings hold storm's hook
+  groups as an older git storm installed them, missing tools this version hooks
+  (NotebookEdit, added 2026-11-25): the harness runs those tools without storm, so
+  their edits are neither validated nor recorded. The fix brings storm's groups to
+  this version's matchers, keeping their command and every other hook
+  (``git storm harness install`` again does the same).
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -69,6 +75,7 @@ from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
+from . import harness_install
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
@@ -308,6 +315,17 @@ def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
                     f.fixed = True
 
 
+def _harness_hooks(store: Store, fix: bool, out: list[Finding]) -> None:
+    for st in harness_install.stale_installs(store):
+        f = Finding("stale_harness_hooks", st.file,
+                    f"storm's {st.harness} hooks predate this git storm: {', '.join(st.missing)} "
+                    "run without storm (their edits are neither validated nor recorded)", True)
+        out.append(f)
+        if fix:
+            harness_install.refresh(store, st.harness)
+            f.fixed = not any(s.harness == st.harness for s in harness_install.stale_installs(store))
+
+
 def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
     env = git_env()
     r = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune", "--dry-run", "-v"],
@@ -344,6 +362,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     if not broken & {WORKSPACE_REF} and store.ref(WORKSPACE_REF) is not None \
             and store.config_get("storm.mode", "storm") == "storm":
         _disk_record(store, fix, rep.findings)
+    _harness_hooks(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)
     return rep
 

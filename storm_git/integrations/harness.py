@@ -8,7 +8,7 @@ harness expects. The flow, per tool:
 * after ``Read``: the version the agent saw is recorded in its read set (the
   shared head's blob when the disk holds it; otherwise the version the disk's
   content derives from, see :func:`post_read`);
-* before ``Edit``/``MultiEdit``/``Write`` (Codex: ``apply_patch``): the agent's
+* before ``Edit``/``MultiEdit``/``Write``/``NotebookEdit`` (Codex: ``apply_patch``): the agent's
   read set is validated for those paths exactly as a write is, and a short
   *lease* (a reservation, ``storm.leaseSeconds``, default 10 s) is taken on
   them, so no other agent's write lands between the check and the tool's own
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..storm.shared import SharedWorkspace
 
 HARNESSES = ("claude", "codex")
-EDIT_TOOLS = ("Edit", "MultiEdit", "Write")
+EDIT_TOOLS = ("Edit", "MultiEdit", "Write", "NotebookEdit")  # NotebookEdit: a .ipynb cell, written whole
 PATCH_TOOLS = ("apply_patch",)
 READ_TOOLS = ("Read",)
 SHELL_TOOLS = ("Bash",)
