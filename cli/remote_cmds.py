@@ -143,7 +143,33 @@ def server_hook() -> None:
     \b
     Example:
       git storm server-hook install /srv/git/project.git
+      git storm server-hook check /srv/git/project.git
     """
+
+
+@server_hook.command("check", context_settings=CONTEXT)
+@click.argument("path", required=False, default=".", metavar="[BARE_REPO]")
+@json_option
+def server_hook_check(path: str, as_json: bool) -> None:
+    """Whether git will run storm's guard on the next push to BARE_REPO (default: .).
+
+    Exit 0 when storm's pre-receive hook is where git runs the repository's hooks
+    (hooks/, or core.hooksPath), executable, and its interpreter imports git storm;
+    exit 3 saying which is not. A guard stops running without a word when
+    core.hooksPath is set after install, and refuses every push to storm's refs
+    when its virtualenv is removed: run this after changing the server.
+
+    \b
+    Example:
+      git storm server-hook check /srv/git/project.git
+    """
+    from storm_git.remote.server_hook import check_installed
+
+    res = check_installed(path)
+    if as_json:
+        _emit_json(res.to_dict())
+    else:
+        click.echo(f"storm's guard is active: {res.hook} (runs {res.python})")
 
 
 @server_hook.command("install", context_settings=CONTEXT)
@@ -157,7 +183,8 @@ def server_hook_install(path: str, as_json: bool) -> None:
     a commit without provenance (its Storm-Read-Set trailers, resolved from its
     agent's notes ref; or, written before those, a provenance note), or one
     whose provenance contradicts the parent. The hook runs with this interpreter; a
-    pre-receive hook already there is kept and chained.
+    pre-receive hook already there is kept and chained. It goes where git runs the
+    repository's hooks: hooks/, or the directory core.hooksPath names.
 
     \b
     Example:
@@ -170,6 +197,10 @@ def server_hook_install(path: str, as_json: bool) -> None:
         _emit_json(res.to_dict())
     else:
         click.echo(f"installed storm's guard: {res.hook} (runs {res.python})")
+        if res.shared:
+            click.echo(f"core.hooksPath sends this repository's hooks to {os.path.dirname(res.hook)}, outside it: "
+                       "every repository using that directory now runs the guard too (it acts only on "
+                       "pushes to refs/storm/* and refs/notes/storm/agents/*)", err=True)
         if not res.precompiled:
             click.echo("storm's modules could not all be compiled to bytecode for it (a read-only install?): "
                        "each push then pays for compiling them", err=True)

@@ -742,3 +742,53 @@ def test_remote_protocol_setting(tmp_path, daemon):
     code, err = storm_json(a, "sync")
     assert code == 2 and "storm.remoteProtocol is 'fast'" in err["error"]["message"], err
     assert snapshot_refs(a) == before
+
+
+@pytest.mark.parametrize("where", ["inside", "shared"])
+def test_guard_install_follows_the_servers_core_hookspath(tmp_path, where):
+    """A server whose git runs hooks from ``core.hooksPath`` (a directory shared by its
+    repositories, or one inside the repository) never runs ``hooks/pre-receive``. Before
+    2026-11-25 install wrote there and said "installed": a forged commit was then
+    accepted. The guard now goes where git will run it, and says so."""
+    srv = bare(tmp_path / "proj.git")
+    hooks = (srv / "custom-hooks") if where == "inside" else (tmp_path / "server-hooks")
+    hooks.mkdir()
+    git(srv, "config", "core.hooksPath", "custom-hooks" if where == "inside" else str(hooks))
+    code, res = storm_json(srv, "server-hook", "install")
+    assert code == 0, res
+    assert res["hook"] == str(hooks / "pre-receive") and os.access(hooks / "pre-receive", os.X_OK)
+    assert not (srv / "hooks" / "pre-receive").exists()
+    assert bool(res["shared"]) == (where == "shared")
+    a = seed(tmp_path, str(srv))
+    h = rev(srv, WS)
+    forged = _commit(a, h, {"src/util.py": "evil\n"}, "no trailers here")
+    r = _push(a, f"{forged}:{WS}")
+    assert r.returncode != 0 and b"lacks storm's trailers" in r.stderr, r.stderr
+    assert rev(srv, WS) == h
+
+
+def test_guard_check_says_whether_git_will_run_the_guard(tmp_path):
+    """``server-hook check``: exit 0 while git runs storm's guard; exit 3 naming the cause
+    after core.hooksPath is set under an installed guard (it silently stops running)
+    and after the guard's interpreter is gone (every push to storm's refs refused)."""
+    srv = bare(tmp_path / "proj.git")
+    code, err = storm_json(srv, "server-hook", "check")
+    assert code == 3 and err["error"]["kind"] == "guard_inactive" and "not installed" in err["error"]["message"]
+    _install_guard(srv)
+    code, res = storm_json(srv, "server-hook", "check")
+    assert code == 0 and res["hook"] == str(srv / "hooks" / "pre-receive") and res["python"] == sys.executable
+    other = tmp_path / "ops-hooks"
+    other.mkdir()
+    git(srv, "config", "core.hooksPath", str(other))
+    r = storm(srv, "server-hook", "check")
+    assert r.returncode == 3 and "core.hooksPath sends hooks to" in r.stderr and str(other) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2  # one line and the hint
+    _install_guard(srv)
+    assert storm(srv, "server-hook", "check").returncode == 0
+    hook = other / "pre-receive"
+    hook.write_text(hook.read_text().replace(f"STORM_PYTHON='{sys.executable}'", "STORM_PYTHON='/nonexistent/python3'"))
+    code, err = storm_json(srv, "server-hook", "check")
+    assert code == 3 and "/nonexistent/python3 is gone" in err["error"]["message"]
+    hook.chmod(0o644)
+    code, err = storm_json(srv, "server-hook", "check")
+    assert code == 3 and "not executable" in err["error"]["message"]

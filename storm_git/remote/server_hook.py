@@ -23,6 +23,8 @@ git's quarantine directory, which is added to the object database here.
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -31,6 +33,7 @@ import pygit2
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
+from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
@@ -243,6 +246,9 @@ class InstallResult:
     # storm's modules compiled to bytecode for that interpreter: the hook starts a
     # Python for every push, and one that compiles storm from source doubles its cost
     precompiled: bool = False
+    # core.hooksPath names a directory outside the repository (several repositories'
+    # hooks): the guard runs for their pushes too (it acts only on storm's refs)
+    shared: bool = False
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -272,15 +278,8 @@ def render(python: str) -> str:
 def install(path: str) -> InstallResult:
     """Write the pre-receive hook into the bare repository at ``path`` (idempotent;
     a hook that was there is kept as ``pre-receive.storm-chained`` and still runs)."""
-    try:
-        repo = pygit2.Repository(path)
-    except (pygit2.GitError, KeyError):
-        raise UsageError(f"{path} is not a git repository",
-                         hint="run git storm server-hook install inside the server's bare repository") from None
-    if not repo.is_bare:
-        raise UsageError(f"{path} is not a bare repository",
-                         hint="install the guard in the server's bare repository (git init --bare), not a clone")
-    hooks = os.path.join(repo.path, "hooks")
+    repo = _bare(path)
+    hooks = hooks_dir(repo.path)
     os.makedirs(hooks, exist_ok=True)
     target = os.path.join(hooks, HOOK)
     chained = None
@@ -291,7 +290,77 @@ def install(path: str) -> InstallResult:
                                  hint="move one of them away, then install again")
         os.rename(target, chained)
     replace_file(target, render(sys.executable).encode("utf-8"), mode=0o755)
-    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile())
+    gitdir = os.path.realpath(repo.path)
+    shared = os.path.commonpath([gitdir, os.path.realpath(hooks)]) != gitdir
+    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile(), shared)
+
+
+def _bare(path: str) -> pygit2.Repository:
+    try:
+        repo = pygit2.Repository(path)
+    except (pygit2.GitError, KeyError):
+        raise UsageError(f"{path} is not a git repository",
+                         hint="run git storm server-hook install inside the server's bare repository") from None
+    if not repo.is_bare:
+        raise UsageError(f"{path} is not a bare repository",
+                         hint="install the guard in the server's bare repository (git init --bare), not a clone")
+    return repo
+
+
+class GuardInactive(RepoStateError):
+    kind = "guard_inactive"
+
+
+@dataclass
+class GuardStatus:
+    """Whether git will run storm's guard on the next push (``check``)."""
+
+    repository: str
+    hook: str  # where git runs the pre-receive hook from
+    python: str | None  # the interpreter the hook names
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def check_installed(path: str) -> GuardStatus:
+    """Storm's guard is where git runs the repository's pre-receive hook, executable,
+    and its interpreter imports storm; else GuardInactive (exit 3) saying what is not.
+    A hook can stop running without a word: ``core.hooksPath`` set after install, the
+    interpreter's virtualenv removed (the hook then refuses every push to storm's refs)."""
+    repo = _bare(path)
+    target = os.path.join(hooks_dir(repo.path), HOOK)
+    hint = f"git storm server-hook install {path}"
+    if not _is_ours(target):
+        stray = os.path.join(repo.path, "hooks", HOOK)
+        where = (f"; the one in {stray} is not run: core.hooksPath sends hooks to {os.path.dirname(target)}"
+                 if stray != target and _is_ours(stray) else "")
+        raise GuardInactive(f"storm's guard is not installed where git runs this repository's hooks "
+                            f"({target}){where}", hint=hint)
+    if not os.access(target, os.X_OK):
+        raise GuardInactive(f"{target} is not executable: git skips it", hint=f"chmod +x {target}")
+    with open(target, encoding="utf-8", errors="replace") as fh:
+        python = next((shlex.split(ln.split("=", 1)[1])[0] for ln in fh if ln.startswith("STORM_PYTHON=")), None)
+    if python is None or not os.access(python, os.X_OK):
+        raise GuardInactive(f"the guard's interpreter {python} is gone: every push to storm's refs is refused",
+                            hint=hint + " (with the Python that has git storm)")
+    r = subprocess.run([python, "-c", "import storm_git.remote.server_hook"], capture_output=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise GuardInactive(f"the guard's interpreter {python} cannot import git storm: every push to storm's refs "
+                            "is refused", hint=hint + " (with the Python that has git storm)")
+    return GuardStatus(os.path.normpath(repo.path), target, python)
+
+
+def hooks_dir(gitdir: str) -> str:
+    """Where git runs this repository's hooks from: ``core.hooksPath`` when set (in
+    the repository's, the server user's or the system's config; relative to the
+    git directory of a bare repository, where git runs hooks), else ``hooks/``.
+    Before 2026-11-25 install always wrote ``hooks/pre-receive``: under a
+    ``core.hooksPath`` git never ran it, and forged pushes were accepted."""
+    r = run_git(["rev-parse", "--git-path", "hooks"], gitdir, env={"GIT_DIR": gitdir})
+    out = r.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    return os.path.normpath(os.path.join(gitdir, out))
 
 
 def _precompile() -> bool:
