@@ -41,7 +41,10 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
     another agent wrote one of them meanwhile, the write is rejected (exit 1,
     with the payload) and the command's version stays on disk as an unmediated
     edit. Files that differed from the shared head before the command and that
-    it did not touch are not recorded.
+    it did not touch are not recorded. A file the command set back to an older
+    shared version (git checkout, stash, reset --hard) is validated as a write
+    is: unless the agent read its current version, the write is rejected with
+    that version attached, so no agent undoes work it has not seen.
 
     The command's stdin, stdout and stderr pass through and its exit status is
     storm's (124 on --timeout, 128+N when killed by signal N, 127 not found;
@@ -79,6 +82,8 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
                 click.echo("storm exec: the command changed no file", err=True)
             else:
                 click.echo("storm exec: " + render.write_result(res.write), err=True)
+                if not res.write.accepted and res.reverted:
+                    click.echo(render.reverted_by_command(res.reverted), err=True)
     if res.nested_repositories and not as_json:
         names = ", ".join(f"{p}/" for p in res.nested_repositories[:10])
         click.echo(f"storm exec: not recorded: {names} (a git repository of its own; storm records files: "

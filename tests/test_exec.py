@@ -269,3 +269,47 @@ def test_a_command_that_makes_a_git_repository_of_its_own_records_the_rest(repo)
     assert "not recorded, git repositories of their own: nested/" in storm(repo, "status").stdout
     r = storm(repo, "exec", "--agent", "e1", "--", "sh", "-c", "echo more >> top.txt")
     assert r.returncode == 0 and "not recorded: nested/" in r.stderr, r.stderr
+
+
+def test_a_command_that_puts_back_an_older_version_must_have_seen_what_it_undoes(repo):
+    """An agent's ``git checkout -- .`` (or stash, reset --hard) restores files from git's
+    history, not from the file it replaces. Before 2026-11-25 exec recorded that as the
+    agent's write: engineer_1's accepted write of api.py was reverted by engineer_2, who
+    never read it. Now such a target is validated as write's are (the read set): the
+    write is rejected with engineer_1's version attached, nothing is lost, and the
+    revert, once seen, can be recorded on purpose."""
+    assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url, timeout=10):\n    return http_get(url)\n",
+                 agent="engineer_1").returncode == 0
+    mine = show(repo, "refs/storm/workspace", "src/api.py")
+    head = rev(repo, "refs/storm/workspace")
+    cmd = "git checkout -- . && echo 'x = 1' > src/new.py"
+    r = storm(repo, "exec", "--json", "--agent", "engineer_2", "--", "sh", "-c", cmd)
+    res = json.loads(r.stdout.splitlines()[-1])
+    assert r.returncode == 1 and not res["write"]["accepted"], res
+    rej = res["write"]["rejection"]
+    assert rej["reason"] == "unread_target" and rej["path"] == "src/api.py"
+    assert "timeout=10" in rej["current_content"]
+    assert res["reverted"] == ["src/api.py"]
+    assert rev(repo, "refs/storm/workspace") == head and show(repo, "refs/storm/workspace", "src/api.py") == mine
+    st = {u["path"]: u["state"] for u in json.loads(storm(repo, "status", "--json").stdout)["unmediated"]}
+    assert st == {"src/api.py": "reverted", "src/new.py": "added"}  # left on disk, named
+    # the human form (another agent, same revert) says what happened and both ways on
+    assert storm(repo, "checkout", "src/api.py").returncode == 0
+    r = storm(repo, "exec", "--agent", "engineer_3", "--", "git", "checkout", "--", "src/api.py")
+    assert r.returncode == 1 and "put back an older shared version of src/api.py" in r.stderr, r.stderr
+    assert "git storm checkout src/api.py" in r.stderr and "--allow-revert" in r.stderr
+    # the rejection showed engineer_1's version to engineer_2: counted as read, the revert is now deliberate
+    assert storm(repo, "checkout", "src/api.py").returncode == 0
+    r = storm(repo, "exec", "--agent", "engineer_2", "--", "git", "checkout", "--", "src/api.py")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "src/api.py") == show(repo, "HEAD", "src/api.py")
+
+
+def test_a_command_reverting_the_agents_own_write_is_recorded(repo):
+    """The agent undoing its own accepted write is no lost update: recorded as before."""
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="CLAMP = 1\n", agent="engineer_1").returncode == 0
+    r = storm(repo, "exec", "--agent", "engineer_1", "--", "git", "checkout", "--", "src/util.py")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "src/util.py") == show(repo, "HEAD", "src/util.py")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,24 @@ def test_doctor_brings_hooks_an_older_storm_installed_up_to_date(repo):
     assert all(g["hooks"][0]["command"] == command for e in fixed.values() for g in e if "harness hook" in str(g))
     assert not [f for f in json.loads(storm(repo, "doctor", "--json").stdout)["findings"]
                 if f["kind"] == "stale_harness_hooks"]
+
+
+def test_a_bash_git_checkout_cannot_undo_work_the_agent_never_read(repo):
+    """The agent's Bash tool runs ``git stash``: it takes engineer_1's accepted write off
+    the disk. Before 2026-11-25 the post hook recorded that as the agent's write, and
+    engineer_1's work was gone from the shared state. Now it is refused (the model is
+    told what happened and how to go on); the shared state keeps engineer_1's version."""
+    assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url, retries=3):\n    return http_get(url)\n",
+                 agent="engineer_1").returncode == 0
+    mine = show(repo, "refs/storm/workspace", "src/api.py")
+    cmd = {"command": "git stash", "description": "shelve local changes"}
+    assert decision(hook(repo, claude_event(repo, "s2", "PreToolUse", "Bash", cmd, "b1"), "-a", "engineer_2")) is None
+    r = subprocess.run(["git", "stash"], cwd=repo, capture_output=True)
+    assert r.returncode == 0 and show(repo, "HEAD", "src/api.py") == (repo / "src/api.py").read_bytes()
+    post = claude_event(repo, "s2", "PostToolUse", "Bash", cmd, "b1",
+                        {"stdout": "", "stderr": "", "interrupted": False, "isImage": False})
+    out = decision(hook(repo, post, "-a", "engineer_2"))
+    assert out["decision"] == "block" and "unread_target" in out["reason"]
+    assert "put back an older shared version of src/api.py" in out["reason"]
+    assert show(repo, "refs/storm/workspace", "src/api.py") == mine

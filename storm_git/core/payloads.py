@@ -179,6 +179,7 @@ class ExecResult:
     paths: list[str]
     write: WriteResult | None = None
     nested_repositories: list[str] = field(default_factory=list)  # made by the command, not recorded
+    reverted: list[str] = field(default_factory=list)  # set back to an older shared version by the command
 
     @property
     def accepted(self) -> bool:
@@ -192,6 +193,7 @@ class ExecResult:
             "paths": self.paths,
             "write": self.write.to_dict() if self.write else None,
             "nested_repositories": self.nested_repositories,
+            "reverted": self.reverted,
         }
 
 

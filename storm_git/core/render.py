@@ -264,3 +264,14 @@ def log_entry(e: dict) -> str:
     except (KeyError, TypeError, ValueError, AttributeError):
         detail = str(e.get("summary") or "")  # an entry from another storm version: never crash the log
     return f"{_when(e)} {_LABELS.get(kind, kind):<8} {str(e.get('agent', '?')):<14} {detail}".rstrip()
+
+
+def reverted_by_command(paths: list[str]) -> str:
+    """Why a command's write that set files back to older shared versions was
+    refused, and both ways on (exec, and the harness's Bash hook)."""
+    names = ", ".join(paths[:5]) + (" …" if len(paths) > 5 else "")
+    first = paths[0]
+    return (f"the command put back an older shared version of {names} (a git checkout, stash or reset?) over "
+            "work you had not read; it is left on disk, unrecorded, with the command's other changes. "
+            f"git storm checkout {first} restores the shared version; having now seen it, run the command "
+            f"again or git storm adopt --allow-revert {first} to undo it on purpose")

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ..core import disk, events, intents, readsets, reservations
+from ..core import disk, events, intents, readsets, render, reservations
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
@@ -511,6 +511,7 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
                 del changes[p], expected[p]
         for p in changes:
             tracking.check_recordable(store, p, after.dirty.get(p), ws)
+        reverted = tracking.revert_targets(store, after.head, start, after, expected)
     for p, change in changes.items():
         content = change[0] if isinstance(change, tuple) else None
         if content is not None:
@@ -528,6 +529,8 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
         note = "; ".join(x for x in (note, flagged) if x)
         return HookResult(NOTE if note else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
+    if reverted:
+        note = "\n".join(x for x in (note, "storm: " + render.reverted_by_command(reverted)) if x)
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res,
                       message=note)
 

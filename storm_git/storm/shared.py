@@ -54,7 +54,7 @@ from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
-from .writer import OnWait
+from .writer import AS_WRITTEN, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
 # Rejections the agent must re-plan around: only these reserve the target. An
@@ -484,7 +484,8 @@ class SharedWorkspace(BaseWorkspace):
                                unaffected=dict(sorted(auto.unaffected.items())) if auto else {})
         seen = dict(reads)
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
-            seen[p] = ReadEntry(p, v, "")
+            if v != AS_WRITTEN:
+                seen[p] = ReadEntry(p, v, "")
         rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
         rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
         if auto is not None and (auto.kept or auto.unaffected):
@@ -598,14 +599,15 @@ class SharedWorkspace(BaseWorkspace):
         conflicts, unread = [], []
         for p in paths:
             cur = hex_(current[p].oid) if current[p] else None
-            if expected is not None and p in expected:
-                if expected[p] != cur:
+            exp = expected.get(p, AS_WRITTEN) if expected is not None else AS_WRITTEN
+            if exp != AS_WRITTEN:
+                if exp != cur:
                     conflicts.append(p)
             elif p in reads:
                 if reads[p].blob != cur:
                     conflicts.append(p)
-            elif current[p] is not None:
-                unread.append(p)
+            elif current[p] is not None or (expected is not None and p in expected):
+                unread.append(p)  # the last: a revert re-creating a file deleted since
         stale = []
         for g, e in scope.items():
             if g in current:

@@ -51,7 +51,7 @@ from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
-from .writer import OnWait, ValidatedWriter
+from .writer import AS_WRITTEN, OnWait, ValidatedWriter
 
 INDEX_NAME = "exec-index"
 STATE_NAME = "exec-index.tree"
@@ -371,6 +371,22 @@ def _old_version(store: Store, tree_id: pygit2.Oid, path: str, missing: set[pygi
     except (pygit2.GitError, KeyError):
         missing.add(tree_id)
         return None
+
+
+def revert_targets(store: Store, head: pygit2.Oid, start: pygit2.Tree, after: Snapshot,
+                   expected: dict[str, str | None]) -> list[str]:
+    """The command's targets it set back to an older shared version, now validated as
+    a write's targets (``AS_WRITTEN``: the agent must have read the current version).
+    Other targets are validated against what was on disk when the command started,
+    which the command read; a ``git checkout``, ``stash`` or ``reset --hard`` takes
+    its content from git's history instead, so that is no evidence that the agent saw
+    the work it undoes. Before 2026-11-25 ``exec -- git checkout -- .`` reverted
+    other agents' accepted writes that the agent had never read."""
+    states = {p: after.dirty.get(p) for p in expected}
+    reverted = sorted(reverted_paths(store, head, states, start))
+    for p in reverted:
+        expected[p] = AS_WRITTEN
+    return reverted
 
 
 # -- unmediated edits ---------------------------------------------------------------
@@ -702,6 +718,7 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
             return ExecResult(argv, rc, timed_out, paths, None, nested)
         for p in paths:
             check_recordable(store, p, after.dirty.get(p), ws)
+        reverted = revert_targets(store, after.head, start, after, expected)
     if not changes:
         return ExecResult(argv, rc, False, [], None, nested)
     for p, change in changes.items():
@@ -715,4 +732,4 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
         command = command[:117] + "..."
     res = ws.apply(agent, changes, intent=intent or f"{agent} exec: {command}", deps=None, wait=wait,
                    op="exec", expected=expected, on_wait=on_wait)
-    return ExecResult(argv, rc, False, paths, res, nested)
+    return ExecResult(argv, rc, False, paths, res, nested, reverted)

@@ -17,6 +17,10 @@ from ..core.reservations import Reservation
 from ..core.store import Store
 
 OnWait = Callable[[Reservation], None]  # called once when a writer starts waiting on a reservation
+# An ``expected`` value for a target validated as a write's are (against the read
+# set), not against the version on disk when the edit started: a command that put
+# back an older shared version (tracking.revert_targets).
+AS_WRITTEN = "<read set>"
 
 
 class ValidatedWriter(Protocol):
