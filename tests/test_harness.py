@@ -408,3 +408,31 @@ def test_a_bash_git_checkout_cannot_undo_work_the_agent_never_read(repo):
     assert out["decision"] == "block" and "unread_target" in out["reason"]
     assert "put back an older shared version of src/api.py" in out["reason"]
     assert show(repo, "refs/storm/workspace", "src/api.py") == mine
+
+
+def test_file_tools_on_a_symbolic_link_act_on_the_file_it_names(repo):
+    """CLAUDE.md -> AGENTS.md, a common layout: Claude Code's Read, Edit and Write follow
+    the link. Before 2026-11-25 storm recorded and validated the link itself, so an edit
+    through it was never checked against AGENTS.md's version and left AGENTS.md an
+    unmediated edit. Now the tools' path is the file the link names."""
+    (repo / "AGENTS.md").write_text("# agents\n")
+    os.symlink("AGENTS.md", repo / "CLAUDE.md")
+    assert storm(repo, "adopt", "AGENTS.md", "CLAUDE.md", agent="engineer_1").returncode == 0
+    link = str(repo / "CLAUDE.md")
+    for s in ("sess-A", "sess-B"):
+        assert decision(hook(repo, claude_event(repo, s, "PostToolUse", "Read", {"file_path": link}, "r"),
+                             env={"STORM_AGENT": ""})) is None
+    edit = {"file_path": link, "old_string": "# agents", "new_string": "# agents (A)", "replace_all": False}
+    assert decision(hook(repo, claude_event(repo, "sess-A", "PreToolUse", "Edit", edit, "e1"))) is None
+    with open(link, "w") as fh:  # the tool writes through the link
+        fh.write("# agents (A)\n")
+    assert os.path.islink(link)
+    assert decision(hook(repo, claude_event(repo, "sess-A", "PostToolUse", "Edit", edit, "e1"))) is None
+    assert show(repo, "refs/storm/workspace", "AGENTS.md") == b"# agents (A)\n"
+    assert show(repo, "refs/storm/workspace", "CLAUDE.md") == b"AGENTS.md"  # the link is unchanged
+    assert json.loads(storm(repo, "status", "--json").stdout)["unmediated"] == []
+    edit_b = {"file_path": link, "old_string": "# agents", "new_string": "# agents (B)", "replace_all": False}
+    out = decision(hook(repo, claude_event(repo, "sess-B", "PreToolUse", "Edit", edit_b, "e2")))
+    spec = out["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "deny" and "AGENTS.md" in spec["permissionDecisionReason"]
+    assert "changed by claude-sessA" in spec["permissionDecisionReason"]

@@ -183,14 +183,17 @@ def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str]
 
 # -- paths ----------------------------------------------------------------------------
 def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
-    """The repository path of a tool's file argument, or None when storm does not
-    manage it (outside the shared working tree, in .git, an unusable name)."""
+    """The repository path of the file a tool's argument names, or None when storm
+    does not manage it (outside the shared working tree, in .git, an unusable name).
+    Symbolic links are followed, the last one too: the harnesses' file tools read and
+    write the file a link names (CLAUDE.md -> AGENTS.md). Before 2026-11-25 the link
+    itself was recorded and validated, and an edit through it left its target an
+    unmediated edit, checked against nothing."""
     if not isinstance(raw, str) or not raw:
         return None
     full = raw if os.path.isabs(raw) else os.path.join(cwd, raw)
-    parent, name = os.path.split(os.path.normpath(full))
     top = os.path.realpath(store.main_workdir)
-    real = os.path.join(os.path.realpath(parent), name)
+    real = os.path.realpath(full)
     if real != top and not real.startswith(top + os.sep):
         return None
     try:
