@@ -8,21 +8,31 @@ from __future__ import annotations
 
 import difflib
 
+from .paths import quoted
+
 
 def is_binary(data: bytes | None) -> bool:
     return data is not None and b"\x00" in data[:8000]
 
 
+def _lines(data: bytes | None) -> list[str]:
+    """Lines as git counts them: ended by "\\n" only. (str.splitlines also ends one at
+    a form feed, a lone CR, U+2028 ...: before 2026-11-25 a file with a ^L line got
+    "No newline at end of file" markers mid-file and a diff git apply refuses.)"""
+    parts = (data or b"").decode("utf-8", "replace").split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def unified(path: str, old: bytes | None, new: bytes | None, context: int = 3) -> str:
-    """Diff from ``old`` to ``new`` (None: the file is absent)."""
-    a = f"a/{path}" if old is not None else "/dev/null"
-    b = f"b/{path}" if new is not None else "/dev/null"
+    """Diff from ``old`` to ``new`` (None: the file is absent). A name with control
+    characters is quoted in the headers as git does."""
+    a = quoted(f"a/{path}") if old is not None else "/dev/null"
+    b = quoted(f"b/{path}") if new is not None else "/dev/null"
     if old == new:
         return ""
     if is_binary(old) or is_binary(new):
         return f"Binary files {a} and {b} differ\n"
-    old_lines = (old or b"").decode("utf-8", "replace").splitlines(keepends=True)
-    new_lines = (new or b"").decode("utf-8", "replace").splitlines(keepends=True)
+    old_lines, new_lines = _lines(old), _lines(new)
     out = []
     for line in difflib.unified_diff(old_lines, new_lines, a, b, n=context):
         if line.startswith(("---", "+++")):

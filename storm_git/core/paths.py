@@ -230,3 +230,19 @@ def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] 
                 raise BadPath(f"{path!r} is {what}, not a file; storm does not read or write it",
                               hint=f"work in {path} with git itself")
             raise BadPath(f"{path!r} is a directory, not a file")
+
+
+_C_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+              "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+
+
+def quoted(path: str) -> str:
+    """``path`` as git prints a name that needs quoting (C style, in double quotes:
+    control characters, a double quote, a backslash), else unchanged; letters
+    beyond ASCII stay as they are (``core.quotePath=false``). A name a command
+    created (``"x\\n  deleted: src/api.py"``) then cannot forge a line of storm's
+    output or a diff header."""
+    if not any(c in _C_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return path
+    return '"' + "".join(_C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+                         for c in path) + '"'
