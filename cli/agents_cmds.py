@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from storm_git.core.paths import quoted
 from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
@@ -197,10 +198,10 @@ def _reason(res) -> str:
     r = res.rejection
     tool = res.event.tool if res.event else "the tool"
     if res.decision == "deny":
-        head = f"git storm refused this {tool} of {', '.join(res.paths)} (nothing was written)."
+        head = f"git storm refused this {tool} of {', '.join(map(quoted, res.paths))} (nothing was written)."
     else:
         head = (f"git storm could not record this {tool}: its result is on disk but is NOT part of the shared "
-                f"state ({', '.join(res.paths)}).")
+                f"state ({', '.join(map(quoted, res.paths))}).")
     return "\n".join(x for x in (head, render.rejection(r), ADVICE.get(r.reason, ""), res.message) if x)
 
 

@@ -11,6 +11,7 @@ import click
 
 from storm_git.core.errors import UsageError
 
+from storm_git.core.paths import quoted
 from storm_git.cli.main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
 
 
@@ -68,12 +69,12 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
     rc = res.returncode
     if res.timed_out:
         click.echo(f"git storm: {argv[0]} timed out after {timeout:g}s and was stopped; nothing recorded"
-                   + (f" (left on disk, unrecorded: {', '.join(res.paths)})" if res.paths else ""), err=True)
+                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""), err=True)
         code = 124
     elif rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
         click.echo(f"git storm: {argv[0]} was killed by {name}; nothing recorded"
-                   + (f" (left on disk, unrecorded: {', '.join(res.paths)})" if res.paths else ""), err=True)
+                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""), err=True)
         code = 128 - rc
     else:
         code = rc if rc != 0 else (0 if res.accepted else 1)
@@ -85,7 +86,7 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
                 if not res.write.accepted and res.reverted:
                     click.echo(render.reverted_by_command(res.reverted), err=True)
     if res.nested_repositories and not as_json:
-        names = ", ".join(f"{p}/" for p in res.nested_repositories[:10])
+        names = ", ".join(quoted(f"{p}/") for p in res.nested_repositories[:10])
         click.echo(f"storm exec: not recorded: {names} (a git repository of its own; storm records files: "
                    "make it a submodule with git, or list it in .gitignore)", err=True)
     if as_json:
@@ -151,7 +152,7 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
         _emit_json({"paths": out})
     else:
         for p, what in out.items():
-            click.echo(f"{p}: {'restored from the shared head' if what == 'written' else what}")
+            click.echo(f"{quoted(p)}: {'restored from the shared head' if what == 'written' else what}")
 
 
 @cli.command(context_settings=CONTEXT)

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from storm_git.core.paths import quoted
 from storm_git.cli.main import (
     CONTEXT,
     _emit_json,
@@ -80,15 +81,15 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
     out = sys.stdout.buffer
     for r in results:
         if len(results) > 1:
-            out.write(f"==> {r.path} @ {r.version[:10] if r.version else 'absent'} <==\n".encode())
+            out.write(f"==> {quoted(r.path)} @ {r.version[:10] if r.version else 'absent'} <==\n".encode())
         if r.content is not None:
             out.write(r.content)
             if len(results) > 1 and not r.content.endswith(b"\n"):
                 out.write(b"\n")
         out.flush()
         if len(results) == 1:
-            click.echo(f"storm: {r.path} version {r.version} at {r.head[:10]}" if r.version else
-                       f"storm: {r.path}: not found in the shared workspace (recorded as absent, "
+            click.echo(f"storm: {quoted(r.path)} version {r.version} at {r.head[:10]}" if r.version else
+                       f"storm: {quoted(r.path)}: not found in the shared workspace (recorded as absent, "
                        f"head {r.head[:10]})", err=True)
         elif r.content is None:
             out.write(b"(not found: recorded as absent)\n")

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from storm_git.core.paths import quoted
 from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
@@ -156,7 +157,7 @@ def render_merge(rep: Any) -> str:
                        f"merge aborted, {rep.target} not changed by it")
         for c in r.conflicts:
             how = f", resolved: {c.resolution}" if c.resolution else ""
-            out.append(f"    {c.path} ({c.kind}{how}): {len(c.hunks)} hunk(s)")
+            out.append(f"    {quoted(c.path)} ({c.kind}{how}): {len(c.hunks)} hunk(s)")
             for h in c.hunks:
                 lost = f" [{h.overridden} side overridden]" if h.overridden else ""
                 out.append(f"    @@ line {h.ours_line}{lost}")
@@ -254,7 +255,7 @@ def render_sync(res: Any) -> str:
     out = [f"{res.agent}: merging {res.target} ({res.target_tip[:10]}) into {res.branch} stopped on "
            f"{len(res.conflicts)} conflicting path(s), left in {res.path}:"]
     for c in res.conflicts:
-        out.append(f"  {c.path} ({c.kind}): {len(c.hunks)} hunk(s)")
+        out.append(f"  {quoted(c.path)} ({c.kind}): {len(c.hunks)} hunk(s)")
         for h in c.hunks:
             out.append(f"  @@ line {h.ours_line}")
             out.append("      ancestor:")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import shlex
 from typing import Any
+
+from .paths import quoted
 
 
 def short(oid: str | None) -> str:
@@ -14,7 +17,7 @@ def short(oid: str | None) -> str:
 def _change_line(c: Any, label: str) -> str:
     who = ", ".join(c.changed_by) or "unknown"
     behind = "" if c.versions_behind is None else f", {c.versions_behind} version(s) behind"
-    return f"  {label} {c.path}: read {short(c.read_version)}, now {short(c.current_version)} (changed by {who}{behind})"
+    return f"  {label} {quoted(c.path)}: read {short(c.read_version)}, now {short(c.current_version)} (changed by {who}{behind})"
 
 
 def _changed(c: Any) -> bool:
@@ -48,12 +51,12 @@ def rejection(r: Any) -> str:
     never = r.target is not None and getattr(r.target, "never_read", False)
     if r.current_content is not None:
         if never:
-            out.append(f"--- you never read {r.path}; here it is ({short(r.current_version)}) ---")
+            out.append(f"--- you never read {quoted(r.path)}; here it is ({short(r.current_version)}) ---")
         else:
-            out.append(f"--- current content of {r.path} ({short(r.current_version)}) ---")
+            out.append(f"--- current content of {quoted(r.path)} ({short(r.current_version)}) ---")
         out.append(_content(r.current_content))
     elif r.reason != "reserved":
-        out.append(f"{r.path} is absent at the shared head")
+        out.append(f"{quoted(r.path)} is absent at the shared head")
     return "\n".join(out)
 
 
@@ -68,7 +71,7 @@ def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
     if not res.accepted:
         return rejection(res.rejection)
     if res.commit is None and not res.disk:
-        return f"accepted: {', '.join(res.paths)} unchanged (same content; no commit)"
+        return f"accepted: {', '.join(map(quoted, res.paths))} unchanged (same content; no commit)"
     sizes = sizes or {}
     parts = []
     for p in res.paths:
@@ -76,11 +79,11 @@ def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
         disk = res.disk.get(p)
         why = getattr(res, "disk_errors", {}).get(p)
         note = "" if disk in (None, "written", "current") else f" [disk: {disk}{f' ({why})' if why else ''}]"
-        parts.append(f"{p} -> {short(v) + _size(sizes.get(p)) if v else 'deleted'}{note}")
+        parts.append(f"{quoted(p)} -> {short(v) + _size(sizes.get(p)) if v else 'deleted'}{note}")
     waits = []
     rw = getattr(res, "reservation_wait", None)
     if rw is not None and rw.seconds >= 0.05:
-        waits.append(f"waited {rw.seconds:.1f}s for {rw.holder}'s reservation on {rw.path}")
+        waits.append(f"waited {rw.seconds:.1f}s for {rw.holder}'s reservation on {quoted(rw.path)}")
     where = f"commit {short(res.commit)}" if res.commit else "in the agent's worktree, not committed yet"
     flags = f" [flags: {', '.join(res.flags)}]" if res.flags else ""
     spared = getattr(res, "unaffected", None)
@@ -106,20 +109,20 @@ def status(st: Any) -> str:
     if st.agents:
         out.append("agents:")
         for a in st.agents:
-            stale = f", {len(a.stale)} stale: {', '.join(a.stale[:5])}" if a.stale else ", all fresh"
+            stale = f", {len(a.stale)} stale: {', '.join(map(quoted, a.stale[:5]))}" if a.stale else ", all fresh"
             out.append(f"  {a.agent}: {a.reads} read(s){stale}")
     else:
         out.append("agents: none yet")
     if st.reservations:
         out.append("reservations:")
         for r in st.reservations:
-            out.append(f"  {r.path}: held by {r.holder}, {r.remaining():.1f}s left")
+            out.append(f"  {quoted(r.path)}: held by {r.holder}, {r.remaining():.1f}s left")
     for key, value in st.extra.items():
         if key == "unmediated":
             out.extend(unmediated(value))
             continue
         if key == "nested_repositories":
-            out.append(f"not recorded, git repositories of their own: {', '.join(p + '/' for p in value[:10])}"
+            out.append(f"not recorded, git repositories of their own: {', '.join(quoted(p + '/') for p in value[:10])}"
                        + (f" and {len(value) - 10} more" if len(value) > 10 else "")
                        + " (storm records files: make one a submodule with git, or list it in .gitignore)")
             continue
@@ -129,7 +132,7 @@ def status(st: Any) -> str:
                 if not isinstance(v, dict):
                     out.append(f"  {v}")
                     continue
-                out.append(f"  {v.get('path', v)}" + (f" ({v['state']})" if v.get("state") else ""))
+                out.append(f"  {quoted(str(v.get('path', v)))}" + (f" ({v['state']})" if v.get("state") else ""))
                 if v.get("diff"):
                     out.extend("    " + line for line in v["diff"].rstrip("\n").split("\n"))
     return "\n".join(out)
@@ -145,7 +148,7 @@ def unmediated(items: list[dict]) -> list[str]:
     out = [f"unmediated edits (on disk, not recorded by storm): {len(items)}"]
     for u in items[:STATUS_LISTED]:
         note = "  (made on an older version)" if u.get("behind") and u["state"] not in ("added", "reverted") else ""
-        out.append(f"  {u['state'] + ':':<14}{u['path']}{note}")
+        out.append(f"  {u['state'] + ':':<14}{quoted(u['path'])}{note}")
         if u.get("diff"):
             out.extend("    " + line for line in u["diff"].rstrip("\n").split("\n"))
     if len(items) > STATUS_LISTED:
@@ -163,20 +166,21 @@ def _when(e: dict) -> str:
 
 
 def _names(items: Any, n: int = 5) -> str:
-    items = [str(i) for i in items or []]
+    items = [quoted(str(i)) for i in items or []]
     return ", ".join(items[:n]) + (f" (+{len(items) - n} more)" if len(items) > n else "")
 
 
 def _ev_write(e: dict) -> str:
     where = short(e.get("commit")) if e.get("commit") else "in its worktree"
     flags = f" [flags: {', '.join(e['flags'])}]" if e.get("flags") else ""
-    return f"{e.get('op', 'write'):<5} {_names(e.get('paths'))}  {where}  {e.get('intent', '')}{flags}"
+    intent = str(e.get('intent') or '').split('\n', 1)[0]  # its first line: one entry, one line
+    return f"{e.get('op', 'write'):<5} {_names(e.get('paths'))}  {where}  {intent}{flags}"
 
 
 def _ev_rejection(e: dict) -> str:
     extra = f" (held by {e['holder']})" if e.get("holder") else ""
     stale = f" stale: {_names(e['stale'])}" if e.get("stale") else ""
-    return f"{e.get('reason')}: {e.get('path')}{extra}{stale}"
+    return f"{e.get('reason')}: {quoted(str(e.get('path')))}{extra}{stale}"
 
 
 def _ev_commit(e: dict) -> str:
@@ -244,7 +248,7 @@ _EVENTS = {
     "assign": _ev_assign,
     "spawn": _ev_spawn,
     "cleanup": _ev_cleanup,
-    "release": lambda e: f"{e.get('path')}",
+    "release": lambda e: quoted(str(e.get('path'))),
     "boundary": lambda e: (f"wrote outside its assignment: {_names(e.get('paths'))}"
                            + (f" ({short(e['commit'])})" if e.get("commit") else "")),
     "intent_overwritten": lambda e: (f"overwrote intent annotation(s) of {_names(e.get('owners'))} in "
@@ -269,8 +273,8 @@ def log_entry(e: dict) -> str:
 def reverted_by_command(paths: list[str]) -> str:
     """Why a command's write that set files back to older shared versions was
     refused, and both ways on (exec, and the harness's Bash hook)."""
-    names = ", ".join(paths[:5]) + (" …" if len(paths) > 5 else "")
-    first = paths[0]
+    names = ", ".join(map(quoted, paths[:5])) + (" …" if len(paths) > 5 else "")
+    first = shlex.quote(paths[0])
     return (f"the command put back an older shared version of {names} (a git checkout, stash or reset?) over "
             "work you had not read; it is left on disk, unrecorded, with the command's other changes. "
             f"git storm checkout {first} restores the shared version; having now seen it, run the command "
