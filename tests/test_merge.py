@@ -95,6 +95,21 @@ def test_conflict_under_abort_leaves_target_untouched_and_reports_hunks(wrepo):
     assert sum(1 for e in events.read(s) if e["type"] == "merge" and e["status"] == "conflicted") == 2
 
 
+def test_a_conflicts_line_after_a_form_feed_is_gits(wrepo):
+    """A ^L page break is inside a line for git: the hunk's line in the merged file is
+    the one git's conflict markers are on (before 2026-11-25 it was one further per ^L)."""
+    base = "import os\n\x0c\n" + BASE
+    for agent, arg in (("e0", None), ("e1", "timeout"), ("e2", "retries")):
+        text = base if arg is None else base.replace("(url)", f"(url, {arg})")
+        _do(wrepo, agent, "src/api.py", text.encode())
+        if arg is None:
+            assert merge(Store.discover(str(wrepo)), ["e0"]).ok
+    assert merge(Store.discover(str(wrepo)), ["e1"]).ok
+    code, out = storm_json(wrepo, "merge", "--dry-run", "e2")
+    [h] = out["results"][0]["conflicts"][0]["hunks"]
+    assert h["ours_line"] == 3 and h["ours"].startswith("def fetch(url, timeout):\n")
+
+
 @pytest.mark.parametrize("strategy,winner,loser", [("theirs", "retries", "ours"), ("ours", "timeout", "theirs")])
 def test_ours_theirs_resolve_like_git_and_name_overridden_hunks(wrepo, strategy, winner, loser):
     _do(wrepo, "e1", "src/api.py", b"def fetch(url, timeout):\n    return http_get(url)\n# e1\n")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import storm
+from helpers import git, storm
 
 from storm_git.integrations.brief import MODES, ROLES, brief
 
@@ -115,6 +115,21 @@ def test_rejection_points_out_annotations_in_the_diff(repo, ws):
     r = storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_4")
     assert r.returncode == 1 and "stale_dependency" in r.stdout
     assert "intent annotations in this diff: added src/api.py:1 (engineer_1: callers hang)" in r.stdout
+
+
+def test_annotation_line_numbers_are_gits_after_a_form_feed(repo, ws):
+    """A ^L page break (Python's standard library has them) is inside a line for git.
+    Before 2026-11-25 intents and a rejection's annotation lines counted it as a line
+    break: every annotation after it was given a line number git does not give."""
+    text = "import os\n\x0c\ndef f():  # engineer_1: page one\n    x = 1\x0c  # odd\n    return x  # engineer_1: two\n"
+    ws.read(["src/util.py"], agent="engineer_2")
+    assert _write(ws, "engineer_1", "src/util.py", text).accepted
+    found = json.loads(storm(repo, "intents", "--json").stdout)
+    grep = git(repo, "grep", "-n", "engineer_1:", "refs/storm/workspace", "--", "src/util.py").stdout.decode()
+    want = [int(line.split(":")[2]) for line in grep.splitlines()]
+    assert [a["line"] for a in found] == want == [3, 5]
+    r = storm(repo, "write", "src/util.py", "--json", input="y = 2\n", agent="engineer_2")
+    assert [i["line"] for i in json.loads(r.stdout)["rejection"]["intents_in_diff"]] == [3, 5]
 
 
 @pytest.mark.parametrize("text,agent", [

@@ -15,12 +15,19 @@ def is_binary(data: bytes | None) -> bool:
     return data is not None and b"\x00" in data[:8000]
 
 
-def _lines(data: bytes | None) -> list[str]:
+def text_lines(text: str, keepends: bool = False) -> list[str]:
     """Lines as git counts them: ended by "\\n" only. (str.splitlines also ends one at
     a form feed, a lone CR, U+2028 ...: before 2026-11-25 a file with a ^L line got
-    "No newline at end of file" markers mid-file and a diff git apply refuses.)"""
-    parts = (data or b"").decode("utf-8", "replace").split("\n")
-    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    "No newline at end of file" markers mid-file, a diff git apply refuses, and
+    line numbers past it that git does not give.)"""
+    parts = text.split("\n")
+    if keepends:
+        return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    return parts[:-1] if parts[-1] == "" else parts
+
+
+def _lines(data: bytes | None) -> list[str]:
+    return text_lines((data or b"").decode("utf-8", "replace"), keepends=True)
 
 
 def unified(path: str, old: bytes | None, new: bytes | None, context: int = 3) -> str:

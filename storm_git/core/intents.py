@@ -32,7 +32,7 @@ from typing import Any
 import pygit2
 
 from . import events, readsets, trailers
-from .diffs import is_binary
+from .diffs import is_binary, text_lines
 from .errors import BadPath, RepoStateError
 from .store import WORKSPACE_REF, Store
 from .store import git_env as store_git_env
@@ -95,7 +95,7 @@ def annotations(path: str, data: bytes | None, agents: set[str]) -> list[Annotat
     if not data or is_binary(data) or not _QUICK.search(data):
         return []
     out = []
-    for n, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+    for n, raw in enumerate(text_lines(data.decode("utf-8", "replace")), 1):
         hit = parse_line(raw, agents)
         if hit:
             out.append(Annotation(path, n, hit[0], hit[1], raw.strip()))
@@ -285,7 +285,7 @@ def in_diff(path: str, diff: str, agents: set[str]) -> list[dict[str, Any]]:
     kept as context, with the new-side line number (old side for removals)."""
     out: list[dict[str, Any]] = []
     old_n = new_n = 0
-    for raw in diff.splitlines():
+    for raw in text_lines(diff):
         if raw.startswith("@@"):
             m = re.match(r"@@ -(\d+)(?:,\d+)? \+(\d+)", raw)
             if m:

@@ -30,6 +30,7 @@ import pygit2
 
 from ..core import events, signing, trailers
 from ..core.agents import validate_agent
+from ..core.diffs import text_lines
 from ..core.errors import RepoStateError, UsageError
 from ..core.locks import flocked
 from ..core.store import Store, signature
@@ -185,7 +186,7 @@ def _merge_file(store: Store, stages: dict[int, tuple[int, str]], favor: str | N
 
 def _hunks(text: bytes) -> list[Hunk]:
     """Parse diff3 conflict markers into hunks (line numbers in the merged file)."""
-    lines = text.decode("utf-8", "replace").splitlines(keepends=True)
+    lines = text_lines(text.decode("utf-8", "replace"), keepends=True)
     hunks: list[Hunk] = []
     state, start = None, 0
     parts: dict[str, list[str]] = {}
