@@ -166,9 +166,12 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
               help="Sign the commit as git commit -S does (default: as commit.gpgSign says).")
 @click.option("--no-verify", is_flag=True,
               help="Skip the repository's commit-msg and post-commit hooks (storm mode; git commit's hooks in worktree mode).")
+@click.option("--keep-shared", is_flag=True,
+              help="Storm mode: where the branch's new commits and the agents changed the same path, "
+                   "the shared workspace's version is the resolution.")
 @json_option
 def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bool | None, no_verify: bool,
-           as_json: bool) -> None:
+           keep_shared: bool, as_json: bool) -> None:
     """Commit the shared state to the current branch (storm mode: the manager only).
 
     Storm mode: the commit's tree is the shared head's tree, its parent the
@@ -178,6 +181,11 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
     there (unmediated edits, untracked files not ignored) are not part of the
     shared state: they are listed as a warning and stay on disk; --adopt
     records them first as the manager's write, --strict refuses instead.
+    Commits the branch gained outside storm (a git pull, merge or commit by a
+    person) are first merged into the shared workspace as the manager's write,
+    so the commit never undoes them; where they and the agents changed the same
+    path differently it is refused (exit 3, branch_conflict) until the shared
+    version is what it should be and --keep-shared is given.
     Worktree mode: the agent commits its own worktree to its branch. Both
     sign the commit when commit.gpgSign is set (git's signing settings:
     gpg.format, user.signingKey); a signature that cannot be made is exit 3
@@ -191,7 +199,7 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
       git storm commit -m 'Integrate' --adopt --json
     """
     res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign,
-                              verify=not no_verify)
+                              verify=not no_verify, **({"keep_shared": True} if keep_shared else {}))
     if as_json:
         _emit_json(res.to_dict())
     elif res.commit is None:
@@ -200,6 +208,10 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
         who = ", ".join(res.agents) or "no agent"
         click.echo(f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by {who}, "
                    f"{len(res.paths)} path(s)")
+    news = getattr(res, "branch_news", None)
+    if not as_json and news:
+        click.echo(f"merged first into the shared workspace: {news['count']} commit(s) {res.branch} gained "
+                   f"outside storm ({news['commits'][0]}), changing {len(news['paths'])} path(s)")
     if not as_json and res.adopted:
         click.echo(f"adopted first as the manager's write: {', '.join(res.adopted[:10])}")
     if not as_json and getattr(res, "radar", None):

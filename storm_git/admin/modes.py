@@ -24,6 +24,7 @@ from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.locks import flocked
 from ..core.workspace import MODES
 from ..core.store import WORKSPACE_REF, Store
+from ..storm import branch
 from ..worktree.worktrees import agent_worktree, ahead_behind, dirty_paths, storm_branches, target_branch
 
 
@@ -118,6 +119,7 @@ def _sync_workspace(store: Store, target: str, by: str) -> str | None:
     """Bring the shared head to the target's tree (workspace lock held)."""
     tip = store.ref_target("refs/heads/" + target)
     ref = store.ref(WORKSPACE_REF)
+    branch.record(store, tip)  # the shared workspace holds the target's tip from here on
     if ref is None:
         store.cas(None, WORKSPACE_REF, tip, "storm: start from the integrated state")
         return str(tip)

@@ -18,6 +18,7 @@ from ..core.locks import flocked
 from ..core.porcelain import parse_status_z
 from ..core.store import WORKSPACE_REF, Store, git_env, resolve_commit
 from ..core.workspace import MODES
+from ..storm import branch
 
 
 
@@ -81,6 +82,7 @@ def init(store: Store, base: str | None = None) -> InitResult:
             created = store.cas(None, WORKSPACE_REF, commit.id, "storm: init")
             if created:
                 _record_disk(store)
+                branch.record(store, commit.id)
         head = store.ref_target(WORKSPACE_REF)
         if mode is None:
             mode = "storm"

@@ -210,6 +210,8 @@ class CommitResult:
     adopted: list[str] = field(default_factory=list)
     unmediated: list[dict[str, Any]] = field(default_factory=list)  # left on disk, not committed
     radar: list[dict[str, Any]] = field(default_factory=list)  # worktree mode: storm_git.worktree.radar hits
+    # storm mode: commits the branch gained outside storm, merged into the shared workspace first
+    branch_news: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -121,6 +121,11 @@ def status(st: Any) -> str:
         if key == "unmediated":
             out.extend(unmediated(value))
             continue
+        if key == "branch_news":
+            out.append(f"branch {value['branch']}: {value['count']} commit(s) made outside storm, not in the shared "
+                       f"workspace yet ({value['commits'][0]}{', …' if value['count'] > 1 else ''}); the manager's "
+                       "next git storm commit merges them in first")
+            continue
         if key == "nested_repositories":
             out.append(f"not recorded, git repositories of their own: {', '.join(quoted(p + '/') for p in value[:10])}"
                        + (f" and {len(value) - 10} more" if len(value) > 10 else "")

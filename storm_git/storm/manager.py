@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pygit2
 
 from ..core import events, signing, trailers
+from . import branch
 from ..core.agents import validate_agent
 from ..core.errors import Busy, OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.files import index_copy
@@ -42,6 +43,12 @@ class UnmediatedEdits(RepoStateError):
     """The disk holds edits storm did not record; committing would hide them."""
 
     kind = "unmediated_edits"
+
+
+class BranchConflict(RepoStateError):
+    """The branch gained commits outside storm that change what the agents changed too."""
+
+    kind = "branch_conflict"
 
 
 class AdoptRejected(StormError):
@@ -167,14 +174,18 @@ def _reset_index(store: Store, tree: pygit2.Oid) -> None:
 
 
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
-           strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
+           strict: bool = False, sign: bool | None = None, verify: bool = True,
+           keep_shared: bool = False) -> CommitResult:
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
     files), adopted first with ``adopt`` (validated against the version each was
     made on; a reverted file is never adopted), or refused with ``strict``.
     ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing).
     ``verify``: run the repository's commit-msg hook on the message and its
-    post-commit hook after, as git commit does (``--no-verify`` skips them)."""
+    post-commit hook after, as git commit does (``--no-verify`` skips them).
+    Commits the branch gained outside storm are merged into the shared workspace
+    first (:func:`_integrate_branch`; ``keep_shared``: the shared version resolves
+    paths both changed)."""
     store = ws.store
     manager = manager_id(store)
     who = validate_agent(agent) if agent else validate_agent(manager)
@@ -190,6 +201,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     if store.repo.head_is_unborn:
         raise RepoStateError("the branch has no commit yet", hint="make a first commit")
     _no_operation_in_progress(store)
+    news, brought = _integrate_branch(ws, manager, keep_shared=keep_shared)
     pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
@@ -232,6 +244,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                                          hint="run git storm commit again")
             if since != head:
                 store.cas(committed, COMMITTED_REF, head, "storm: committed")
+            branch.record(store, new if new is not None else parent.id)
             events.append(store, "commit", manager,
                           f"{manager} committed {len(writes)} write(s) to {branch_ref.shorthand}",
                           {"commit": str(new) if new else None, "branch": branch_ref.shorthand,
@@ -243,7 +256,76 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
         _hook(store, "post-commit")  # as for git commit: its exit status changes nothing
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
-                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending])
+                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending],
+                        branch_news=news.to_dict() | {"paths": brought} if news else None)
+
+
+def _integrate_branch(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
+                      attempts: int = 3) -> tuple[branch.BranchNews | None, list[str]]:
+    """Merge the commits the branch gained outside storm (a person's git pull, merge,
+    commit) into the shared workspace, as the manager's write, before committing:
+    the commit's tree is the shared one, so without this it would undo them.
+    Three-way, from where the branch and what storm integrated meet; a path both
+    sides changed differently is a BranchConflict (exit 3, nothing changed) unless
+    ``keep_shared`` says the shared version is the resolution. The write is
+    validated against the versions merged (an agent's write meanwhile: merged again)."""
+    store = ws.store
+    branch_ref = store.repo.lookup_reference("HEAD").resolve()
+    for _ in range(attempts):
+        head = ws.head()
+        news = branch.news(store, branch_ref, head)
+        if news is None:
+            return None, []
+        shared = store.commit(head).tree
+        repo = store.repo
+        index = repo.merge_trees(store.commit(news.base).tree, shared, store.commit(news.tip).tree)
+        conflicts = sorted({next(side for side in sides if side is not None).path
+                            for sides in index.conflicts}) if index.conflicts is not None else []
+        if conflicts and not keep_shared:
+            listed = ", ".join(conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
+            raise BranchConflict(
+                f"{news.branch} gained {news.count} commit(s) outside storm ({news.commits[0]}) that change "
+                f"what the agents changed too: {listed}; nothing was changed",
+                hint=f"write each as it should be (git show {news.branch}:PATH is the branch's version; "
+                     f"git storm write PATH --agent {manager}), then git storm commit --keep-shared; "
+                     "or undo the branch's move (git reset) if it was a mistake")
+        for path in conflicts:  # keep_shared: the shared version is the resolution
+            del index.conflicts[path]
+            entry = _entry(shared, path)
+            if entry is not None:
+                index.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
+        merged = repo[index.write_tree(repo)]
+        changes: dict[str, object] = {}
+        expected: dict[str, str | None] = {}
+        for d in shared.diff_to_tree(merged).deltas:
+            old, new = d.old_file, d.new_file
+            if d.status == pygit2.enums.DeltaStatus.DELETED:
+                changes[old.path], expected[old.path] = None, str(old.id)
+            else:
+                changes[new.path] = (new.id, new.mode)
+                expected[new.path] = None if d.status == pygit2.enums.DeltaStatus.ADDED else str(old.id)
+        with flocked(store.commondir, "workspace"):
+            if not changes and ws.head() == head:
+                branch.record(store, news.tip)
+                return news, []
+        if not changes:
+            continue
+        res = ws.apply(manager, changes, intent=f"{manager}: bring {news.count} commit(s) of {news.branch} "
+                                                f"into the shared workspace ({news.commits[0]})",
+                       deps=[], wait=True, op="adopt", expected=expected)
+        if res.accepted:
+            with flocked(store.commondir, "workspace"):
+                branch.record(store, news.tip)
+            return news, sorted(changes)
+    raise RepoStateError(f"agents kept changing the paths {branch_ref.shorthand}'s new commits change",
+                         hint="run git storm commit again")
+
+
+def _entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
+    try:
+        return tree[path]
+    except KeyError:
+        return None
 
 
 # libgit2's repository states -> (what is under way, how a person ends it)

@@ -54,6 +54,7 @@ from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
+from . import branch
 from .writer import AS_WRITTEN, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
@@ -712,9 +713,21 @@ class SharedWorkspace(BaseWorkspace):
             agents.append(AgentStatus(a, len(reads), stale))
         nested: list[str] = []
         edits = self.unmediated(diffs=diffs, untracked_content=untracked_content, nested=nested)
+        news = self._branch_news(head)
         return Status(self.mode, str(head), agents, reservations.active(self.store),
                       extra={"unmediated": edits, **({"nested_repositories": nested} if nested else {}),
+                             **({"branch_news": news.to_dict()} if news else {}),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
+
+    def _branch_news(self, head: pygit2.Oid) -> branch.BranchNews | None:
+        """Commits the checked-out branch gained outside storm (the manager's commit merges them in)."""
+        repo = self.store.repo
+        if repo.head_is_unborn or repo.head_is_detached:
+            return None
+        try:
+            return branch.news(self.store, repo.lookup_reference("HEAD").resolve(), head)
+        except (pygit2.GitError, KeyError):
+            return None
 
     # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
@@ -751,11 +764,14 @@ class SharedWorkspace(BaseWorkspace):
         return restore(self.store, norm)
 
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
-               strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
-        """The manager commits the shared head's tree to the current branch."""
+               strict: bool = False, sign: bool | None = None, verify: bool = True,
+               keep_shared: bool = False) -> CommitResult:
+        """The manager commits the shared head's tree to the current branch (after
+        merging in the commits the branch gained outside storm)."""
         from .manager import commit
 
-        return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify)
+        return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify,
+                      keep_shared=keep_shared)
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""

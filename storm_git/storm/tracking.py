@@ -51,6 +51,7 @@ from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
+from . import branch
 from .writer import AS_WRITTEN, OnWait, ValidatedWriter
 
 INDEX_NAME = "exec-index"
@@ -334,7 +335,9 @@ REVERT_LOOKBACK = 100
 def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
                    record: pygit2.Tree) -> set[str]:
     """Paths whose disk content is an *older* version storm had (a ``git stash``,
-    ``git reset --hard``, an editor's stale buffer): never adopted by default."""
+    ``git reset --hard``, an editor's stale buffer): never adopted by default.
+    git's HEAD counts as older only while it holds nothing the shared workspace
+    lacks: after a ``git pull`` its files are newer, not reverted (storm.branch)."""
     want = {p: s[0] for p, s in states.items() if isinstance(s, tuple)}
     want.update({p: None for p, s in states.items() if s is None})
     out: set[str] = set()
@@ -347,7 +350,9 @@ def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
         trees.append(c.tree_id)
     try:
         if not store.repo.head_is_unborn:
-            trees.append(store.repo.head.peel(pygit2.Commit).tree_id)
+            tip = store.repo.head.peel(pygit2.Commit)
+            if branch.in_step(store, head, tip.id):  # else it holds commits newer than the shared state
+                trees.append(tip.tree_id)
     except (pygit2.GitError, KeyError):
         pass
     missing: set[pygit2.Oid] = set()

@@ -233,7 +233,8 @@ class WorktreeWorkspace(BaseWorkspace):
 
     # -- commit ---------------------------------------------------------------------------
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
-               strict: bool = False, sign: bool | None = None, verify: bool = True) -> CommitResult:
+               strict: bool = False, sign: bool | None = None, verify: bool = True,
+               keep_shared: bool = False) -> CommitResult:
         """Commit everything changed in the agent's worktree to its branch.
 
         Refused (CommitRefused, nothing staged, nothing changed) when the worktree is
@@ -243,6 +244,9 @@ class WorktreeWorkspace(BaseWorkspace):
         the agent's. ``sign``: ``git commit -S`` / ``--no-gpg-sign`` (None: as
         ``commit.gpgSign`` says, which git commit reads itself).
         """
+        if keep_shared:
+            raise UsageError("--keep-shared is for storm mode's manager commit",
+                             hint="in worktree mode each agent commits its own worktree")
         if not agent:
             raise UsageError("commit in worktree mode needs --agent",
                              hint="each engineer commits its own worktree: git storm commit --agent A -m MSG")

@@ -1,0 +1,108 @@
+"""The branch the manager commits to, and what of it the shared workspace holds.
+
+A person's git moves the branch without storm: ``git pull``, ``git merge``,
+``git commit --no-verify``, ``git cherry-pick``. The manager's commit makes a
+commit whose tree is the shared head's on top of the branch tip, so before
+2026-11-25 it undid every such change (a pulled upstream fix was reverted by the
+next ``git storm commit``). Storm now records the last branch commit the shared
+workspace is known to contain (``refs/storm/integrated``: set by ``init``, the
+manager's commit and each integration), and the commits the branch has gained
+since are merged into the shared workspace (three ways, from the commit where
+the two lines meet) before it is committed.
+
+A branch that moved *back* (``git reset HEAD~``, to redo a commit) gained nothing:
+the shared workspace still holds the work, and the next commit puts it back on
+top. Dropping agents' work is done in the shared workspace, not by moving the branch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from ..core import trailers
+from ..core.store import WORKSPACE_REF, Store
+
+INTEGRATED_REF = "refs/storm/integrated"
+# For a repository from before the ref: how far back the branch's first-parent line
+# is searched for a commit the shared workspace holds.
+MAX_WALK = 1000
+LISTED = 10
+
+
+@dataclass
+class BranchNews:
+    """Commits on the branch that the shared workspace does not hold yet."""
+
+    branch: str
+    tip: pygit2.Oid
+    base: pygit2.Oid  # where the branch and what storm integrated meet: the merge's ancestor
+    commits: list[str] = field(default_factory=list)  # "<short oid> <subject>", newest first, at most LISTED
+    count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"branch": self.branch, "tip": str(self.tip), "base": str(self.base), "count": self.count,
+                "commits": self.commits}
+
+
+def known(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> pygit2.Oid | None:
+    """The last branch commit the shared workspace is known to contain: the recorded
+    one; for a repository from before the record, the newest commit on the tip's
+    first-parent line that is in the shared history (init, a mode switch) or is a
+    manager's commit (``Storm-Workspace``) of a shared head in that history."""
+    ref = store.ref(INTEGRATED_REF)
+    if ref is not None:
+        return ref.target
+    repo = store.repo
+    c = store.commit(tip)
+    for _ in range(MAX_WALK):
+        if c.id == head or repo.descendant_of(head, c.id):
+            return c.id
+        ws = trailers.parse(c.message).get("Storm-Workspace")
+        if ws:
+            try:
+                w = pygit2.Oid(hex=ws[0])
+                if w == head or repo.descendant_of(head, w):
+                    return c.id
+            except (ValueError, KeyError, pygit2.GitError):
+                pass
+        if not c.parent_ids:
+            return None
+        c = store.commit(c.parent_ids[0])
+    return None
+
+
+def news(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid | None = None) -> BranchNews | None:
+    """What the branch gained outside storm since the shared workspace last held it
+    (None: nothing, or nothing storm can tell: unrelated histories, see ``unrelated``)."""
+    head = head if head is not None else store.ref_target(WORKSPACE_REF)
+    tip = branch_ref.target
+    x = known(store, head, tip)
+    if x is None or x == tip:
+        return None
+    base = store.repo.merge_base(x, tip)
+    if base is None or base == tip:  # unrelated, or the branch moved back: nothing gained
+        return None
+    out = BranchNews(branch_ref.shorthand, tip, base)
+    walker = store.repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
+    walker.hide(base)
+    for c in walker:
+        out.count += 1
+        if len(out.commits) < LISTED:
+            out.commits.append(f"{str(c.id)[:10]} {trailers.subject(c.message)}")
+    return out
+
+
+def in_step(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> bool:
+    """The branch tip holds nothing the shared workspace lacks (it is, or is behind,
+    what storm integrated): its tree is then an older state of the shared one."""
+    x = known(store, head, tip)
+    return x is not None and (x == tip or store.repo.merge_base(x, tip) == tip)
+
+
+def record(store: Store, commit: pygit2.Oid) -> None:
+    """The shared workspace now holds ``commit`` of the branch (the workspace lock held)."""
+    ref = store.ref(INTEGRATED_REF)
+    if ref is None or ref.target != commit:
+        store.cas(ref, INTEGRATED_REF, commit, "storm: the shared workspace holds this branch commit")
