@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
 import yaml
 
-from helpers import git, make_repo, rev, storm, storm_json
+from helpers import git, make_repo, rev, show, storm, storm_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -307,3 +310,60 @@ def test_the_managers_commit_runs_the_repositorys_commit_msg_and_post_commit_hoo
     r = storm(repo, "commit", "-m", "integrate again", "--no-verify")
     assert r.returncode == 0, r.stderr
     assert "Change-Id" not in git(repo, "log", "-1", "--format=%B").stdout.decode()
+
+
+def test_a_manager_commit_killed_holding_gits_index_lock_is_repaired_by_doctor(repo, tmp_path):
+    """Killed while its commit-msg hook runs (git's index.lock held, the branch not moved
+    yet): every git command that writes the index refused, and nothing told a storm lock
+    from git's. The lock now names storm and its pid: doctor reports it, --fix removes
+    it, and the commit then goes through."""
+    entered = tmp_path / "hook-entered"
+    hook = repo / ".git/hooks/commit-msg"
+    hook.write_text(f"#!/bin/sh\ntouch '{entered}'\nsleep 60\n")
+    hook.chmod(0o755)
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    before = rev(repo, "HEAD")
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", "commit", "-m", "integrate"], cwd=repo,
+                         env={**os.environ, "STORM_AGENT": "manager"}, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not entered.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert entered.exists()
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert (repo / ".git/index.lock").exists() and rev(repo, "HEAD") == before
+    assert git(repo, "add", "README.md", check=False).returncode != 0  # git refuses, as after any crash
+    code, rep = storm_json(repo, "doctor")
+    [f] = [f for f in rep["findings"] if f["kind"] == "stale_index_lock"]
+    assert code == 3 and f"pid {p.pid}" in f["detail"] and "before the branch moved" in f["detail"]
+    r = storm(repo, "commit", "-m", "again", "--no-verify", agent="manager")
+    assert r.returncode == 3 and "doctor --fix" in r.stderr, r.stderr
+    code, rep = storm_json(repo, "doctor", "--fix")
+    assert code == 0 and rep["ok"], rep
+    assert not (repo / ".git/index.lock").exists()
+    assert storm(repo, "commit", "-m", "again", "--no-verify", agent="manager").returncode == 0
+    assert show(repo, "HEAD", "src/util.py") == b"x = 1\n" and git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_doctor_finishes_a_manager_commit_killed_after_the_branch_moved(repo):
+    """The state a kill between the branch's move and the index reset leaves (planted:
+    that window has no hook to hold it open): the branch on the new commit, the index
+    on the old tree (the person's next git commit would revert the agents' work), the
+    lock naming the commit. doctor --fix gives the index the branch's tree."""
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    git(repo, "read-tree", "HEAD~1")  # the index as the dead commit left it
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (repo / ".git/index.lock").write_bytes(f"git-storm manager-commit pid={dead.pid} new={rev(repo, 'HEAD')}\n".encode())
+    code, rep = storm_json(repo, "doctor")
+    [f] = [f for f in rep["findings"] if f["kind"] == "stale_index_lock"]
+    assert "after the branch moved" in f["detail"]
+    code, rep = storm_json(repo, "doctor", "--fix")
+    assert code == 0 and rep["ok"], rep
+    assert not (repo / ".git/index.lock").exists()
+    assert git(repo, "diff", "--cached", "--name-only").stdout == b""  # the index holds HEAD's tree
+    assert git(repo, "status", "--porcelain").stdout == b""

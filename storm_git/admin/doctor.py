@@ -49,6 +49,13 @@ What it looks for:
   Every command that needs it refuses with exit 3 naming it. The fix moves it
   aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
   checks wait until it is fixed.
+* ``stale_index_lock``: git's ``index.lock`` left by a ``git storm commit`` that
+  was killed holding it (its content names storm and a pid that no longer runs;
+  git's own locks are never touched). Every git command that writes the index
+  refuses until it goes. When the branch had already moved to the commit the lock
+  names, the index still holds the old tree, and the person's next ``git commit``
+  would record a revert of the agents' work: the fix resets the index to the
+  branch's tree (keeping stat data), then removes the lock.
 * ``stale_harness_hooks``: Claude Code's or Codex's settings hold storm's hook
   groups as an older git storm installed them, missing tools this version hooks
   (NotebookEdit, added 2026-11-25): the harness runs those tools without storm, so
@@ -75,7 +82,6 @@ from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
-from . import harness_install
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
@@ -87,6 +93,8 @@ from ..core.store import (
     Store,
     git_env,
 )
+from ..storm import manager
+from . import harness_install
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))
 TEMP_RE = re.compile(r"\.storm-tmp-([0-9]+)\Z")  # \Z: "$" also matches before a final newline
@@ -315,6 +323,22 @@ def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
                     f.fixed = True
 
 
+def _index_lock(store: Store, fix: bool, out: list[Finding]) -> None:
+    stale = manager.stale_index_lock(store)
+    if stale is None:
+        return
+    pid, new = stale
+    moved = new is not None and str(store.repo.lookup_reference("HEAD").resolve().target) == new
+    f = Finding("stale_index_lock", os.path.relpath(os.path.join(store.gitdir, "index.lock"), store.top),
+                f"left by git storm commit (pid {pid}), killed "
+                + ("after the branch moved: the index still holds the old tree" if moved
+                   else "before the branch moved"), True)
+    out.append(f)
+    if fix:
+        manager.repair_index(store, new)
+        f.fixed = not os.path.exists(os.path.join(store.gitdir, "index.lock"))
+
+
 def _harness_hooks(store: Store, fix: bool, out: list[Finding]) -> None:
     for st in harness_install.stale_installs(store):
         f = Finding("stale_harness_hooks", st.file,
@@ -362,6 +386,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     if not broken & {WORKSPACE_REF} and store.ref(WORKSPACE_REF) is not None \
             and store.config_get("storm.mode", "storm") == "storm":
         _disk_record(store, fix, rep.findings)
+    _index_lock(store, fix, rep.findings)
     _harness_hooks(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)
     return rep

@@ -19,17 +19,18 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pygit2
 
 from ..core import events, signing, trailers
-from . import branch
 from ..core.agents import validate_agent
 from ..core.errors import Busy, OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.files import index_copy
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, signature
+from . import branch
 from .tracking import adopt, unmediated
 from .writer import ValidatedWriter
 
@@ -98,8 +99,66 @@ def format_message(message: str, agents: list[str], head: pygit2.Oid, writes: in
     return "\n".join(lines) + "\n"
 
 
+INDEX_LOCK_MARK = b"git-storm manager-commit"
+
+
+@dataclass
+class IndexLock:
+    """git's ``index.lock`` as the manager's commit holds it. Its content says who
+    holds it and, from just before the branch moves, the commit the branch moves to:
+    a commit killed with the lock held leaves a file ``doctor`` can tell from git's
+    own (the pid is gone) and repair (the index reset to the branch's tree when the
+    branch did move; the lock removed)."""
+
+    path: str
+
+    def write(self, new: pygit2.Oid | None = None) -> None:
+        with open(self.path, "wb") as fh:
+            fh.write(INDEX_LOCK_MARK + f" pid={os.getpid()} new={new or '-'}\n".encode())
+
+
+def stale_index_lock(store: Store) -> tuple[int, str | None] | None:
+    """(pid, commit the branch was moving to or None) of a manager's commit that left
+    ``index.lock`` and no longer runs; None when there is none (or it is git's)."""
+    from ..core.locks import pid_alive
+
+    try:
+        with open(os.path.join(store.gitdir, "index.lock"), "rb") as fh:
+            first = fh.read(200)
+    except OSError:
+        return None
+    if not first.startswith(INDEX_LOCK_MARK):
+        return None
+    fields = dict(f.split("=", 1) for f in first.decode("ascii", "replace").split()[2:] if "=" in f)
+    try:
+        pid = int(fields.get("pid", ""))
+    except ValueError:
+        return None
+    if pid_alive(pid):
+        return None
+    new = fields.get("new")
+    return pid, (new if new and new != "-" else None)
+
+
+def repair_index(store: Store, new: str | None) -> bool:
+    """Finish what a killed manager's commit left: when the branch moved to ``new``,
+    the index gets its tree (else the person's next git commit would record a revert
+    of the agents' work); then the lock goes. True when the index was reset."""
+    lock = os.path.join(store.gitdir, "index.lock")
+    reset = False
+    try:
+        tip = store.repo.lookup_reference("HEAD").resolve().target
+        if new is not None and str(tip) == new:
+            _reset_index(store, store.commit(tip).tree_id)
+            reset = True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+    return reset
+
+
 @contextlib.contextmanager
-def _index_locked(store: Store) -> Iterator[None]:
+def _index_locked(store: Store) -> Iterator[IndexLock]:
     """git's own lock on the index (``index.lock``, created exclusively), held from
     before the branch moves until the index holds the new tree.
 
@@ -112,11 +171,17 @@ def _index_locked(store: Store) -> Iterator[None]:
     try:
         os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except FileExistsError:
+        if stale_index_lock(store) is not None:
+            hint = "a git storm commit was killed holding it: git storm doctor --fix repairs the index"
+        else:
+            hint = ("wait for it and run git storm commit again; if no git command runs, remove the file "
+                    "(git says the same)")
         raise Busy(f"git's index is locked ({lock}): another git command is running here, or one crashed "
-                   "and left the file", hint="wait for it and run git storm commit again; if no git command "
-                                             "runs, remove the file (git says the same)") from None
+                   "and left the file", hint=hint) from None
+    held = IndexLock(lock)
     try:
-        yield
+        held.write()
+        yield held
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
@@ -220,7 +285,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                               hint="record them with git storm adopt PATH... --agent ID (or --adopt), "
                                    "or restore them with git storm checkout PATH; git storm status -v shows them")
 
-    with _index_locked(store):  # before the branch moves, held until the index has its tree
+    with _index_locked(store) as index_lock:  # before the branch moves, held until the index has its tree
         with flocked(store.commondir, "workspace"):
             head = ws.head()
             shared = store.commit(head)
@@ -239,6 +304,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                     text = _commit_msg(store, text)
                 new = signing.make_commit(store, shared.tree.id, [parent.id], sig, sig, text,
                                           sign=signing.wanted(store, sign))
+                index_lock.write(new)  # a kill from here on: doctor knows the index must follow
                 if not store.cas(branch_ref, branch_ref.name, new, f"storm commit: {trailers.subject(text)}"):
                     raise RepoStateError(f"{branch_ref.shorthand} moved while committing",
                                          hint="run git storm commit again")
