@@ -210,8 +210,9 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
                    f"{len(res.paths)} path(s)")
     news = getattr(res, "branch_news", None)
     if not as_json and news:
+        changed = f"changing {len(news['paths'])} path(s)" if news["paths"] else "no file it did not have"
         click.echo(f"merged first into the shared workspace: {news['count']} commit(s) {res.branch} gained "
-                   f"outside storm ({news['commits'][0]}), changing {len(news['paths'])} path(s)")
+                   f"outside storm ({news['commits'][0]}), {changed}")
     if not as_json and res.adopted:
         click.echo(f"adopted first as the manager's write: {', '.join(res.adopted[:10])}")
     if not as_json and getattr(res, "radar", None):

@@ -119,3 +119,23 @@ def test_a_branch_moved_back_undoes_nothing(tmp_path):
     assert code == 0 and res["branch_news"] is None, res
     assert show(repo, "HEAD", "src/util.py") == b"x = 1\n"
     assert git(repo, "log", "-1", "--format=%s").stdout.decode().strip() == "second try"
+
+
+def test_a_manager_commit_rewritten_by_pull_rebase_is_storms_own_work(tmp_path):
+    """`git pull --rebase --autostash` rewrites the manager's commit onto upstream: its
+    version of src/util.py comes back as a change 'made outside storm', older than the
+    shared one. It is storm's own (a version the shared workspace had), not a conflict:
+    the commit keeps the newer shared version and merges the upstream change."""
+    repo, other = _upstream(tmp_path)
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "commit", "-m", "first", agent="manager").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 2\n", agent="engineer_1").returncode == 0
+    _push_change(other, "README.md", "# service (upstream)\n", "docs: upstream")
+    r = git(repo, "pull", "-q", "--rebase", "--autostash", "origin", "main", check=False)
+    assert r.returncode == 0, r.stderr
+    code, res = storm_json(repo, "commit", "-m", "second", agent="manager")
+    assert code == 0, res
+    assert res["branch_news"]["paths"] == ["README.md"]
+    assert show(repo, "HEAD", "src/util.py") == b"x = 2\n" and show(repo, "HEAD", "README.md") == b"# service (upstream)\n"
+    assert git(repo, "status", "--porcelain").stdout == b""

@@ -94,6 +94,62 @@ def news(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid | None = N
     return out
 
 
+# Shared commits searched for versions storm already had (as for a reverted file).
+OWN_LOOKBACK = 100
+
+
+def without_own_versions(store: Store, head: pygit2.Oid, news: BranchNews) -> tuple[pygit2.Oid, list[str]]:
+    """The branch tip's tree with every path whose version there is one storm's shared
+    workspace already had set back to the merge base's: that is not news from the
+    branch but storm's own work, come back through a rewrite of a manager's commit
+    (``git pull --rebase``, ``git commit --amend``, ``git rebase``), and a three-way
+    merge from the base would call it a conflict with the newer shared version.
+    Versions storm had: the shared heads the branch's commits name
+    (``Storm-Workspace``) and the last OWN_LOOKBACK shared commits. Returns (tree,
+    the paths set back)."""
+    repo = store.repo
+    base, tip = store.commit(news.base).tree, store.commit(news.tip).tree
+    changed = [d for d in base.diff_to_tree(tip).deltas if d.status != pygit2.enums.DeltaStatus.DELETED]
+    if not changed:
+        return tip.id, []
+    trees: list[pygit2.Tree] = []
+    walker = repo.walk(news.tip, pygit2.enums.SortMode.TOPOLOGICAL)
+    walker.hide(news.base)
+    for c in walker:
+        for w in trailers.parse(c.message).get("Storm-Workspace", []):
+            try:
+                trees.append(store.commit(pygit2.Oid(hex=w)).tree)
+            except (ValueError, KeyError, pygit2.GitError):
+                pass
+    c = store.commit(head)
+    for _ in range(OWN_LOOKBACK):
+        trees.append(c.tree)
+        if not c.parent_ids:
+            break
+        c = store.commit(c.parent_ids[0])
+    own = []
+    for d in changed:
+        path, oid = d.new_file.path, d.new_file.id
+        for t in trees:
+            try:
+                if t[path].id == oid:
+                    own.append(path)
+                    break
+            except KeyError:
+                continue
+    if not own:
+        return tip.id, []
+    index = pygit2.Index()
+    index.read_tree(tip)
+    for path in own:
+        try:
+            e = base[path]
+            index.add(pygit2.IndexEntry(path, e.id, e.filemode))
+        except KeyError:
+            index.remove(path)
+    return index.write_tree(repo), own
+
+
 def in_step(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> bool:
     """The branch tip holds nothing the shared workspace lacks (it is, or is behind,
     what storm integrated): its tree is then an older state of the shared one."""

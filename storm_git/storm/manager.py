@@ -344,7 +344,8 @@ def _integrate_branch(ws: ValidatedWriter, manager: str, *, keep_shared: bool = 
             return None, []
         shared = store.commit(head).tree
         repo = store.repo
-        index = repo.merge_trees(store.commit(news.base).tree, shared, store.commit(news.tip).tree)
+        theirs, _own = branch.without_own_versions(store, head, news)
+        index = repo.merge_trees(store.commit(news.base).tree, shared, repo[theirs])
         conflicts = sorted({next(side for side in sides if side is not None).path
                             for sides in index.conflicts}) if index.conflicts is not None else []
         if conflicts and not keep_shared:
