@@ -205,6 +205,17 @@ def _reason(res) -> str:
     return "\n".join(x for x in (head, render.rejection(r), ADVICE.get(r.reason, ""), res.message) if x)
 
 
+HOOK_LOCK_SECONDS = 40.0  # a hook's wait for a lock: well inside the harness's 60 s
+
+
+def _is_pre_write(hh, data: bytes, which: str) -> bool:
+    try:
+        e = hh.parse_event(data, which)
+    except Exception:  # noqa: BLE001 - only asked to word a refusal
+        return False
+    return e.pre and e.tool in hh.EDIT_TOOLS + hh.PATCH_TOOLS
+
+
 @harness.command("hook", context_settings=CONTEXT)
 @click.option("--harness", "which", type=click.Choice(["claude", "codex"]), default="claude", show_default=True,
               help="Which harness sends the event.")
@@ -225,13 +236,21 @@ def harness_hook(which: str, agent: str | None) -> None:
     Example:
       git storm harness hook --harness claude < event.json
     """
-    from storm_git.core.errors import StormError
+    from storm_git.cli.main import wait_with_a_deadline
+    from storm_git.core.errors import Busy, StormError
     from storm_git.integrations import harness as hh
 
+    wait_with_a_deadline(cap=HOOK_LOCK_SECONDS)  # the harness kills a hook after 60 s
     data = sys.stdin.buffer.read()
     try:
         res = hh.hook(data, harness=which, agent=agent)
     except StormError as exc:
+        if isinstance(exc, Busy) and _is_pre_write(hh, data, which):
+            # an edit storm could not check must not go on unchecked: deny it, the model retries
+            reason = f"git storm could not check this edit now: {exc}. Nothing was written; retry in a moment."
+            click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                          "permissionDecisionReason": reason}}, ensure_ascii=False))
+            sys.exit(0)
         click.echo(f"git storm harness hook: {exc}".replace("\n", " "), err=True)
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - never wedge the harness: exit 1 is non-blocking

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from typing import Any, Callable
 
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_fail(UsageError(f"{bad} is not valid UTF-8",
                                   hint="storm records intents, paths and commands as UTF-8 text in git; "
                                        "nothing was run or changed"), as_json))
+    wait_with_a_deadline()
     try:
         cli.main(args=args, prog_name="git storm", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -118,6 +120,42 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         sys.exit(_fail(exc, as_json))
     sys.exit(0)
+
+
+DEFAULT_LOCK_TIMEOUT = 300.0
+
+
+def lock_timeout(commondir: str, *, cap: float | None = None) -> float | None:
+    """``storm.lockTimeout`` (seconds; 0: forever), read only when a lock is taken
+    (the fast path never reads it). ``cap``: at most this (a harness's hook budget)."""
+    from storm_git.core.errors import UsageError
+    from storm_git.core.store import git_env
+
+    r = subprocess.run(["git", "--git-dir", commondir, "config", "--get", "storm.lockTimeout"],
+                       capture_output=True, env=git_env())
+    raw = r.stdout.decode("utf-8", "replace").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise UsageError(f"storm.lockTimeout is {raw!r}, not a number of seconds",
+                         hint="git config storm.lockTimeout 300 (0: wait as long as it takes)") from None
+    if value < 0 or value != value:
+        raise UsageError(f"storm.lockTimeout is {raw!r}, not a number of seconds",
+                         hint="git config storm.lockTimeout 300 (0: wait as long as it takes)")
+    out = None if value == 0 else value
+    return out if cap is None else min(out if out is not None else cap, cap)
+
+
+def say_waiting(w) -> None:
+    click.echo(f"git storm: waiting for storm's {w.name} lock, held by {w.who()} for {w.seconds:.0f}s "
+               "(storm.lockTimeout gives up)", err=True)
+
+
+def wait_with_a_deadline(cap: float | None = None) -> None:
+    """Commands say who holds a lock they wait for and give up after storm.lockTimeout."""
+    from storm_git.core.locks import WaitPolicy, set_wait_policy
+
+    set_wait_policy(WaitPolicy(timeout=lambda commondir: lock_timeout(commondir, cap=cap), on_wait=say_waiting))
 
 
 def _non_utf8_argument(args: list[str]) -> str | None:

@@ -2,7 +2,9 @@
 exit codes and write's handling of stdin, through the real command line."""
 from __future__ import annotations
 
+import json
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -364,3 +366,59 @@ def test_accepted_write_and_edit_say_the_byte_count(repo):
     assert "src/api.py -> " in r.stdout and ", 6 bytes" in r.stdout
     r = _ok(storm(repo, "edit", "src/api.py", "--old", "hello", "--new", "hi", agent="e1"))
     assert ", 3 bytes" in r.stdout
+
+
+def test_a_lock_held_too_long_is_named_and_given_up_on(repo, tmp_path):
+    """Another process sits on storm's workspace lock (a hook waiting for input, a
+    stopped job). Before 2026-11-25 every writer waited silently forever. Now a
+    command says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
+    changes nothing; with time left it goes on once the lock is free."""
+    from helpers import hold
+
+    git(repo, "config", "storm.lockTimeout", "1.5")
+    holder = hold(repo, "workspace", seconds=60)
+    try:
+        before = snapshot_refs(repo)
+        t = time.monotonic()
+        r = storm(repo, "write", "new.txt", "--json", input="x\n", agent="e1")
+        took = time.monotonic() - t
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        err = json.loads(r.stdout)["error"]
+        assert err["kind"] == "busy" and f"pid {holder.pid}" in err["message"] and "flock" in err["message"]
+        assert "storm.lockTimeout" in err["hint"]
+        assert 1.5 <= took < 15 and snapshot_refs(repo) == before and not (repo / "new.txt").exists()
+        r = storm(repo, "write", "new.txt", input="x\n", agent="e1")
+        assert r.returncode == 3 and len(r.stderr.strip().splitlines()) <= 2, r.stderr
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    # time left: the command says who it waits for, then goes on
+    git(repo, "config", "storm.lockTimeout", "60")
+    holder = hold(repo, "workspace", seconds=4.5)
+    try:
+        r = storm(repo, "write", "new.txt", input="x\n", agent="e1")
+    finally:
+        holder.wait()
+    assert r.returncode == 0, r.stderr
+    assert f"waiting for storm's workspace lock, held by pid {holder.pid}" in r.stderr
+
+
+def test_a_harness_edit_storm_cannot_check_in_time_is_denied_not_let_through(repo):
+    """A pre-edit hook that cannot take storm's lock in time denies the edit (the model
+    retries) instead of exiting 1, which the harness treats as 'go on unchecked'."""
+    from helpers import hold
+
+    git(repo, "config", "storm.lockTimeout", "1")
+    path = str(repo / "src/api.py")
+    event = {"session_id": "s", "transcript_path": "/t", "cwd": str(repo), "permission_mode": "default",
+             "hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_use_id": "u1",
+             "tool_input": {"file_path": path, "old_string": "url", "new_string": "uri", "replace_all": False}}
+    holder = hold(repo, "workspace", seconds=60)
+    try:
+        r = storm(repo, "harness", "hook", "-a", "e1", input=json.dumps(event))
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "deny" and "could not check this edit" in spec["permissionDecisionReason"]

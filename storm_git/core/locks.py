@@ -23,8 +23,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
+import threading
+import time
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
+
+from .errors import Busy
 
 
 REMOTE_LOCK = "remote"
@@ -37,9 +44,57 @@ def lock_dir(commondir: str) -> str:
     return os.path.join(commondir, "storm", "locks")
 
 
+@dataclass
+class LockWait:
+    """A wait for one of storm's locks that another process holds."""
+
+    name: str
+    seconds: float  # waited so far
+    holder: int | None  # the pid holding it (from /proc/locks), when the system says
+    command: str  # that process's command line ("" unknown)
+
+    def who(self) -> str:
+        if self.holder is None:
+            return "another process"
+        return f"pid {self.holder}" + (f" ({self.command})" if self.command else "")
+
+
+@dataclass
+class WaitPolicy:
+    """How long a storm command waits for a lock another process holds. The default
+    (``timeout`` None, no ``on_wait``) waits as long as it takes, in the kernel, as a
+    library caller expects; the command line, the MCP server and the harness hooks
+    set one (``storm.lockTimeout``), so a holder stuck in a hook waiting for input,
+    a stopped job or a hung mount makes them say who holds the lock and then give up,
+    exit 3, never wait silently forever."""
+
+    timeout: Callable[[str], float | None] | None = None  # commondir -> seconds (None: forever)
+    notice_after: float = 3.0
+    on_wait: Callable[[LockWait], None] | None = None
+
+
+_policy = WaitPolicy()
+
+
+def set_wait_policy(policy: WaitPolicy) -> WaitPolicy:
+    """Install ``policy`` for this process; returns the one it replaces."""
+    global _policy
+    old, _policy = _policy, policy
+    return old
+
+
+class LockTimeout(Busy):
+    """A lock another process held for longer than ``storm.lockTimeout``."""
+
+    kind = "busy"
+
+
 @contextmanager
-def flocked(commondir: str, name: str, *, shared: bool = False) -> Iterator[None]:
-    """Hold an exclusive (or ``shared``) flock on ``storm/locks/<name>`` for the block."""
+def flocked(commondir: str, name: str, *, shared: bool = False, patient: bool = False) -> Iterator[None]:
+    """Hold an exclusive (or ``shared``) flock on ``storm/locks/<name>`` for the block.
+    Free: taken at once. Held by another process: waited for as the process's
+    WaitPolicy says (``patient``: as long as it takes, whatever the policy: a
+    foreground ``maintenance`` behind a background one)."""
     d = lock_dir(commondir)
     path = os.path.join(d, name)
     try:
@@ -47,11 +102,124 @@ def flocked(commondir: str, name: str, *, shared: bool = False) -> Iterator[None
     except FileNotFoundError:
         os.makedirs(d, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    op = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            policy = _policy
+            if patient or (policy.timeout is None and policy.on_wait is None):
+                fcntl.flock(fd, op)
+            else:
+                _wait(fd, op, commondir, name, path, policy)
         yield
     finally:
         os.close(fd)  # closing drops the flock
+
+
+def _wait(fd: int, op: int, commondir: str, name: str, path: str, policy: WaitPolicy) -> None:
+    """Wait for the lock, say once who holds it after ``notice_after``, give up after
+    the policy's timeout. In the main thread the wait is the kernel's (a blocking
+    flock, interrupted by a timer at each mark: the waiter keeps its place, wakes the
+    moment the lock is free, and shows in /proc/locks); elsewhere (the MCP server's
+    worker threads, where no signal can reach) the lock is polled, 1 ms doubling to 20."""
+    timeout = policy.timeout(commondir) if policy.timeout is not None else None
+    start = time.monotonic()
+    told = policy.on_wait is None
+    in_main = threading.current_thread() is threading.main_thread()
+    while True:
+        waited = time.monotonic() - start
+        if not told and waited >= policy.notice_after:
+            told = True
+            policy.on_wait(LockWait(name, waited, *holder(fd)))  # type: ignore[misc]
+        if timeout is not None and waited >= timeout:
+            w = LockWait(name, waited, *holder(fd))
+            raise LockTimeout(f"storm's {name} lock ({path}) is still held by {w.who()} after {waited:.0f}s; "
+                              "nothing was changed",
+                              hint="if that process is stuck (a hook waiting for input, a stopped job: fg or "
+                                   "kill it), end it; git config storm.lockTimeout SECONDS waits longer (0: "
+                                   "forever)")
+        marks = ([] if told else [policy.notice_after - waited]) + ([] if timeout is None else [timeout - waited])
+        if not marks:
+            fcntl.flock(fd, op)
+            return
+        if (_flock_until if in_main else _poll_until)(fd, op, time.monotonic() + max(min(marks), 0.001)):
+            return
+
+
+class _Alarm(Exception):
+    pass
+
+
+def _flock_until(fd: int, op: int, deadline: float) -> bool:
+    """A blocking flock that a timer interrupts at ``deadline``: True when taken. The
+    handler raises only while armed, so a timer that fires as the flock returns is
+    caught here (and the flock, already ours, is taken again at once), never later."""
+    armed = [False]
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if armed[0]:
+            raise _Alarm()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        try:
+            armed[0] = True
+            signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 0.001))
+            fcntl.flock(fd, op)
+            taken = True
+        except _Alarm:
+            taken = False
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return taken
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+def _poll_until(fd: int, op: int, deadline: float) -> bool:
+    pause = 0.001
+    while time.monotonic() < deadline:
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+        pause = min(pause * 2, 0.02)
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+    return False
+
+
+def holder(fd: int) -> tuple[int | None, str]:
+    """(pid, command line) of a process holding a flock on ``fd``'s file, from Linux's
+    /proc/locks; (None, "") where the system does not say."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None, ""
+    me = os.getpid()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:  # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
+            try:
+                pid = int(parts[4])
+            except ValueError:
+                continue
+            if pid == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            except OSError:
+                cmd = ""
+            return pid, cmd[:200]
+    return None, ""
 
 
 @contextmanager

@@ -164,7 +164,7 @@ def run_auto(store: Store) -> MaintenanceResult | None:
 
 def run(store: Store) -> MaintenanceResult:
     """Run the safe maintenance tasks; returns loose/packed counts before and after."""
-    with flocked(store.commondir, LOCK):
+    with flocked(store.commondir, LOCK, patient=True):  # behind a background run, however long
         before = count_objects(store)
         done = _loose(store)
     done += _rollup(store, wait=True)
@@ -189,7 +189,7 @@ def _rollup(store: Store, *, wait: bool) -> list[str]:
     if not wait and (sum(not p.fixed for p in packs.listing(store.commondir)) if partial
                      else count_objects(store).packs) <= ROLLUP_AT:
         return []
-    with (flocked(store.commondir, ROLLUP_LOCK) if wait else
+    with (flocked(store.commondir, ROLLUP_LOCK, patient=True) if wait else
           try_flocked(store.commondir, ROLLUP_LOCK)) as taken:
         if taken is False:
             return []
@@ -206,7 +206,7 @@ def quiesced(commondir: str) -> Iterator[None]:
     one to finish: for what must not see objects move between packs (``git fsck``
     lists packs, then loose objects, and calls an object that moved between the two
     missing)."""
-    with flocked(commondir, LOCK), flocked(commondir, ROLLUP_LOCK):
+    with flocked(commondir, LOCK, patient=True), flocked(commondir, ROLLUP_LOCK, patient=True):
         yield
 
 

@@ -184,7 +184,8 @@ class RemoteWorkspace(SharedWorkspace):
                     self._push_queue(agent)
                     continue
             t0 = time.monotonic()
-            with flocked(store.commondir, LANDING_LOCK, shared=True):
+            # patient: the exchange in progress is bounded by its own network timeouts and budget
+            with flocked(store.commondir, LANDING_LOCK, shared=True, patient=True):
                 pass  # another process's exchange is over (or it has not taken this lock yet)
             if time.monotonic() - t0 < 0.001:
                 time.sleep(0.002)
@@ -371,7 +372,8 @@ class RemoteWorkspace(SharedWorkspace):
         took before it wrote: with two writes of one agent in flight, that would take
         the other write's versions out of the read set, or (the other's snapshot put
         back last) bring the dropped write's versions back as read."""
-        with flocked(self.store.commondir, write_lock(agent)):
+        # patient: the write ahead is this agent's own, bounded by storm.remoteRetrySeconds
+        with flocked(self.store.commondir, write_lock(agent), patient=True):
             return self._apply(agent, changes, **kw)
 
     def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
