@@ -3,9 +3,14 @@ commit merges what it gained into the shared workspace instead of undoing it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import git, hold, make_repo, rev, show, storm, storm_json
 
 WS = "refs/storm/workspace"
 
@@ -139,3 +144,31 @@ def test_a_manager_commit_rewritten_by_pull_rebase_is_storms_own_work(tmp_path):
     assert res["branch_news"]["paths"] == ["README.md"]
     assert show(repo, "HEAD", "src/util.py") == b"x = 2\n" and show(repo, "HEAD", "README.md") == b"# service (upstream)\n"
     assert git(repo, "status", "--porcelain").stdout == b""
+
+
+def test_a_branch_moved_while_the_commit_waits_for_its_lock_is_not_undone(tmp_path):
+    """The branch moves after the commit looked for news and before it holds the
+    workspace lock (held here by another process): the commit refuses, nothing moves."""
+    repo = make_repo(tmp_path / "r")
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    holder = hold(repo, "workspace", seconds=60)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "storm_git", "commit", "-m", "integrate"], cwd=repo,
+                             env={**os.environ, "STORM_AGENT": "manager"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not (repo / ".git/index.lock").exists():  # past its look for news, at the lock
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.01)
+        tree = git(repo, "rev-parse", "HEAD^{tree}").stdout.decode().strip()
+        moved = git(repo, "commit-tree", "-p", "HEAD", "-m", "by hand", tree).stdout.decode().strip()
+        git(repo, "update-ref", "refs/heads/main", moved)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3 and b"moved outside storm while committing" in err, err
+    assert rev(repo, "HEAD") == moved
+    r = storm(repo, "commit", "-m", "integrate", agent="manager")
+    assert r.returncode == 0 and rev(repo, "HEAD^") == moved, r.stderr

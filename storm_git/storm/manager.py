@@ -290,6 +290,9 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
             head = ws.head()
             shared = store.commit(head)
             branch_ref = store.repo.lookup_reference("HEAD").resolve()
+            if branch.news(store, branch_ref, head) is not None:  # moved again since it was merged in
+                raise RepoStateError(f"{branch_ref.shorthand} moved outside storm while committing; nothing "
+                                     "was committed", hint="run git storm commit again")
             parent = store.commit(branch_ref.target)
             committed = store.ref(COMMITTED_REF)
             since = committed.target if committed is not None else None
