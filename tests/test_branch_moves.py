@@ -172,3 +172,28 @@ def test_a_branch_moved_while_the_commit_waits_for_its_lock_is_not_undone(tmp_pa
     assert rev(repo, "HEAD") == moved
     r = storm(repo, "commit", "-m", "integrate", agent="manager")
     assert r.returncode == 0 and rev(repo, "HEAD^") == moved, r.stderr
+
+
+def test_a_repository_from_before_the_record_is_read_from_its_history(tmp_path):
+    """No refs/storm/integrated (initialised by an older storm): the last branch commit
+    the shared workspace holds is read from the history (the manager's last commit,
+    by its Storm-Workspace trailer; else where the histories meet), then recorded."""
+    repo = make_repo(tmp_path / "r")
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "commit", "-m", "first", agent="manager").returncode == 0
+    git(repo, "update-ref", "-d", "refs/storm/integrated")
+    (repo / "README.md").write_text("# by hand\n")
+    git(repo, "commit", "-q", "--no-verify", "-am", "by hand")
+    assert storm(repo, "write", "src/util.py", input="x = 2\n", agent="engineer_1").returncode == 0
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    assert st["branch_news"]["count"] == 1 and st["branch_news"]["commits"][0].endswith("by hand")
+    assert storm(repo, "commit", "-m", "second", agent="manager").returncode == 0
+    assert show(repo, "HEAD", "README.md") == b"# by hand\n" and show(repo, "HEAD", "src/util.py") == b"x = 2\n"
+    assert rev(repo, "refs/storm/integrated") == rev(repo, "HEAD")
+    # never committed by a manager: where the histories meet (init's HEAD)
+    repo2 = make_repo(tmp_path / "r2")
+    git(repo2, "update-ref", "-d", "refs/storm/integrated")
+    (repo2 / "README.md").write_text("# by hand\n")
+    git(repo2, "commit", "-q", "--no-verify", "-am", "by hand")
+    assert json.loads(storm(repo2, "status", "--json").stdout)["branch_news"]["count"] == 1

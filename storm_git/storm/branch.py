@@ -49,16 +49,18 @@ class BranchNews:
 def known(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> pygit2.Oid | None:
     """The last branch commit the shared workspace is known to contain: the recorded
     one; for a repository from before the record, the newest commit on the tip's
-    first-parent line that is in the shared history (init, a mode switch) or is a
-    manager's commit (``Storm-Workspace``) of a shared head in that history."""
+    first-parent line that is a manager's commit (``Storm-Workspace``) of a shared
+    head in the shared history, or else where the tip's history meets the shared
+    history (init, a mode switch). One history walk, not one per commit."""
     ref = store.ref(INTEGRATED_REF)
     if ref is not None:
         return ref.target
     repo = store.repo
+    meet = repo.merge_base(head, tip)
     c = store.commit(tip)
     for _ in range(MAX_WALK):
-        if c.id == head or repo.descendant_of(head, c.id):
-            return c.id
+        if c.id == meet:
+            return meet
         ws = trailers.parse(c.message).get("Storm-Workspace")
         if ws:
             try:
@@ -68,9 +70,9 @@ def known(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> pygit2.Oid | None:
             except (ValueError, KeyError, pygit2.GitError):
                 pass
         if not c.parent_ids:
-            return None
+            break
         c = store.commit(c.parent_ids[0])
-    return None
+    return meet
 
 
 def news(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid | None = None) -> BranchNews | None:
