@@ -313,3 +313,19 @@ def test_a_command_reverting_the_agents_own_write_is_recorded(repo):
     r = storm(repo, "exec", "--agent", "engineer_1", "--", "git", "checkout", "--", "src/util.py")
     assert r.returncode == 0, r.stderr
     assert show(repo, "refs/storm/workspace", "src/util.py") == show(repo, "HEAD", "src/util.py")
+
+
+def test_a_revert_among_many_changed_files_is_still_found(repo):
+    """With many targets the search for older versions looks only at paths the shared
+    history changed (one pass over it): the revert of api.py among 40 new files is
+    found, and the new files are not taken for reverts."""
+    assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url, timeout=10):\n    pass\n",
+                 agent="engineer_1").returncode == 0
+    for i in range(3):  # some history for the pass to walk
+        assert storm(repo, "write", f"notes/n{i}.txt", input=f"{i}\n", agent="engineer_1").returncode == 0
+    cmd = "git checkout -- src/api.py && mkdir gen && for i in $(seq 40); do echo $i > gen/f$i.txt; done"
+    r = storm(repo, "exec", "--json", "--agent", "engineer_2", "--", "sh", "-c", cmd)
+    res = json.loads(r.stdout.splitlines()[-1])
+    assert r.returncode == 1 and res["reverted"] == ["src/api.py"], res
+    assert len(res["paths"]) == 41
