@@ -93,7 +93,7 @@ from ..core.store import (
     Store,
     git_env,
 )
-from ..storm import manager
+from ..storm import index as git_index
 from . import harness_install
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))
@@ -324,7 +324,7 @@ def _temp_files(store: Store, fix: bool, out: list[Finding]) -> None:
 
 
 def _index_lock(store: Store, fix: bool, out: list[Finding]) -> None:
-    stale = manager.stale_index_lock(store)
+    stale = git_index.stale_index_lock(store)
     if stale is None:
         return
     pid, new = stale
@@ -335,7 +335,7 @@ def _index_lock(store: Store, fix: bool, out: list[Finding]) -> None:
                    else "before the branch moved"), True)
     out.append(f)
     if fix:
-        manager.repair_index(store, new)
+        git_index.repair_index(store, new)
         f.fixed = not os.path.exists(os.path.join(store.gitdir, "index.lock"))
 
 

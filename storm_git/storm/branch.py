@@ -22,7 +22,10 @@ from typing import Any
 import pygit2
 
 from ..core import trailers
+from ..core.errors import RepoStateError
+from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store
+from .writer import ValidatedWriter
 
 INTEGRATED_REF = "refs/storm/integrated"
 # For a repository from before the ref: how far back the branch's first-parent line
@@ -164,3 +167,78 @@ def record(store: Store, commit: pygit2.Oid) -> None:
     ref = store.ref(INTEGRATED_REF)
     if ref is None or ref.target != commit:
         store.cas(ref, INTEGRATED_REF, commit, "storm: the shared workspace holds this branch commit")
+
+
+class BranchConflict(RepoStateError):
+    """The branch gained commits outside storm that change what the agents changed too."""
+
+    kind = "branch_conflict"
+
+
+def integrate(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
+              attempts: int = 3) -> tuple[BranchNews | None, list[str]]:
+    """Merge the commits the branch gained outside storm (a person's git pull, merge,
+    commit) into the shared workspace, as the manager's write, before committing:
+    the commit's tree is the shared one, so without this it would undo them.
+    Three-way, from where the branch and what storm integrated meet; a path both
+    sides changed differently is a BranchConflict (exit 3, nothing changed) unless
+    ``keep_shared`` says the shared version is the resolution. The write is
+    validated against the versions merged (an agent's write meanwhile: merged again)."""
+    store = ws.store
+    branch_ref = store.repo.lookup_reference("HEAD").resolve()
+    for _ in range(attempts):
+        head = ws.head()
+        found = news(store, branch_ref, head)
+        if found is None:
+            return None, []
+        shared = store.commit(head).tree
+        repo = store.repo
+        theirs, _own = without_own_versions(store, head, found)
+        merging = repo.merge_trees(store.commit(found.base).tree, shared, repo[theirs])
+        conflicts = sorted({next(side for side in sides if side is not None).path
+                            for sides in merging.conflicts}) if merging.conflicts is not None else []
+        if conflicts and not keep_shared:
+            listed = ", ".join(conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
+            raise BranchConflict(
+                f"{found.branch} gained {found.count} commit(s) outside storm ({found.commits[0]}) that change "
+                f"what the agents changed too: {listed}; nothing was changed",
+                hint=f"write each as it should be (git show {found.branch}:PATH is the branch's version; "
+                     f"git storm write PATH --agent {manager}), then git storm commit --keep-shared; "
+                     "or undo the branch's move (git reset) if it was a mistake")
+        for path in conflicts:  # keep_shared: the shared version is the resolution
+            del merging.conflicts[path]
+            entry = _entry(shared, path)
+            if entry is not None:
+                merging.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
+        merged = repo[merging.write_tree(repo)]
+        changes: dict[str, object] = {}
+        expected: dict[str, str | None] = {}
+        for d in shared.diff_to_tree(merged).deltas:
+            old, new = d.old_file, d.new_file
+            if d.status == pygit2.enums.DeltaStatus.DELETED:
+                changes[old.path], expected[old.path] = None, str(old.id)
+            else:
+                changes[new.path] = (new.id, new.mode)
+                expected[new.path] = None if d.status == pygit2.enums.DeltaStatus.ADDED else str(old.id)
+        with flocked(store.commondir, "workspace"):
+            if not changes and ws.head() == head:
+                record(store, found.tip)
+                return found, []
+        if not changes:
+            continue
+        res = ws.apply(manager, changes, intent=f"{manager}: bring {found.count} commit(s) of {found.branch} "
+                                                f"into the shared workspace ({found.commits[0]})",
+                       deps=[], wait=True, op="adopt", expected=expected)
+        if res.accepted:
+            with flocked(store.commondir, "workspace"):
+                record(store, found.tip)
+            return found, sorted(changes)
+    raise RepoStateError(f"agents kept changing the paths {branch_ref.shorthand}'s new commits change",
+                         hint="run git storm commit again")
+
+
+def _entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
+    try:
+        return tree[path]
+    except KeyError:
+        return None

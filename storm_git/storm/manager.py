@@ -18,19 +18,16 @@ import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pygit2
 
 from ..core import events, signing, trailers
 from ..core.agents import validate_agent
-from ..core.errors import Busy, OperationInProgress, RepoStateError, StormError, UsageError
-from ..core.files import index_copy
+from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, signature
-from . import branch
+from . import branch, index
 from .tracking import adopt, unmediated
 from .writer import ValidatedWriter
 
@@ -44,12 +41,6 @@ class UnmediatedEdits(RepoStateError):
     """The disk holds edits storm did not record; committing would hide them."""
 
     kind = "unmediated_edits"
-
-
-class BranchConflict(RepoStateError):
-    """The branch gained commits outside storm that change what the agents changed too."""
-
-    kind = "branch_conflict"
 
 
 class AdoptRejected(StormError):
@@ -99,94 +90,6 @@ def format_message(message: str, agents: list[str], head: pygit2.Oid, writes: in
     return "\n".join(lines) + "\n"
 
 
-INDEX_LOCK_MARK = b"git-storm manager-commit"
-
-
-@dataclass
-class IndexLock:
-    """git's ``index.lock`` as the manager's commit holds it. Its content says who
-    holds it and, from just before the branch moves, the commit the branch moves to:
-    a commit killed with the lock held leaves a file ``doctor`` can tell from git's
-    own (the pid is gone) and repair (the index reset to the branch's tree when the
-    branch did move; the lock removed)."""
-
-    path: str
-
-    def write(self, new: pygit2.Oid | None = None) -> None:
-        with open(self.path, "wb") as fh:
-            fh.write(INDEX_LOCK_MARK + f" pid={os.getpid()} new={new or '-'}\n".encode())
-
-
-def stale_index_lock(store: Store) -> tuple[int, str | None] | None:
-    """(pid, commit the branch was moving to or None) of a manager's commit that left
-    ``index.lock`` and no longer runs; None when there is none (or it is git's)."""
-    from ..core.locks import pid_alive
-
-    try:
-        with open(os.path.join(store.gitdir, "index.lock"), "rb") as fh:
-            first = fh.read(200)
-    except OSError:
-        return None
-    if not first.startswith(INDEX_LOCK_MARK):
-        return None
-    fields = dict(f.split("=", 1) for f in first.decode("ascii", "replace").split()[2:] if "=" in f)
-    try:
-        pid = int(fields.get("pid", ""))
-    except ValueError:
-        return None
-    if pid_alive(pid):
-        return None
-    new = fields.get("new")
-    return pid, (new if new and new != "-" else None)
-
-
-def repair_index(store: Store, new: str | None) -> bool:
-    """Finish what a killed manager's commit left: when the branch moved to ``new``,
-    the index gets its tree (else the person's next git commit would record a revert
-    of the agents' work); then the lock goes. True when the index was reset."""
-    lock = os.path.join(store.gitdir, "index.lock")
-    reset = False
-    try:
-        tip = store.repo.lookup_reference("HEAD").resolve().target
-        if new is not None and str(tip) == new:
-            _reset_index(store, store.commit(tip).tree_id)
-            reset = True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-    return reset
-
-
-@contextlib.contextmanager
-def _index_locked(store: Store) -> Iterator[IndexLock]:
-    """git's own lock on the index (``index.lock``, created exclusively), held from
-    before the branch moves until the index holds the new tree.
-
-    A git command holding it (a person's ``git add -p``, an editor's ``git status``)
-    or one that crashed and left it used to let the branch move and then fail to
-    reset the index (exit 3, "the commit was made"): the index kept the old tree, so
-    the person's next ``git commit`` would have recorded a revert of the agents'
-    work. Now the commit is refused first, with nothing changed, as git refuses."""
-    lock = os.path.join(store.gitdir, "index.lock")
-    try:
-        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-    except FileExistsError:
-        if stale_index_lock(store) is not None:
-            hint = "a git storm commit was killed holding it: git storm doctor --fix repairs the index"
-        else:
-            hint = ("wait for it and run git storm commit again; if no git command runs, remove the file "
-                    "(git says the same)")
-        raise Busy(f"git's index is locked ({lock}): another git command is running here, or one crashed "
-                   "and left the file", hint=hint) from None
-    held = IndexLock(lock)
-    try:
-        held.write()
-        yield held
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-
-
 class HookRefused(RepoStateError):
     """The repository's commit-msg hook refused the manager's commit (exit 3)."""
 
@@ -222,22 +125,6 @@ def _commit_msg(store: Store, text: str) -> str:
             os.unlink(path)
 
 
-def _reset_index(store: Store, tree: pygit2.Oid) -> None:
-    """Make git's index hold ``tree`` (its lock held: _index_locked); keep stat data
-    of unchanged entries so the next ``git status`` does not re-read every file.
-    Built in a copy, then renamed over the index: never half-written."""
-    index = os.path.join(store.gitdir, "index")
-    with index_copy(index) as tmp:
-        env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top, GIT_INDEX_FILE=tmp)
-        for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
-            r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
-            if r.returncode != 0 and args[0] == "read-tree":
-                err = r.stderr.decode("utf-8", "replace").strip()
-                raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
-                                     hint="run git read-tree HEAD")
-        os.replace(tmp, index)
-
-
 def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt: bool = False,
            strict: bool = False, sign: bool | None = None, verify: bool = True,
            keep_shared: bool = False) -> CommitResult:
@@ -249,7 +136,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     ``verify``: run the repository's commit-msg hook on the message and its
     post-commit hook after, as git commit does (``--no-verify`` skips them).
     Commits the branch gained outside storm are merged into the shared workspace
-    first (:func:`_integrate_branch`; ``keep_shared``: the shared version resolves
+    first (:func:`storm_git.storm.branch.integrate`; ``keep_shared``: the shared version resolves
     paths both changed)."""
     store = ws.store
     manager = manager_id(store)
@@ -266,7 +153,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     if store.repo.head_is_unborn:
         raise RepoStateError("the branch has no commit yet", hint="make a first commit")
     _no_operation_in_progress(store)
-    news, brought = _integrate_branch(ws, manager, keep_shared=keep_shared)
+    news, brought = branch.integrate(ws, manager, keep_shared=keep_shared)
     pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
@@ -285,7 +172,7 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                               hint="record them with git storm adopt PATH... --agent ID (or --adopt), "
                                    "or restore them with git storm checkout PATH; git storm status -v shows them")
 
-    with _index_locked(store) as index_lock:  # before the branch moves, held until the index has its tree
+    with index.locked(store) as index_lock:  # before the branch moves, held until the index has its tree
         with flocked(store.commondir, "workspace"):
             head = ws.head()
             shared = store.commit(head)
@@ -320,82 +207,13 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
                            "workspace": str(head), "agents": agents, "count": len(writes),
                            "writes": [str(c.id) for c in writes[-MAX_LISTED_WRITES:]]})
         if new is not None:
-            _reset_index(store, shared.tree.id)
+            index.reset(store, shared.tree.id)
     if new is not None and verify:
         _hook(store, "post-commit")  # as for git commit: its exit status changes nothing
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
                         adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending],
                         branch_news=news.to_dict() | {"paths": brought} if news else None)
-
-
-def _integrate_branch(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
-                      attempts: int = 3) -> tuple[branch.BranchNews | None, list[str]]:
-    """Merge the commits the branch gained outside storm (a person's git pull, merge,
-    commit) into the shared workspace, as the manager's write, before committing:
-    the commit's tree is the shared one, so without this it would undo them.
-    Three-way, from where the branch and what storm integrated meet; a path both
-    sides changed differently is a BranchConflict (exit 3, nothing changed) unless
-    ``keep_shared`` says the shared version is the resolution. The write is
-    validated against the versions merged (an agent's write meanwhile: merged again)."""
-    store = ws.store
-    branch_ref = store.repo.lookup_reference("HEAD").resolve()
-    for _ in range(attempts):
-        head = ws.head()
-        news = branch.news(store, branch_ref, head)
-        if news is None:
-            return None, []
-        shared = store.commit(head).tree
-        repo = store.repo
-        theirs, _own = branch.without_own_versions(store, head, news)
-        index = repo.merge_trees(store.commit(news.base).tree, shared, repo[theirs])
-        conflicts = sorted({next(side for side in sides if side is not None).path
-                            for sides in index.conflicts}) if index.conflicts is not None else []
-        if conflicts and not keep_shared:
-            listed = ", ".join(conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
-            raise BranchConflict(
-                f"{news.branch} gained {news.count} commit(s) outside storm ({news.commits[0]}) that change "
-                f"what the agents changed too: {listed}; nothing was changed",
-                hint=f"write each as it should be (git show {news.branch}:PATH is the branch's version; "
-                     f"git storm write PATH --agent {manager}), then git storm commit --keep-shared; "
-                     "or undo the branch's move (git reset) if it was a mistake")
-        for path in conflicts:  # keep_shared: the shared version is the resolution
-            del index.conflicts[path]
-            entry = _entry(shared, path)
-            if entry is not None:
-                index.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
-        merged = repo[index.write_tree(repo)]
-        changes: dict[str, object] = {}
-        expected: dict[str, str | None] = {}
-        for d in shared.diff_to_tree(merged).deltas:
-            old, new = d.old_file, d.new_file
-            if d.status == pygit2.enums.DeltaStatus.DELETED:
-                changes[old.path], expected[old.path] = None, str(old.id)
-            else:
-                changes[new.path] = (new.id, new.mode)
-                expected[new.path] = None if d.status == pygit2.enums.DeltaStatus.ADDED else str(old.id)
-        with flocked(store.commondir, "workspace"):
-            if not changes and ws.head() == head:
-                branch.record(store, news.tip)
-                return news, []
-        if not changes:
-            continue
-        res = ws.apply(manager, changes, intent=f"{manager}: bring {news.count} commit(s) of {news.branch} "
-                                                f"into the shared workspace ({news.commits[0]})",
-                       deps=[], wait=True, op="adopt", expected=expected)
-        if res.accepted:
-            with flocked(store.commondir, "workspace"):
-                branch.record(store, news.tip)
-            return news, sorted(changes)
-    raise RepoStateError(f"agents kept changing the paths {branch_ref.shorthand}'s new commits change",
-                         hint="run git storm commit again")
-
-
-def _entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
-    try:
-        return tree[path]
-    except KeyError:
-        return None
 
 
 # libgit2's repository states -> (what is under way, how a person ends it)
