@@ -425,13 +425,17 @@ def _notes_commit(repo: Path, agent: str, target: str, text: str) -> str:
     return rev(repo, ref)
 
 
-def test_guard_refuses_a_forged_commit(guarded):
-    srv, a = guarded
+def _forged_push_is_refused(srv: Path, a: Path) -> None:
+    """A hand-made commit without storm's trailers, pushed to the shared ref: refused."""
     h = rev(srv, WS)
     forged = _commit(a, h, {"src/util.py": "evil\n"}, "no trailers here")
     r = _push(a, f"{forged}:{WS}")
     assert r.returncode != 0 and b"lacks storm's trailers" in r.stderr, r.stderr
     assert rev(srv, WS) == h
+
+
+def test_guard_refuses_a_forged_commit(guarded):
+    _forged_push_is_refused(*guarded)
 
 
 def test_guard_refuses_a_non_fast_forward(guarded):
@@ -759,12 +763,7 @@ def test_guard_install_follows_the_servers_core_hookspath(tmp_path, where):
     assert res["hook"] == str(hooks / "pre-receive") and os.access(hooks / "pre-receive", os.X_OK)
     assert not (srv / "hooks" / "pre-receive").exists()
     assert bool(res["shared"]) == (where == "shared")
-    a = seed(tmp_path, str(srv))
-    h = rev(srv, WS)
-    forged = _commit(a, h, {"src/util.py": "evil\n"}, "no trailers here")
-    r = _push(a, f"{forged}:{WS}")
-    assert r.returncode != 0 and b"lacks storm's trailers" in r.stderr, r.stderr
-    assert rev(srv, WS) == h
+    _forged_push_is_refused(srv, seed(tmp_path, str(srv)))
 
 
 def test_guard_check_says_whether_git_will_run_the_guard(tmp_path):
