@@ -137,11 +137,15 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
 
     The way back after a git stash, git reset --hard or a stray editor left a
     file behind or different ('reverted', 'modified' in git storm status). Like
-    git checkout -- PATH, what was on disk is overwritten; it changes no ref.
+    git checkout -- PATH, what was on disk is overwritten; it changes no ref. A
+    directory (. for everything) restores every edited or deleted file of the
+    shared state under it; files the shared state does not have stay, as git
+    leaves untracked files.
 
     \b
     Example:
       git storm checkout src/app.py
+      git storm checkout src/
     """
     ws = _workspace()
     if ws.mode != "storm":
@@ -150,6 +154,8 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
     out = ws.checkout(list(paths))
     if as_json:
         _emit_json({"paths": out})
+    elif not out:
+        click.echo("nothing to restore: the disk holds the shared state there")
     else:
         for p, what in out.items():
             click.echo(f"{quoted(p)}: {'restored from the shared head' if what == 'written' else what}")

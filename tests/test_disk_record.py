@@ -3,6 +3,7 @@ accepted work or escaped the repository, through the real CLI with real
 processes. Windows are held open with ``flock`` on storm's own lock files."""
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -16,7 +17,7 @@ import pygit2
 import pytest
 
 import helpers
-from helpers import git, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import DEFAULT_FILES, git, release, rev, show, snapshot_refs, storm, storm_json
 
 
 
@@ -526,3 +527,26 @@ def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(re
         write_file(str(repo), "dir", b"file\n")
     assert (repo / "dir" / "inner").read_bytes() == b"inner\n"
     assert not [n for n in os.listdir(repo) if n.startswith(".storm-tmp-")]
+
+
+def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
+    """`git storm checkout src/` (and `.`) as `git checkout -- src/`: every edited or
+    deleted file of the shared state under it comes back; a file the shared state
+    does not have stays. Before 2026-11-25 a directory was refused (exit 2)."""
+    (repo / "src/api.py").write_text("edited\n")
+    (repo / "src/util.py").unlink()
+    (repo / "src/new.py").write_text("mine\n")
+    (repo / "README.md").write_text("edited too\n")
+    r = storm(repo, "checkout", "src/")
+    assert r.returncode == 0, r.stderr
+    assert "src/api.py: restored from the shared head" in r.stdout and "src/util.py" in r.stdout
+    assert (repo / "src/api.py").read_text() == DEFAULT_FILES["src/api.py"]
+    assert (repo / "src/util.py").read_text() == DEFAULT_FILES["src/util.py"]
+    assert (repo / "src/new.py").read_text() == "mine\n"  # not the shared state's: left
+    assert (repo / "README.md").read_text() == "edited too\n"  # outside src/
+    r = subprocess.run([sys.executable, "-m", "storm_git", "checkout", ".."], cwd=repo / "src",
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "README.md: restored" in r.stdout, r.stderr
+    assert storm(repo, "checkout", ".").stdout.strip() == "nothing to restore: the disk holds the shared state there"
+    st = {u["path"]: u["state"] for u in json.loads(storm(repo, "status", "--json").stdout)["unmediated"]}
+    assert st == {"src/new.py": "added"}

@@ -16,6 +16,8 @@ writers by different agents only serialise on the short critical section.
 """
 from __future__ import annotations
 
+import os
+import posixpath
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -755,13 +757,48 @@ class SharedWorkspace(BaseWorkspace):
         return unmediated(self, diffs=diffs, untracked_content=untracked_content, nested=nested)
 
     def checkout(self, paths: list[str]) -> dict[str, str]:
-        """Restore ``paths`` on disk from the shared head, discarding edits made there."""
+        """Restore ``paths`` on disk from the shared head, discarding edits made there.
+        A directory (``.`` for all) means every edited or deleted file of the shared
+        state under it, as ``git checkout -- DIR`` restores tracked files: files the
+        shared state does not have (``added``) are left, as git leaves untracked ones."""
         from ..core.disk import restore
 
-        norm = list(dict.fromkeys(self.path(p) for p in paths))
-        if not norm:
+        if not paths:
             raise UsageError("no path given", hint="git storm checkout PATH... (git storm status lists them)")
-        return restore(self.store, norm)
+        norm: list[str] = []
+        edits: list[dict[str, Any]] | None = None
+        for raw in paths:
+            d = self._directory(raw)
+            if d is None:
+                norm.append(self.path(raw))
+                continue
+            if edits is None:
+                edits = self.unmediated(diffs=False)
+            norm.extend(u["path"] for u in edits
+                        if u["state"] not in ("added", "not-a-file") and (not d or u["path"].startswith(d + "/")))
+        return restore(self.store, list(dict.fromkeys(norm))) if norm else {}
+
+    def _directory(self, raw: str) -> str | None:
+        """The repository path of the directory ``raw`` names ('' for the top), or None
+        when it names something else (then ``path`` judges it)."""
+        store = self.store
+        if isinstance(raw, str) and raw and not os.path.isabs(raw):
+            joined = posixpath.normpath(posixpath.join(store.prefix, raw)) if store.prefix else posixpath.normpath(raw)
+            if joined in (".", ""):
+                return ""
+        elif isinstance(raw, str) and os.path.isabs(raw) and os.path.realpath(raw) == os.path.realpath(store.top):
+            return ""
+        try:
+            p = normalize(raw.rstrip("/") if isinstance(raw, str) and len(raw) > 1 else raw, store.prefix, store.top)
+        except BadPath:
+            return None
+        full = os.path.join(store.main_workdir, p)
+        if os.path.isdir(full) and not os.path.islink(full):
+            return p
+        try:
+            return p if isinstance(self.store.commit(self.head()).tree[p], pygit2.Tree) else None
+        except KeyError:
+            return None
 
     def commit(self, message: str, *, agent: str | None = None, adopt: bool = False,
                strict: bool = False, sign: bool | None = None, verify: bool = True,
