@@ -114,12 +114,16 @@ def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait
     since is rejected with the diff, never written over the newer work. The
     exec bit and symbolic links inside the repository are recorded too. A file
     that holds an OLDER shared version (after git stash or reset --hard) is
-    refused unless --allow-revert ('checkout' restores it instead). The
-    'status' command lists the unmediated edits (-v for diffs).
+    refused unless --allow-revert ('checkout' restores it instead). A
+    directory (. for everything) means every edit under it, new files
+    included, as git add DIR (a reverted file there is left out unless
+    --allow-revert). The 'status' command lists the unmediated edits (-v
+    for diffs).
 
     \b
     Example:
       git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
+      git storm adopt gen/ --agent engineer_1
     """
     from storm_git.cli.verbs import _wait_kw
 

@@ -550,3 +550,24 @@ def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
     assert storm(repo, "checkout", ".").stdout.strip() == "nothing to restore: the disk holds the shared state there"
     st = {u["path"]: u["state"] for u in json.loads(storm(repo, "status", "--json").stdout)["unmediated"]}
     assert st == {"src/new.py": "added"}
+
+
+def test_adopt_of_a_directory_records_the_edits_under_it(repo):
+    """`git storm adopt gen/ --agent A` as `git add gen/`: every edit under it, new
+    files included, in one validated write; a reverted file under it is left out
+    (unless --allow-revert); nothing there: exit 2. Before 2026-11-25: exit 2 always."""
+    assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url, t=1):\n    pass\n",
+                 agent="engineer_1").returncode == 0
+    git(repo, "checkout", "--", "src/api.py")  # reverted on disk
+    (repo / "gen").mkdir()
+    for i in range(3):
+        (repo / f"gen/{i}.txt").write_text(f"{i}\n")
+    (repo / "src/util.py").write_text("x = 1\n")
+    code, res = storm_json(repo, "adopt", "gen", "src/", "--agent", "engineer_2")
+    assert code == 0 and sorted(res["paths"]) == ["gen/0.txt", "gen/1.txt", "gen/2.txt", "src/util.py"], res
+    assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url, t=1):\n    pass\n"
+    st = {u["path"]: u["state"] for u in json.loads(storm(repo, "status", "--json").stdout)["unmediated"]}
+    assert st == {"src/api.py": "reverted"}
+    r = storm(repo, "adopt", "gen/", "--agent", "engineer_2")
+    assert r.returncode == 2 and "nothing to adopt there" in r.stderr

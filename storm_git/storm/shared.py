@@ -745,6 +745,13 @@ class SharedWorkspace(BaseWorkspace):
         the version each edit was made on."""
         from .tracking import adopt
 
+        if any(self._directory(p) is not None for p in paths):  # a directory: its edits, as git add DIR
+            paths = self._under_directories(paths, skip=("not-a-file",) if allow_revert else ("not-a-file", "reverted"))
+            if not paths:
+                raise UsageError("nothing to adopt there: the disk holds the shared state",
+                                 hint="git storm status lists the edits on disk")
+            return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
+                         on_wait=on_wait, repo_relative=True)
         return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
                      on_wait=on_wait)
 
@@ -765,18 +772,24 @@ class SharedWorkspace(BaseWorkspace):
 
         if not paths:
             raise UsageError("no path given", hint="git storm checkout PATH... (git storm status lists them)")
-        norm: list[str] = []
+        norm = self._under_directories(paths, skip=("added", "not-a-file"), check=True)
+        return restore(self.store, norm) if norm else {}
+
+    def _under_directories(self, paths: list[str], *, skip: tuple[str, ...], check: bool = False) -> list[str]:
+        """``paths`` as repository paths, each directory among them replaced by the
+        files under it that differ on disk (unmediated edits), but those in ``skip``
+        states. ``check``: a file is checked on disk as ``path`` does."""
+        out: list[str] = []
         edits: list[dict[str, Any]] | None = None
         for raw in paths:
             d = self._directory(raw)
             if d is None:
-                norm.append(self.path(raw))
+                out.append(self.path(raw) if check else normalize(raw, self.store.prefix, self.store.top))
                 continue
             if edits is None:
                 edits = self.unmediated(diffs=False)
-            norm.extend(u["path"] for u in edits
-                        if u["state"] not in ("added", "not-a-file") and (not d or u["path"].startswith(d + "/")))
-        return restore(self.store, list(dict.fromkeys(norm))) if norm else {}
+            out.extend(u["path"] for u in edits if u["state"] not in skip and (not d or u["path"].startswith(d + "/")))
+        return list(dict.fromkeys(out))
 
     def _directory(self, raw: str) -> str | None:
         """The repository path of the directory ``raw`` names ('' for the top), or None
