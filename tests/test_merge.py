@@ -176,3 +176,17 @@ def test_merge_tree_parse_reports_stages(wrepo):
     assert any(kind == "CONFLICT (contents)" for _, kind, _ in tm.messages)
     clean = merge_tree(Store.discover(str(wrepo)), rev(wrepo, "main"), rev(wrepo, "storm/x"))
     assert clean.clean and clean.stages == {}
+
+
+def test_a_conflict_in_a_crlf_file_is_reported_with_its_hunk(wrepo):
+    """git writes the conflict markers of a CRLF file with CRLF; they were not
+    recognised (the line kept its CR), so the conflict came with no hunk."""
+    base = "import os\r\n" + BASE.replace("\n", "\r\n")
+    _do(wrepo, "e0", "src/api.py", base.encode())
+    assert merge(Store.discover(str(wrepo)), ["e0"]).ok
+    _do(wrepo, "e1", "src/api.py", base.replace("(url):", "(url, timeout):").encode())
+    _do(wrepo, "e2", "src/api.py", base.replace("(url):", "(url, retries):").encode())
+    assert merge(Store.discover(str(wrepo)), ["e1"]).ok
+    code, out = storm_json(wrepo, "merge", "--dry-run", "e2")
+    [h] = out["results"][0]["conflicts"][0]["hunks"]
+    assert h["ours_line"] == 2 and h["ours"] == "def fetch(url, timeout):\r\n"

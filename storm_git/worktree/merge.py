@@ -191,7 +191,7 @@ def _hunks(text: bytes) -> list[Hunk]:
     state, start = None, 0
     parts: dict[str, list[str]] = {}
     for n, line in enumerate(lines, 1):
-        bare = line.rstrip("\n")
+        bare = line.rstrip("\r\n")  # git writes the markers with the file's own line ending
         if state is None and bare.startswith("<" * MARKER + " ours"):
             state, start, parts = "ours", n, {"ours": [], "ancestor": [], "theirs": []}
         elif state == "ours" and bare.startswith("|" * MARKER + " ancestor"):
