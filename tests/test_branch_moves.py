@@ -197,3 +197,22 @@ def test_a_repository_from_before_the_record_is_read_from_its_history(tmp_path):
     (repo2 / "README.md").write_text("# by hand\n")
     git(repo2, "commit", "-q", "--no-verify", "-am", "by hand")
     assert json.loads(storm(repo2, "status", "--json").stdout)["branch_news"]["count"] == 1
+
+
+def test_a_branch_rewritten_past_what_storm_held_is_refused(tmp_path):
+    """A history rewrite (here an orphan branch without README.md, as `git filter-repo`
+    leaves one): no merge base, so no 'news'; committing the shared tree on top would
+    bring README.md back. Refused, exit 3, until the record says storm holds it."""
+    repo = make_repo(tmp_path / "r")
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="x = 1\n", agent="engineer_1").returncode == 0
+    git(repo, "checkout", "-q", "--orphan", "clean")
+    git(repo, "rm", "-q", "--cached", "README.md")
+    git(repo, "commit", "-q", "--no-verify", "-m", "rewritten without README")
+    before = rev(repo, "HEAD")
+    code, err = storm_json(repo, "commit", "-m", "integrate", agent="manager")
+    assert code == 3 and err["error"]["kind"] == "branch_unrelated", err
+    assert "update-ref refs/storm/integrated clean" in err["error"]["hint"] and rev(repo, "HEAD") == before
+    git(repo, "update-ref", "refs/storm/integrated", "clean")
+    assert storm(repo, "commit", "-m", "integrate", agent="manager").returncode == 0
+    assert show(repo, "HEAD", "src/util.py") == b"x = 1\n"

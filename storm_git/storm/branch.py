@@ -175,6 +175,27 @@ class BranchConflict(RepoStateError):
     kind = "branch_conflict"
 
 
+class BranchUnrelated(RepoStateError):
+    """The branch shares no history with the commit the shared workspace last held."""
+
+    kind = "branch_unrelated"
+
+
+def _check_related(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid) -> None:
+    """Refuse a branch rewritten past what storm held (``git filter-repo``, an orphan
+    branch): it gains no "news" (no merge base), and committing the shared tree on
+    top would bring back whatever the rewrite removed."""
+    x = known(store, head, branch_ref.target)
+    if x is None or x == branch_ref.target or store.repo.merge_base(x, branch_ref.target) is not None:
+        return
+    raise BranchUnrelated(
+        f"{branch_ref.shorthand} shares no history with {str(x)[:10]}, the commit the shared workspace last held "
+        "(rewritten: git filter-repo, an orphan branch?); committing the shared tree on top would bring back "
+        "what the rewrite removed; nothing was committed",
+        hint=f"if the shared workspace should go on top of it as it is: git update-ref {INTEGRATED_REF} "
+             f"{branch_ref.shorthand}, then commit again; else switch back to the branch storm works on")
+
+
 def integrate(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
               attempts: int = 3) -> tuple[BranchNews | None, list[str]]:
     """Merge the commits the branch gained outside storm (a person's git pull, merge,
@@ -186,6 +207,7 @@ def integrate(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
     validated against the versions merged (an agent's write meanwhile: merged again)."""
     store = ws.store
     branch_ref = store.repo.lookup_reference("HEAD").resolve()
+    _check_related(store, branch_ref, ws.head())
     for _ in range(attempts):
         head = ws.head()
         found = news(store, branch_ref, head)
