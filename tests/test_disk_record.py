@@ -570,4 +570,4 @@ def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     st = {u["path"]: u["state"] for u in json.loads(storm(repo, "status", "--json").stdout)["unmediated"]}
     assert st == {"src/api.py": "reverted"}
     r = storm(repo, "adopt", "gen/", "--agent", "engineer_2")
-    assert r.returncode == 2 and "nothing to adopt there" in r.stderr
+    assert r.returncode == 2 and "nothing to adopt under that directory" in r.stderr

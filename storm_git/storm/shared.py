@@ -748,7 +748,7 @@ class SharedWorkspace(BaseWorkspace):
         if any(self._directory(p) is not None for p in paths):  # a directory: its edits, as git add DIR
             paths = self._under_directories(paths, skip=("not-a-file",) if allow_revert else ("not-a-file", "reverted"))
             if not paths:
-                raise UsageError("nothing to adopt there: the disk holds the shared state",
+                raise UsageError("nothing to adopt under that directory: the disk holds the shared state there",
                                  hint="git storm status lists the edits on disk")
             return adopt(self, paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
                          on_wait=on_wait, repo_relative=True)
