@@ -109,6 +109,8 @@ def test_a_change_both_sides_made_is_refused_until_resolved(tmp_path):
     assert show(repo, "HEAD", "src/api.py") == both.encode()
     assert show(repo, "HEAD", "README.md") == b"# service 2\n"
     assert rev(repo, "HEAD^") == rev(repo, "origin/main")
+    # the merged-in file reached the disk (the integration is a write like any other)
+    assert (repo / "README.md").read_text() == "# service 2\n" and git(repo, "status", "--porcelain").stdout == b""
 
 
 def test_a_branch_moved_back_undoes_nothing(tmp_path):
