@@ -550,3 +550,21 @@ def test_paths_are_relative_to_the_top_and_binary_files_are_not_edited_as_text(r
 
     anyio.run(main)
     assert (repo / "missing.py").read_text() == "ok = True\n"
+
+
+def test_exec_that_undoes_unread_work_says_how_to_go_on(repo):
+    """An agent's `git checkout -- .` over another agent's write it never read: the
+    exec tool's error names the revert and both ways on, as the command line does."""
+    assert storm(repo, "read", "src/api.py", agent="engineer_2").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="def fetch(url, t=1):\n    pass\n",
+                 agent="engineer_2").returncode == 0
+
+    async def main() -> Any:
+        async with mcp.Client(_server(repo, "engineer_1")) as a:
+            return await a.call_tool("exec", {"command": "git checkout -- ."})
+
+    ex = anyio.run(main)
+    assert ex.is_error and ("unread_target" in text(ex).lower() or "never read" in text(ex)), text(ex)
+    assert "put back an older shared version of src/api.py" in text(ex)
+    assert ex.structured_content["reverted"] == ["src/api.py"]
+    assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url, t=1):\n    pass\n"

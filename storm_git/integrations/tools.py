@@ -422,7 +422,10 @@ class StormTools:
                   f"exit code {res.returncode}")
         if res.write is not None and not res.write.accepted:
             out = rejection_outcome(res.write, data, op="exec")
-            out.text = f"{head}[{status}]\n{out.text}"
+            from ..core import render
+
+            reverted = f"\n[storm] {render.reverted_by_command(res.reverted)}" if res.reverted else ""
+            out.text = f"{head}[{status}]\n{out.text}{reverted}"
             return out
         if res.write is not None:
             recorded = _accepted_line(res.write)
