@@ -103,14 +103,14 @@ def flocked(commondir: str, name: str, *, shared: bool = False, patient: bool = 
         os.makedirs(d, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     op = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    policy = _policy
     try:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-        except BlockingIOError:
-            policy = _policy
-            if patient or (policy.timeout is None and policy.on_wait is None):
-                fcntl.flock(fd, op)
-            else:
+        if patient or (policy.timeout is None and policy.on_wait is None):
+            fcntl.flock(fd, op)  # the kernel's wait, as long as it takes (library callers' default)
+        else:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+            except BlockingIOError:
                 _wait(fd, op, commondir, name, path, policy)
         yield
     finally:
