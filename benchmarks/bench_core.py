@@ -604,36 +604,65 @@ def bench_startup_floor(repo: str, n: int) -> dict[str, Any]:
 # throughput: 8 writer processes
 # ----------------------------------------------------------------------------
 def worker_main(argv: list[str]) -> None:
-    """``--worker REPO AGENT N PATH...``: read PATHs, wait for 'go', write N times, print JSON."""
-    repo, agent, n, files = argv[0], argv[1], int(argv[2]), argv[3:]
-    from storm_git import open_workspace
+    """``--worker REPO AGENT N PATH...``: read PATHs, wait for 'go', write N times, print JSON.
 
-    ws = open_workspace(repo)
-    base = {r.path: r.content for r in ws.read(files, agent=agent)}
+    An AGENT named ``floor-…`` runs the bare cycle instead (:func:`floor_cycle` on
+    ``refs/bench/floor-tp``, each one under an exclusive flock on a file in the git
+    directory, as storm serialises its writers): the most any writer serialised on one
+    ref can land on this machine, measured beside storm's writers."""
+    repo, agent, n, files = argv[0], argv[1], int(argv[2]), argv[3:]
+    bare = agent.startswith("floor-")
+    if bare:
+        import fcntl
+
+        import pygit2
+
+        r = pygit2.Repository(repo)
+        base = {p: r.revparse_single(f"refs/bench/floor-tp:{p}").data for p in files}
+        lock = os.open(os.path.join(r.path, "bench-floor-tp.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    else:
+        from storm_git import open_workspace
+
+        ws = open_workspace(repo)
+        base = {r.path: r.content for r in ws.read(files, agent=agent)}
     print("ready", flush=True)
     sys.stdin.readline()
     lat, acc, rej, retries = [], 0, 0, 0
     t0 = time.monotonic()
     for i in range(n):
         p = files[i % len(files)]
+        content = base[p] + b"# %s %d\n" % (agent.encode(), i)
         t = time.perf_counter()
-        r = ws.write(p, base[p] + b"# %s %d\n" % (agent.encode(), i), agent=agent)
+        if bare:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                floor_cycle(r, "refs/bench/floor-tp", p, content)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            acc += 1
+        else:
+            res = ws.write(p, content, agent=agent)
+            acc += res.accepted
+            rej += not res.accepted
+            retries += res.cas_retries
         lat.append(time.perf_counter() - t)
-        acc += r.accepted
-        rej += not r.accepted
-        retries += r.cas_retries
     t1 = time.monotonic()
     print(json.dumps({"t0": t0, "t1": t1, "lat": lat, "accepted": acc, "rejected": rej, "retries": retries}),
           flush=True)
 
 
-def bench_throughput(repo: str, paths: list[str], procs: int, writes: int) -> dict[str, Any]:
+def bench_throughput(repo: str, paths: list[str], procs: int, writes: int, *, bare: bool = False) -> dict[str, Any]:
+    """``procs`` writer processes on disjoint files; ``bare``: the bare cycle under one flock
+    (see :func:`worker_main`) instead of storm's write."""
     files = pick(paths, procs * FILES_PER_WORKER, offset=37 + procs)
+    if bare:
+        git(repo, "update-ref", "refs/bench/floor-tp", "refs/storm/workspace")
     ws_procs = []
     for k in range(procs):
         mine = files[k * FILES_PER_WORKER:(k + 1) * FILES_PER_WORKER]
+        agent = f"floor-{procs}-{k}" if bare else f"tp{procs}-{k}"
         ws_procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", repo, f"tp{procs}-{k}", str(writes), *mine],
+            [sys.executable, os.path.abspath(__file__), "--worker", repo, agent, str(writes), *mine],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     for p in ws_procs:
         line = p.stdout.readline()
