@@ -18,6 +18,7 @@ without storm's pre-receive guard), it prints medians of:
     python3 benchmarks/bench_remote.py                 # guard installed: docs/remote.md's table
     python3 benchmarks/bench_remote.py --no-guard      # its other column
     python3 benchmarks/bench_remote.py --no-guard --seconds 3 --per-clone 1,4,8 --clones 8 --json
+    python3 benchmarks/bench_remote.py --no-guard --transport file   # the same, without the network
 """
 from __future__ import annotations
 
@@ -115,15 +116,18 @@ print(json.dumps({"accepted": acc, "late": late, "rejected": rej, "retries": ret
 '''
 
 
-def setup(tmp: str, guard: bool, clones: int) -> tuple[subprocess.Popen, str, list[str]]:
+def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon") -> tuple[subprocess.Popen, str, list[str]]:
+    """The served bare repository and ``clones`` clones of it. ``transport``: the clones
+    reach it through a ``git daemon`` on loopback (``daemon``), or by ``file://`` (no
+    network: git runs the server's side as a local process, as over ssh)."""
     base = os.path.join(tmp, "served")
     os.makedirs(base)
     srv = os.path.join(base, "proj.git")
     git(base, "init", "-q", "--bare", "-b", "main", srv)
     if guard:
         storm(srv, "server-hook", "install", srv)
-    proc, port = start_daemon(base)
-    url = f"git://127.0.0.1:{port}/proj.git"
+    proc, port = start_daemon(base)  # started either way: the caller stops it
+    url = f"git://127.0.0.1:{port}/proj.git" if transport == "daemon" else f"file://{srv}"
     seed = os.path.join(tmp, "c0")
     make_project(seed)
     git(seed, "remote", "add", "origin", url)
@@ -267,13 +271,16 @@ def main() -> int:
     ap.add_argument("--latency-n", type=int, default=15)
     ap.add_argument("--clones", default="1,2,4,8")
     ap.add_argument("--per-clone", default="1,16", help="writer processes per clone (default 1,16)")
+    ap.add_argument("--transport", choices=("daemon", "file"), default="daemon",
+                    help="git daemon on loopback (default), or file:// to the same bare repository: "
+                         "what the network round trip costs, measured apart")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.clones.split(",")]
-    result: dict = {"guard": not args.no_guard, "seconds": args.seconds}
+    result: dict = {"guard": not args.no_guard, "seconds": args.seconds, "transport": args.transport}
     log = sys.stderr if args.json else sys.stdout
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
-        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]))
+        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport)
         try:
             lat = latency(tmp, clones, args.latency_n)
             result["latency_ms"] = {k: round(v * 1000, 1) for k, v in lat.items()}
