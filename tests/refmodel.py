@@ -33,6 +33,11 @@ directly as possible, independently of ``storm_git/storm/shared.py``:
   rejected. ``rm``/``edit`` of an absent file is a usage error.
 * ``release`` ends one's own reservation; releasing another's is refused.
 * Time only matters for reservations: live while ``now < expires``.
+* A writer killed after its write was found valid and journaled, before its
+  compare-and-swap: nothing lands (files and reservations as they were), and
+  ``S_a[f]`` names the version it was about to write, so its next write of ``f``
+  is refused once as a direct conflict (it must not build on a write that is not
+  there). Folding a read set, or a fold killed half-way, changes nothing.
 
 Usage errors (exit 2) change nothing and are reported as :class:`ModelError`.
 """
@@ -135,6 +140,10 @@ class Model:
         if n != 1:
             raise ModelError("usage")
         return self._apply(agent, path, seen.replace(old, new, 1), deps, must_reject=False)
+
+    def killed_write(self, agent: str, path: str, content: bytes | None) -> None:
+        """A write of ``content`` that was valid, killed between its journal and its CAS."""
+        self.read_set(agent)[path] = content
 
     def _apply(self, agent: str, path: str, content: bytes | None, deps: list[str] | None,
                must_reject: bool) -> Outcome:

@@ -1,7 +1,9 @@
 """Model-based test: the real storm mode against the reference model (tests/refmodel.py).
 
 A hypothesis state machine drives several agents through random interleavings
-of read, write, edit, rm, release, forget and time passing (the reservation
+of read, write, edit, rm, release, forget, time passing, folds of the read-set
+journal (some killed after their notes commit) and writers killed between their
+journal append and their compare-and-swap (the reservation
 clock is pinned with $STORM_TEST_NOW, see reservations.clock). Every step goes
 through the library, and a sample (about 1 in 25) through the real CLI in a
 subprocess. After every step: each accept/reject decision, the rejection
@@ -15,10 +17,13 @@ CI size: about 2,000 steps (80 runs of up to 40 rules). ``STORM_LONG=1`` (or
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 
 import pygit2
@@ -244,6 +249,84 @@ class StormMachine(RuleBasedStateMachine):
         expected, got = self._expect_error(lambda: self.model.write(agent, path, b"r\n"),
                                            lambda cli: self.ws.write(path, b"r\n", agent=agent, wait=False), False)
         self._check_outcome(expected, got, False)
+
+    # -- the read-set journal: folds, and kills around a fold and around the CAS ----------
+    def _journal(self, agent: str) -> Path:
+        return self.repo / ".git" / "storm" / "journal" / agent
+
+    @rule(agent=agents, via_cli=cli_sample)
+    def fold(self, agent, via_cli):
+        """The journal folded into the agent's notes ref (``status`` folds every agent's):
+        the read set must stay what it was."""
+        from storm_git.core import readsets
+
+        if via_cli:
+            code, _ = self._cli(agent, "status")
+            assert code == 0
+        else:
+            STEPS["library"] += 1
+            readsets.fold(self.ws.store, agent)
+        OUTCOMES["fold"] = OUTCOMES.get("fold", 0) + 1
+
+    @rule(agent=agents)
+    def fold_killed_after_its_notes_commit(self, agent):
+        """What a fold killed between its notes commit and the journal's restart leaves:
+        the new note, and the old journal still there (which must then be ignored)."""
+        from storm_git.core import readsets
+
+        STEPS["library"] += 1
+        j = self._journal(agent)
+        left = j.read_bytes() if j.exists() else None
+        folded = readsets.fold(self.ws.store, agent)
+        if left is not None and folded:
+            j.write_bytes(left)
+            OUTCOMES["fold killed"] = OUTCOMES.get("fold killed", 0) + 1
+
+    @rule(agent=agents, path=paths, content=st.sampled_from(CONTENTS))
+    def write_killed_before_its_cas(self, agent, path, content):
+        """A writer killed between its journal append and its CAS: a process forked from
+        this one writes while a ``<ref>.lock`` on the shared ref holds its CAS back, and
+        is SIGKILLed once the journal names its new version. Only a write the model
+        accepts and that changes the file gets that far (the others never CAS)."""
+        trial = copy.deepcopy(self.model)
+        if not trial.write(agent, path, content).accepted or self.model.current(path) == content:
+            return
+        STEPS["library"] += 1
+        j = self._journal(agent)
+        before = j.read_bytes() if j.exists() else b""
+        head_before = git(self.repo, "rev-parse", "refs/storm/workspace").stdout
+        lock = self.repo / ".git" / "refs" / "storm" / "workspace.lock"
+        lock.write_text("held by the model test\n")
+        pid = os.fork()
+        if pid == 0:  # the writer: it blocks on the ref lock after journaling, until killed
+            code = 0
+            try:
+                self.ws.write(path, content, agent=agent, wait=False)
+            except BaseException:
+                code = 2
+            os._exit(code)
+        try:
+            entry = f"r {hexv(content)} ".encode()
+            deadline = time.monotonic() + 30
+            while True:
+                # a lock older than STALE_REF_LOCK_SECONDS would be cleared as left by a dead
+                # writer: kept fresh, it holds the writer however slow this machine is
+                os.utime(lock)
+                data = j.read_bytes() if j.exists() else b""
+                last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+                if data != before and last.startswith(entry) and last.endswith(f" {path}".encode()):
+                    break
+                done, status = os.waitpid(pid, os.WNOHANG)
+                assert done == 0, f"the writer ended (exit {status >> 8}) without journaling its write first"
+                assert time.monotonic() < deadline, "the writer never journaled its write"
+                time.sleep(0.001)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        finally:
+            lock.unlink(missing_ok=True)
+        assert git(self.repo, "rev-parse", "refs/storm/workspace").stdout == head_before  # nothing landed
+        self.model.killed_write(agent, path, content)
+        OUTCOMES["write killed before its CAS"] = OUTCOMES.get("write killed before its CAS", 0) + 1
 
     # -- the state must equal the model after every step ---------------------------------
     @invariant()
