@@ -305,6 +305,7 @@ class StormMachine(RuleBasedStateMachine):
             except BaseException:
                 code = 2
             os._exit(code)
+        reaped = False
         try:
             entry = f"r {hexv(content)} ".encode()
             deadline = time.monotonic() + 30
@@ -317,12 +318,14 @@ class StormMachine(RuleBasedStateMachine):
                 if data != before and last.startswith(entry) and last.endswith(f" {path}".encode()):
                     break
                 done, status = os.waitpid(pid, os.WNOHANG)
-                assert done == 0, f"the writer ended (exit {status >> 8}) without journaling its write first"
+                reaped = done != 0
+                assert not reaped, f"the writer ended (exit {status >> 8}) without journaling its write first"
                 assert time.monotonic() < deadline, "the writer never journaled its write"
                 time.sleep(0.001)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
         finally:
+            if not reaped:  # also when an assertion above failed: never leave it to land later
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             lock.unlink(missing_ok=True)
         assert git(self.repo, "rev-parse", "refs/storm/workspace").stdout == head_before  # nothing landed
         self.model.killed_write(agent, path, content)
