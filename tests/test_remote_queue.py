@@ -331,3 +331,31 @@ def test_a_write_right_after_a_fold_lands_past_the_guard_without_a_new_fold(tmp_
     assert len(read_set) == 2 and read_set[1] == "0", read_set
     assert rev(a, "refs/notes/storm/agents/eng_x") == notes_before  # no fold for this push
     assert rev(srv, "refs/notes/storm/agents/eng_x") == notes_before  # ... but the notes went with it
+
+
+def test_a_queued_writer_waits_in_the_kernel_when_the_remote_lock_is_held_alone(tmp_path):
+    """The remote lock held without the landing lock: the moment between the two (its
+    holder took one and not yet the other, or let one go and not yet the other), which
+    on a busy machine lasts milliseconds. A queued writer used to look again every
+    2 ms while it lasted; sixteen or thirty-two writers of a busy clone doing so cost
+    more CPU than the pushes. It now sleeps on the remote lock itself (seen in
+    /proc/locks) and lands its write once the lock is let go."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    holder = helpers.hold(a, "remote")
+    try:
+        p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        deadline = time.monotonic() + 60
+        while not blocked_on(a, "remote", p.pid):
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "the queued writer never waited on the remote lock"
+            time.sleep(0.02)
+        assert git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() == "1"
+        assert rev(srv, WS) == h0  # nothing pushed while the lock is held
+    finally:
+        release(holder)
+    code, r = finish(p)
+    assert code == 0 and r["accepted"], r
+    assert server_log(srv)[0] == r["commit"]

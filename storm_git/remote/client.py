@@ -188,7 +188,12 @@ class RemoteWorkspace(SharedWorkspace):
             with flocked(store.commondir, LANDING_LOCK, shared=True, patient=True):
                 pass  # another process's exchange is over (or it has not taken this lock yet)
             if time.monotonic() - t0 < 0.001:
-                time.sleep(0.002)
+                # The remote lock's holder has not taken the landing lock yet, or has let it
+                # go and not the remote lock (a process descheduled between the two, on a
+                # busy machine, for milliseconds): wait for the remote lock itself rather
+                # than look again and again (every writer of the clone would spin)
+                with flocked(store.commondir, REMOTE_LOCK, patient=True):
+                    pass
 
     def _over_budget(self) -> bool:
         return time.monotonic() - self._started > self.store.config_float("storm.remoteRetrySeconds", RETRY_SECONDS)
