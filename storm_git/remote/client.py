@@ -160,8 +160,18 @@ class RemoteWorkspace(SharedWorkspace):
         the server's new head (``_rebase_queue``); a write whose scope the new head
         changed is dropped, and its writer validates again."""
         store = self.store
+        seen: tuple[pygit2.Oid | None, pygit2.Oid | None] | None = None
         while True:
-            state, now = self._state_of(commit)
+            # A busy clone's writers all wake whenever an exchange ends, most of them to
+            # find their write still queued. Neither ref moved since the last look (read
+            # without the lock: a landing moves the one, a move or a drop the other): it
+            # still is, and the look under the workspace lock is spared.
+            refs = (_tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF))
+            if refs == seen:
+                state = QUEUED
+            else:
+                state, now = self._state_of(commit)
+                seen = refs if state == QUEUED else None
             if state == LANDED:
                 self._queued = None
                 self._snap.pop(agent, None)
