@@ -19,6 +19,11 @@ without storm's pre-receive guard), it prints medians of:
     python3 benchmarks/bench_remote.py --no-guard      # its other column
     python3 benchmarks/bench_remote.py --no-guard --seconds 3 --per-clone 1,4,8 --clones 8 --json
     python3 benchmarks/bench_remote.py --no-guard --transport file   # the same, without the network
+    TMPDIR=/dev/shm python3 benchmarks/bench_remote.py --no-guard     # server and clones in memory (tmpfs)
+
+The server and the clones are made under TMPDIR (Python's tempfile): on this project's
+VM /tmp is an ext4 without a journal, where creating a file costs far more CPU after
+many were deleted (docs/remote.md, "Cost"); TMPDIR=/dev/shm measures without that disk.
 """
 from __future__ import annotations
 
@@ -220,8 +225,9 @@ def plain_git(clones: list[str], seconds: float) -> tuple[int, int, float]:
     return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), cpu_busy() - c0
 
 
-def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
-    """Median seconds: local write, remote write, bare fetch, bare push (same machine)."""
+def latency(tmp: str, clones: list[str], n: int, srv: str | None = None) -> dict[str, float]:
+    """Median seconds: local write, remote write, bare fetch, bare push (same machine);
+    with the guard installed on ``srv``, also the guard's own run on one write."""
     from storm_git import open_workspace
 
     local = os.path.join(tmp, "local")
@@ -261,7 +267,32 @@ def latency(tmp: str, clones: list[str], n: int) -> dict[str, float]:
             f"{new}:refs/bench/x")
         out["git_push"].append(time.perf_counter() - t0)
         cur = new
+    if srv is not None and guarded(srv):
+        out["guard_run"] = guard_runs(srv, n)
     return {k: statistics.median(v) for k, v in out.items()}
+
+
+def guarded(srv: str) -> bool:
+    hook = os.path.join(srv, "hooks", "pre-receive")
+    return os.path.exists(hook) and "storm" in open(hook).read()
+
+
+def guard_runs(srv: str, n: int) -> list[float]:
+    """Seconds the server's pre-receive hook takes to pass each of the last ``n`` writes
+    on the shared ref, run as git runs it (the update on its stdin, in the bare
+    repository): what a push to a guarded server costs on top of a bare push (the bare
+    push above goes to a ref the guard lets through without starting Python)."""
+    hook = os.path.join(srv, "hooks", "pre-receive")
+    commits = git(srv, "rev-list", f"-{n}", WS).split()
+    out = []
+    for c in commits:
+        line = f"{git(srv, 'rev-parse', c + '^')} {c} {WS}\n".encode()
+        t0 = time.perf_counter()
+        r = subprocess.run([hook], cwd=srv, input=line, capture_output=True, env=dict(os.environ, GIT_DIR="."))
+        out.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise SystemExit(f"the guard refused a landed write: {r.stderr.decode()}")
+    return out
 
 
 def main() -> int:
@@ -270,7 +301,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="duration of each throughput point")
     ap.add_argument("--latency-n", type=int, default=15)
     ap.add_argument("--clones", default="1,2,4,8")
-    ap.add_argument("--per-clone", default="1,16", help="writer processes per clone (default 1,16)")
+    ap.add_argument("--per-clone", default="1,16,32",
+                    help="writer processes per clone (default 1,16,32: more writers per clone, bigger group commits)")
     ap.add_argument("--transport", choices=("daemon", "file"), default="daemon",
                     help="git daemon on loopback (default), or file:// to the same bare repository: "
                          "what the network round trip costs, measured apart")
@@ -279,17 +311,23 @@ def main() -> int:
     counts = [int(x) for x in args.clones.split(",")]
     result: dict = {"guard": not args.no_guard, "seconds": args.seconds, "transport": args.transport}
     log = sys.stderr if args.json else sys.stdout
-    with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
+    # a server gc --auto that receive-pack detached may still be writing when the run ends
+    with tempfile.TemporaryDirectory(prefix="bench-remote-", ignore_cleanup_errors=True) as tmp:
         proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport)
         try:
-            lat = latency(tmp, clones, args.latency_n)
+            lat = latency(tmp, clones, args.latency_n, srv)
             result["latency_ms"] = {k: round(v * 1000, 1) for k, v in lat.items()}
             extra = lat["remote_write"] - lat["local_write"]
+            bound = lat["git_fetch"] + lat["git_push"]
             print(f"latency (median): local write {lat['local_write'] * 1000:.1f} ms, remote write "
                   f"{lat['remote_write'] * 1000:.1f} ms; git fetch {lat['git_fetch'] * 1000:.1f} ms + git push "
                   f"{lat['git_push'] * 1000:.1f} ms; remote - local = {extra * 1000:.1f} ms "
-                  f"({'within' if extra <= lat['git_fetch'] + lat['git_push'] else 'over'} one fetch + one push)",
-                  file=log)
+                  f"({'within' if extra <= bound else 'over'} one fetch + one push)", file=log)
+            if "guard_run" in lat:  # a push the guard checks costs its run on top of a bare push
+                with_guard = bound + lat["guard_run"]
+                print(f"the server's guard runs {lat['guard_run'] * 1000:.1f} ms per write pushed: remote - local "
+                      f"{'within' if extra <= with_guard else 'over'} one fetch + one guarded push "
+                      f"({with_guard * 1000:.1f} ms)", file=log)
             result["throughput"] = {}
             result["plain_git"] = {}
             for n in counts:
