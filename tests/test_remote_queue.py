@@ -359,3 +359,77 @@ def test_a_queued_writer_waits_in_the_kernel_when_the_remote_lock_is_held_alone(
     code, r = finish(p)
     assert code == 0 and r["accepted"], r
     assert server_log(srv)[0] == r["commit"]
+
+
+def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_and_a_compaction(tmp_path, monkeypatch):
+    """Every writer of a clone looks up its moved commit in ``storm/remote-rebased`` each
+    time it wakes. Read whole each time, that file (every move of the last minutes)
+    tripled a busy clone's Python after a few minutes; each process now parses only
+    what was appended since its last look. What must still hold: rows appended by
+    another process are seen, a row cut short by a killed mover is never taken (nor
+    glued to the next one), and a compaction (a new file without the oldest rows) is
+    read from its start, so no dropped row survives in a reader's copy."""
+    import sys
+
+    from storm_git.core.store import Store
+    from storm_git.remote import client
+
+    repo = helpers.make_repo(tmp_path / "r")
+    store = Store.discover(str(repo))
+    path = Path(client._rebased_path(store))
+    oid = [git_oid(f"{i:040x}") for i in range(1, 9)]
+    client._record_rebased(store, [(oid[0], oid[1])])
+    assert client._rebased(store) == {oid[0]: oid[1]}
+    # another process appends: this one's copy grows by what was added
+    code = (f"from storm_git.core.store import Store; from storm_git.remote import client; import pygit2; "
+            f"client._record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
+            f"pygit2.Oid(hex='{oid[2]}'))])")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
+    # a mover killed in the middle of a row: the fragment is not read, and the next
+    # append starts on a line of its own
+    with open(path, "ab") as fh:
+        fh.write(f"{oid[3]} {str(oid[4])[:20]}".encode())
+    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
+    client._record_rebased(store, [(oid[5], oid[6])])
+    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6]}
+    assert path.read_bytes().count(b"\n") == 4  # three rows and the fragment's own line
+    # a compaction: rows older than any write waits are dropped from a new file, and a
+    # reader that parsed the old one reads the new one from its start
+    old = "".join(f"{oid[3]} {oid[7]} 1.0\n" for _ in range(50))
+    path.write_bytes(old.encode() + path.read_bytes())
+    monkeypatch.setattr(client, "REBASED_COMPACT_BYTES", 1024)
+    assert client._rebased(store)[oid[3]] == oid[7]  # this process's copy now holds the old rows
+    client._record_rebased(store, [(oid[6], oid[7])])
+    assert b" 1.0\n" not in path.read_bytes()
+    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6], oid[6]: oid[7]}
+
+
+def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing(tmp_path):
+    """A queue's move writes the new commits, records "old -> new" in the map of moved
+    writes, then moves the local ref. A mover killed between the last two leaves a
+    row naming a commit no ref has while the write is still queued as it was: its
+    writer must find it queued (it used to follow the row, find the new commit
+    nowhere, take its write for dropped and write it again while the old commit was
+    still queued: two commits for one write)."""
+    from storm_git.core.store import Store
+    from storm_git.remote import client
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    holder = hold(a)
+    try:
+        p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        queued = rev(a, WS)
+        tree = rev(a, f"{queued}^{{tree}}")
+        orphan = git(a, "-c", "user.name=s", "-c", "user.email=s@x", "commit-tree", "-p", h0, "-m", "moved",
+                     tree).stdout.decode().strip()
+        client._record_rebased(Store.discover(str(a)), [(git_oid(queued), git_oid(orphan))])
+    finally:
+        release(holder)
+    code, r = finish(p)
+    assert code == 0 and r["accepted"], r
+    assert server_log(srv)[:2] == [queued, h0]  # the queued commit landed, once, on h0
