@@ -169,8 +169,8 @@ def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int 
             # one clone at a time): the server holds the notes refs of at most 8 x 32
             # agents, as it would for eight machines of 32 agents. New ids at every
             # point left ~750 of them by the last point, and every fetch and push of
-            # every clone walks them all: 8 x 32 on tmpfs landed 48.7 writes/s in the
-            # run and 88-112 on a server with only its own agents (docs/remote.md)
+            # every clone walks them all: 700 extra notes refs took a fresh 8 x 32 on
+            # tmpfs from 112 to 64 writes/s (docs/remote.md, "Cost")
             path = "shared.txt" if shared else f"c{i}w{k}.txt"
             names.append(f"c{i}w{k}")
             procs.append(subprocess.Popen([sys.executable, "-c", WORKER, c, names[-1], path, str(seconds),
