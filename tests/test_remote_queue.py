@@ -152,6 +152,15 @@ def blocked_on(repo: Path, lock: str, pid: int) -> bool:
         return any("->" in ln and f" {pid} " in ln and f":{ino} " in ln for ln in fh)
 
 
+def wait_blocked(repo: Path, lock: str, p: subprocess.Popen, what: str) -> None:
+    """Until process ``p`` sleeps on the flock ``lock`` (it must not end first)."""
+    deadline = time.monotonic() + 60
+    while not blocked_on(repo, lock, p.pid):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
 def test_two_writes_of_one_agent_on_one_clone_take_turns(tmp_path):
     """Two processes of one agent write at once on one clone. The second waits for the
     first to end (the write-<agent> lock), so the first, dropped after a stale lease,
@@ -169,11 +178,7 @@ def test_two_writes_of_one_agent_on_one_clone_take_turns(tmp_path):
         p1 = start_write(a, "eng_x", "src/api.py", "X1\n", "--json")
         wait_queued(a, 1)
         p2 = start_write(a, "eng_x", "src/util.py", "U2\n", "--deps", "src/util.py", "--json")
-        deadline = time.monotonic() + 60
-        while not blocked_on(a, "write-eng_x", p2.pid):
-            assert p2.poll() is None, p2.communicate()
-            assert time.monotonic() < deadline, "the second write of eng_x never waited for the first"
-            time.sleep(0.02)
+        wait_blocked(a, "write-eng_x", p2, "the second write of eng_x never waited for the first")
         assert git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() == "1"
         code, rz = storm_json(b, "write", "src/api.py", input="Z\n", agent="eng_z")
         assert code == 0 and rz["accepted"]
@@ -347,11 +352,7 @@ def test_a_queued_writer_waits_in_the_kernel_when_the_remote_lock_is_held_alone(
     holder = helpers.hold(a, "remote")
     try:
         p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
-        deadline = time.monotonic() + 60
-        while not blocked_on(a, "remote", p.pid):
-            assert p.poll() is None, p.communicate()
-            assert time.monotonic() < deadline, "the queued writer never waited on the remote lock"
-            time.sleep(0.02)
+        wait_blocked(a, "remote", p, "the queued writer never waited on the remote lock")
         assert git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() == "1"
         assert rev(srv, WS) == h0  # nothing pushed while the lock is held
     finally:
