@@ -596,8 +596,10 @@ REBASED_COMPACT_BYTES = 256 * 1024  # a compaction is tried past this size
 
 def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) -> None:
     """Add ``pairs`` to the map (workspace lock held), appended. Past
-    REBASED_COMPACT_BYTES, when its oldest row is older than any write's wait, the
-    file is rewritten without such rows (a new file: readers start it again)."""
+    REBASED_COMPACT_BYTES, once its oldest row is half as old again as any write's
+    wait (REBASED_KEEP_SECONDS), the file is rewritten without the rows older than
+    that wait: a new file, which every reader parses again from its start, so at most
+    one compaction per half of that wait on a busy clone."""
     path = _rebased_path(store)
     now = time.time()
     rows = "".join(f"{old} {new} {now}\n" for old, new in pairs).encode("ascii")
@@ -605,7 +607,7 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
         size = os.stat(path).st_size
     except FileNotFoundError:
         size = 0
-    if size > REBASED_COMPACT_BYTES and _oldest_row(path) < now - REBASED_KEEP_SECONDS:
+    if size > REBASED_COMPACT_BYTES and _oldest_row(path) < now - 1.5 * REBASED_KEEP_SECONDS:
         with open(path, "rb") as fh:
             keep = [ln for ln in fh if ln.endswith(b"\n") and len(ln.split()) == 3
                     and now - float(ln.split()[2]) < REBASED_KEEP_SECONDS]
