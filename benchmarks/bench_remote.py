@@ -276,8 +276,11 @@ def latency(tmp: str, clones: list[str], n: int, srv: str | None = None) -> dict
 
 
 def guarded(srv: str) -> bool:
-    hook = os.path.join(srv, "hooks", "pre-receive")
-    return os.path.exists(hook) and "storm" in open(hook).read()
+    try:
+        with open(os.path.join(srv, "hooks", "pre-receive")) as fh:
+            return "storm" in fh.read()
+    except FileNotFoundError:
+        return False
 
 
 def guard_runs(srv: str, n: int) -> list[float]:

@@ -607,16 +607,15 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
         size = os.stat(path).st_size
     except FileNotFoundError:
         size = 0
-    if size > REBASED_COMPACT_BYTES and _oldest_row(path) < now - 1.5 * REBASED_KEEP_SECONDS:
+    if size > REBASED_COMPACT_BYTES and (_oldest_row(path) or 0.0) < now - 1.5 * REBASED_KEEP_SECONDS:
         with open(path, "rb") as fh:
-            keep = [ln for ln in fh if ln.endswith(b"\n") and len(ln.split()) == 3
-                    and now - float(ln.split()[2]) < REBASED_KEEP_SECONDS]
+            keep = [ln for ln in fh if ln.endswith(b"\n") and now - (_row_time(ln) or 0.0) < REBASED_KEEP_SECONDS]
         replace_file(path, b"".join(keep) + rows, tmp=f"{path}.{os.getpid()}")
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         end = os.fstat(fd).st_size
-        if end and _last_byte(path, end) != b"\n":
+        if end and os.pread(fd, 1, end - 1) != b"\n":
             rows = b"\n" + rows  # a writer killed mid-row: its fragment stays a line of its own
         view = memoryview(rows)
         while view:
@@ -625,20 +624,22 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
         os.close(fd)
 
 
-def _last_byte(path: str, size: int) -> bytes:
-    with open(path, "rb") as fh:
-        fh.seek(size - 1)
-        return fh.read(1)
+def _row_time(line: bytes) -> float | None:
+    """The time of a row of the map; None for a line that is not one (a torn row)."""
+    row = line.split()
+    try:
+        return float(row[2]) if len(row) == 3 else None
+    except ValueError:
+        return None
 
 
-def _oldest_row(path: str) -> float:
+def _oldest_row(path: str) -> float | None:
     """The time of the file's first row (rows are appended in time order)."""
     try:
         with open(path, "rb") as fh:
-            row = fh.readline().split()
-        return float(row[2]) if len(row) == 3 else 0.0
-    except (OSError, ValueError):
-        return 0.0
+            return _row_time(fh.readline())
+    except OSError:
+        return None
 
 
 _VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)
