@@ -67,9 +67,10 @@ RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losi
 # the writes queued meanwhile go in the same push. It waits *before* it fetches the new
 # head, so that its fetch and its next push follow each other at once: waiting between
 # the two (as until 2026-11-27) left the fetched head time to go stale again. 8 clones x
-# 32 writers on tmpfs, a fresh and then an aged workspace: 91.7 and 50.7 writes/s with
-# the wait between fetch and push (window 8 ms, doubling), 122.5 and 81.7 waiting first
-# (window 100 ms); pushes per write 0.21 -> 0.14 (docs/remote.md, "Cost").
+# 32 writers on tmpfs, a fresh and then an aged workspace, two alternated pairs:
+# 102.5-107.3 and 56.3-68.2 writes/s with the wait between fetch and push (window 8 ms),
+# 124.5-133.5 and 80.5-85.2 waiting first (window 100 ms); pushes per write 0.19-0.21
+# -> 0.13-0.14 (docs/remote.md, "Cost").
 BACKOFF_BASE = 0.1
 BACKOFF_CAP = 1.0
 GATE_FILE = "remote-gate"  # <stale leases in a row> <monotonic time before which no push>
