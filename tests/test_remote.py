@@ -370,6 +370,92 @@ def test_push_reads_sends_the_notes_alone(tmp_path):
     assert code == 0 and not res["pushed"]
 
 
+def _has_ref(repo: Path, ref: str) -> bool:
+    return git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).returncode == 0
+
+
+TRACKED_NOTES = "refs/storm-remote/origin/notes/storm/agents/"
+
+
+def test_reads_and_writes_do_not_fetch_other_agents_notes_status_and_log_do(tmp_path):
+    """A clone that held every agent's notes ref made each of its fetches and pushes
+    walk them all (docs/remote.md, "Cost"): reads and writes fetch only their agent's."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    code, ra = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
+    assert code == 0 and ra["accepted"] and _has_ref(srv, "refs/notes/storm/agents/eng_a")
+    assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
+    code, rb = storm_json(b, "write", "src/util.py", input="B\n", agent="eng_b")
+    assert code == 0 and rb["accepted"], rb
+    assert server_log(srv)[:2] == [rb["commit"], ra["commit"]]
+    assert _has_ref(b, TRACKED_NOTES + "eng_b")  # its own, as its push left it
+    assert not _has_ref(b, TRACKED_NOTES + "eng_a") and not _has_ref(b, "refs/notes/storm/agents/eng_a")
+    # the writer of what b fetched is recorded, by id
+    assert "eng_a" in (b / ".git/storm/agents-seen").read_text().split()
+    code, log = storm_json(b, "log")
+    assert code == 0 and _has_ref(b, TRACKED_NOTES + "eng_a")
+    assert git(b, "rev-parse", "refs/notes/storm/agents/eng_a").stdout == git(srv, "rev-parse", "refs/notes/storm/agents/eng_a").stdout
+    mine = next(e for e in log if e.get("commit") == ra["commit"])
+    assert mine["agent"] == "eng_a", mine
+
+
+def test_an_intent_of_another_clones_agent_is_recognised_without_its_notes(tmp_path):
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    annotated = "# eng_a: three retries, the upstream drops one call in ten\nRETRIES = 3\n"
+    code, ra = storm_json(a, "write", "src/api.py", input=annotated, agent="eng_a")
+    assert code == 0 and ra["accepted"]
+    code, rd = storm_json(b, "read", "src/api.py", agent="eng_b")
+    assert code == 0 and rd["files"][0]["content"] == annotated
+    code, rb = storm_json(b, "write", "src/api.py", input="RETRIES = 1\n", agent="eng_b")
+    assert code == 0 and rb["accepted"] and rb["flags"] == ["intent_overwritten"], rb
+    assert not _has_ref(b, TRACKED_NOTES + "eng_a")  # recognised by id, not by its notes
+
+
+def test_an_agent_that_moves_to_another_clone_extends_its_notes_there(tmp_path):
+    """Its reads on the new clone fetch its notes ref first: its journal there extends
+    what it pushed from the old one, and its next push is a fast-forward."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    code, r1 = storm_json(a, "write", "src/api.py", input="one\n", agent="eng_x")
+    assert code == 0 and r1["accepted"]
+    before = rev(srv, "refs/notes/storm/agents/eng_x")
+    # b never fetched since eng_x wrote: its first read there is that of a new agent
+    assert storm(b, "read", "src/util.py", agent="eng_x").returncode == 0
+    code, r2 = storm_json(b, "write", "src/util.py", input="two\n", agent="eng_x")
+    assert code == 0 and r2["accepted"], r2
+    after = rev(srv, "refs/notes/storm/agents/eng_x")
+    assert after != before and git(srv, "merge-base", "--is-ancestor", before, after, check=False).returncode == 0
+    # and back on a, which has seen it write from b: its read there fetches the notes b pushed
+    assert storm(a, "read", "src/util.py", agent="eng_x").returncode == 0
+    code, r3 = storm_json(a, "write", "src/util.py", input="three\n", agent="eng_x")
+    assert code == 0 and r3["accepted"], r3
+    assert git(srv, "merge-base", "--is-ancestor", after, rev(srv, "refs/notes/storm/agents/eng_x"), check=False).returncode == 0
+    assert git(srv, "fsck", "--no-progress").returncode == 0
+
+
+def test_a_read_of_a_new_agent_fetches_once_its_notes_are_on_no_server(tmp_path):
+    """A new agent's read asks for its notes ref, which the server lacks: the fetch
+    goes on without it (not an error), and its later reads do not ask again."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    calls = tmp_path / "uploads.log"
+    wrapper = tmp_path / "upload-pack"
+    wrapper.write_text(f"#!/bin/sh\necho x >> '{calls}'\nexec git-upload-pack \"$@\"\n")
+    wrapper.chmod(0o755)
+    git(a, "config", "remote.origin.uploadpack", str(wrapper))
+    assert storm(a, "read", "src/api.py", agent="eng_new").returncode == 0
+    assert len(calls.read_text().split()) == 2  # asked with its notes ref, then without
+    assert storm(a, "read", "src/util.py", agent="eng_new").returncode == 0
+    assert len(calls.read_text().split()) == 3  # it has a journal here now: one fetch
+
+
 def test_two_processes_of_one_clone_and_reservations_travel(tmp_path):
     """A rejection's reservation reaches the server; the other clone's writer of that
     file waits for it (or, with --no-wait, is rejected as reserved)."""

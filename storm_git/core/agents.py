@@ -10,10 +10,16 @@ import os
 import re
 
 from .errors import BadAgent
+from .files import read_own, stamp
 
 _AGENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: "$" would accept a trailing newline
 
 ENV_VAR = "STORM_AGENT"
+
+
+def is_valid(agent: str) -> bool:
+    """Whether ``agent`` is a safe id (validate_agent's rule, without raising)."""
+    return bool(_AGENT_RE.fullmatch(agent)) and ".." not in agent and not agent.endswith((".", ".lock"))
 
 
 def validate_agent(agent: str | None) -> str:
@@ -23,12 +29,7 @@ def validate_agent(agent: str | None) -> str:
             "no agent id given",
             hint=f"pass --agent NAME or set {ENV_VAR}",
         )
-    if (
-        not _AGENT_RE.fullmatch(agent)
-        or ".." in agent
-        or agent.endswith(".")
-        or agent.endswith(".lock")
-    ):
+    if not is_valid(agent):
         shown = agent.encode("unicode_escape").decode("ascii")
         raise BadAgent(
             f"invalid agent id '{shown}'",
@@ -41,3 +42,54 @@ def validate_agent(agent: str | None) -> str:
 def agent_from_env(agent: str | None) -> str:
     """The explicit id, or $STORM_AGENT, validated."""
     return validate_agent(agent if agent else os.environ.get(ENV_VAR))
+
+
+# -- agents seen in the shared history (a remote workspace) ---------------------------
+# A clone of a remote workspace fetches other machines' writes but not their agents'
+# notes refs (storm_git.remote.client: holding every agent's notes ref made every git
+# fetch and push of the clone walk them all). The ids of the agents whose writes it
+# fetched are recorded here, one per line, so that intent comments of agents of other
+# machines are recognised (storm_git.core.intents) without their notes.
+SEEN_FILE = "agents-seen"
+_SEEN_CACHE: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
+
+
+def seen_path(commondir: str) -> str:
+    return os.path.join(commondir, "storm", SEEN_FILE)
+
+
+def seen_agents(commondir: str) -> frozenset[str]:
+    """The ids recorded by :func:`record_seen` (parsed once per change of the file).
+    A line that is not a valid id (a torn append, a hand edit) is left out."""
+    path = seen_path(commondir)
+    st = stamp(path)
+    if st is None:
+        return frozenset()
+    cached = _SEEN_CACHE.get(path)
+    if cached is not None and cached[0] == st:
+        return cached[1]
+    raw = read_own(path) or b""
+    names = frozenset(n for n in raw.decode("utf-8", "replace").split("\n") if is_valid(n))
+    _SEEN_CACHE[path] = (st, names)
+    return names
+
+
+def record_seen(commondir: str, names: set[str]) -> None:
+    """Add the ids in ``names`` not recorded yet (the caller holds the workspace lock,
+    which serialises the appenders). Invalid ids are never recorded."""
+    new = sorted(n for n in names if is_valid(n) and n not in seen_agents(commondir))
+    if not new:
+        return
+    path = seen_path(commondir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        rows = "".join(f"{n}\n" for n in new).encode("ascii")
+        end = os.fstat(fd).st_size
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            rows = b"\n" + rows  # a writer killed mid-row: its fragment stays a line of its own
+        view = memoryview(rows)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

@@ -32,6 +32,7 @@ from typing import Any
 import pygit2
 
 from . import events, readsets, trailers
+from .agents import seen_agents
 from .diffs import is_binary, text_lines
 from .errors import BadPath, RepoStateError
 from .store import WORKSPACE_REF, Store
@@ -63,16 +64,18 @@ class Annotation:
 
 
 def known_agents(store: Store) -> set[str]:
-    """Every agent id storm has seen (read sets, writes) and the manager."""
-    out = set(readsets.agents(store))
+    """Every agent id storm has seen (read sets, writes, and in a clone of a remote
+    workspace the writers of the history it fetched) and the manager."""
+    out = set(readsets.agents(store)) | seen_agents(store.commondir)
     out.add(store.config_get("storm.manager") or "manager")
     return out
 
 
 def _known(store: Store, name: str) -> bool:
-    """Is ``name`` an agent storm knows (a notes ref, or a read-set journal not yet
-    folded)? One ref lookup and one stat (the write path's check)."""
-    if name == (store.config_get("storm.manager") or "manager"):
+    """Is ``name`` an agent storm knows (a notes ref, a read-set journal not yet
+    folded, or a writer of the fetched history)? One ref lookup and two stats (the
+    write path's check)."""
+    if name == (store.config_get("storm.manager") or "manager") or name in seen_agents(store.commondir):
         return True
     try:
         if os.path.exists(readsets.journal_path(store, name)):

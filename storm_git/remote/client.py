@@ -48,6 +48,7 @@ from typing import Any
 import pygit2
 
 from ..core import readsets, trailers
+from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.disk import changed_paths
 from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
 from ..core.files import read_own, replace_file
@@ -111,23 +112,43 @@ class RemoteWorkspace(SharedWorkspace):
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
 
     # -- keeping the local copies current ------------------------------------------
-    def refresh(self, *, disk: bool = True) -> pygit2.Oid:
-        """Fetch the storm refs and bring the local copies (and the disk) to them."""
+    def refresh(self, *, disk: bool = True, agent: str | None = None, notes: bool = False) -> pygit2.Oid:
+        """Fetch the storm refs and bring the local copies (and the disk) to them; with
+        ``agent``, that agent's notes ref too (another clone may have moved it: the
+        agent's reads here then extend it); ``notes``: every agent's."""
         with exchanging(self.store):
-            self._fetch_adopt()
+            self._fetch_adopt(None if notes else self._own_notes(agent))
         if disk:
             from ..core.disk import sync
 
             sync(self.store)
         return self.head()
 
-    def _fetch_adopt(self) -> None:
+    def _fetch_adopt(self, agents: Iterable[str] | None = ()) -> None:
         """Fetch, then copy the server's values onto the local refs (remote lock held);
-        what is queued here moves onto the server's new head where it still holds."""
-        transport.fetch(self.store, self.remote)
+        what is queued here moves onto the server's new head where it still holds.
+        ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
+        before = _tracked_head(self.store, self.remote)
+        transport.fetch(self.store, self.remote, agents)
         with flocked(self.store.commondir, "workspace"):
+            _learn_writers(self.store, self.remote, before)
             self.rebased += _rebase_queue(self.store, self.remote)
             adopt_tracking(self.store, self.remote)
+
+    def _own_notes(self, agent: str | None) -> list[str]:
+        """Whose notes a read (or edit, rm, exec, adopt, release) of ``agent`` fetches:
+        the agent's own when the server may have notes of it that this clone lacks
+        (another clone moved them: the agent's reads here must extend them) — it wrote
+        from some clone, this clone tracks its notes, or it is new here. An agent that
+        only reads here and never wrote (its notes on no server) fetches none."""
+        if agent is None:
+            return []
+        validate_agent(agent)  # before it names a ref: a bad id is the usual error, not a failed fetch
+        store = self.store
+        if agent in seen_agents(store.commondir) or store.ref_target(tracking_ref(self.remote, agent_ref(agent))):
+            return [agent]
+        new_here = store.ref_target(agent_ref(agent)) is None and not os.path.exists(journal_path(store, agent))
+        return [agent] if new_here else []
 
     def _verdict_is_final(self) -> bool:
         # A verdict that pushes nothing is the server's only when it was reached on the
@@ -422,23 +443,23 @@ class RemoteWorkspace(SharedWorkspace):
     # edit and rm look at the head before the write (is the file there?), exec runs a
     # command on the disk: each starts from the remote's head, not the local copy's
     def edit(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False)
+        self.refresh(disk=False, agent=kw.get("agent"))
         return super().edit(*args, **kw)
 
     def rm(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False)
+        self.refresh(disk=False, agent=kw.get("agent"))
         return super().rm(*args, **kw)
 
     def exec(self, *args: Any, **kw: Any) -> Any:
-        self.refresh()
+        self.refresh(agent=kw.get("agent"))
         return super().exec(*args, **kw)
 
     def adopt(self, *args: Any, **kw: Any) -> Any:
-        self.refresh()
+        self.refresh(agent=kw.get("agent"))
         return super().adopt(*args, **kw)
 
     def release(self, path: str, *, agent: str | None) -> Any:
-        self.refresh(disk=False)
+        self.refresh(disk=False, agent=agent)
         r = super().release(path, agent=agent)
         self._push_reservations()
         return r
@@ -465,18 +486,18 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- reads and reports see the remote's head -------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
-        self.refresh()
+        self.refresh(agent=agent)
         return super().read(paths, agent=agent)
 
     def status(self, **kw: Any) -> Any:
         self.flush()
-        self.refresh()
+        self.refresh(notes=True)  # status reports every agent's read set
         st = super().status(**kw)
         st.extra["remote"] = self.remote
         return st
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
-        self.refresh(disk=False)
+        self.refresh(disk=False, notes=True)  # the provenance of every agent's writes
         return super().log(limit)
 
 
@@ -760,6 +781,22 @@ def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str
     return None
 
 
+_AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)
+
+
+def _learn_writers(store: Store, remote: str, before: pygit2.Oid | None) -> None:
+    """Record the agents whose writes a fetch brought (``before``..the tracked head;
+    workspace lock held): the clone does not fetch their notes refs, and intent
+    comments are recognised by agent id (storm_git.core.agents.record_seen)."""
+    new = _tracked_head(store, remote)
+    if before is None or new is None or new == before:
+        return
+    walker = store.repo.walk(new, pygit2.enums.SortMode.NONE)
+    walker.hide(before)
+    names = {m.group(1) for c in walker for m in _AGENT_TRAILER.finditer(c.message)}
+    record_seen(store.commondir, names)
+
+
 def _force(store: Store, name: str, oid: pygit2.Oid) -> None:
     """Set ``name`` (caller holds the lock that guards it)."""
     store.repo.references.create(name, oid, force=True)
@@ -911,7 +948,7 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     ws = RemoteWorkspace(store, remote)
     ws.flush()  # writes queued here by processes that stopped before pushing them
     with exchanging(store):
-        ws._fetch_adopt()
+        ws._fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
     res = sync(store, full=True)
     return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors)
 
@@ -920,7 +957,7 @@ def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     """Fold the agent's journal and push its notes ref alone (fast-forward only)."""
     readsets.fold(store, agent)
     with exchanging(store):
-        transport.fetch(store, remote)
+        transport.fetch(store, remote, [agent])
         with flocked(store.commondir, "workspace"):
             adopt_tracking(store, remote)
         mine = store.ref_target(agent_ref(agent))

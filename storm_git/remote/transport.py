@@ -9,14 +9,16 @@ the local refs under storm's workspace lock, so a fetch never races a local writ
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..core.errors import NoSpace, RepoStateError, Unreachable, UsageError
 from ..core.files import NO_SPACE_TEXT
-from ..core.store import REMOTE_TRACKING_PREFIX, Store, git_env
+from ..core.store import AGENTS_PREFIX, REMOTE_TRACKING_PREFIX, Store, git_env
 
 ZERO = "0" * 40
 # Connection failures: nothing reached the server (the write did not happen).
@@ -85,12 +87,45 @@ def _first_line(raw: bytes) -> str:
     return (fatal or lines or ["no output"])[0]
 
 
-def fetch(store: Store, remote: str) -> None:
-    """Copy the remote's ``refs/storm/*`` and ``refs/notes/storm/*`` into the tracking
-    namespace (forced: the server is the truth; pruned: gone there, gone here)."""
+def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> None:
+    """Copy the remote's ``refs/storm/*`` and agents' notes refs into the tracking
+    namespace (forced: the server is the truth; pruned: gone there, gone here).
+
+    ``agents`` None: every agent's notes ref (``refs/notes/storm/*``), for the
+    commands that show or check other agents' read sets (status, log, sync, join);
+    otherwise only the notes refs of those agents, which the server may lack (a new
+    agent: left out, not an error). Reads and writes fetch none but their own agent's:
+    a clone that holds every agent's notes ref makes each of its fetches and pushes
+    walk them all (docs/remote.md, "Cost")."""
     url = check_remote(store, remote)
-    specs = [f"+refs/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/storm/*",
-             f"+refs/notes/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/notes/storm/*"]
+    specs = [f"+refs/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/storm/*"]
+    if agents is None:
+        specs.append(f"+refs/notes/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/notes/storm/*")
+    else:
+        specs += [f"+{AGENTS_PREFIX}{a}:{REMOTE_TRACKING_PREFIX}{remote}/{AGENTS_PREFIX[len('refs/'):]}{a}"
+                  for a in dict.fromkeys(agents)]
+    while True:
+        r = _fetch_once(store, remote, url, specs)
+        missing = _missing_ref(r.stderr) if r.returncode else None
+        spec = next((sp for sp in specs[1:] if missing and sp.startswith(f"+{missing}:")), None)
+        if spec is None:
+            break
+        specs.remove(spec)  # an agent with no notes on the server yet: fetch the rest
+    if r.returncode != 0:
+        if _local_disk_full(r.stderr):  # not the server: this disk could not take the objects
+            raise NoSpace(f"cannot fetch the shared workspace from {remote}: this disk refused the objects "
+                          f"({_first_line(r.stderr)})")
+        raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
+                          hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+def _missing_ref(stderr: bytes) -> str | None:
+    """The ref a fetch failed on because the server does not have it."""
+    m = re.search(rb"couldn't find remote ref (\S+)", stderr)
+    return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def _fetch_once(store: Store, remote: str, url: str, specs: list[str]) -> subprocess.CompletedProcess:
     # --no-filter: a partial clone's fetches inherit its filter (blob:none), which left out
     # the blobs other machines wrote and the read sets (storm_git.core.promisor)
     args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
@@ -107,12 +142,7 @@ def fetch(store: Store, remote: str) -> None:
     else:
         raise RepoStateError(f"cannot update the local copies of {remote}'s storm refs: {_first_line(r.stderr)}",
                              hint="another git fetch may be running here; retry (git storm doctor if it stays)")
-    if r.returncode != 0:
-        if _local_disk_full(r.stderr):  # not the server: this disk could not take the objects
-            raise NoSpace(f"cannot fetch the shared workspace from {remote}: this disk refused the objects "
-                          f"({_first_line(r.stderr)})")
-        raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
-                          hint="check that the server is up and reachable, then retry; nothing was changed")
+    return r
 
 
 def _local_disk_full(stderr: bytes) -> bool:
