@@ -342,7 +342,7 @@ class RemoteWorkspace(SharedWorkspace):
         with flocked(store.commondir, "workspace"):
             local, tracked = store.ref_target(WORKSPACE_REF), _tracked_head(store, self.remote)
             if tracked is not None and local != tracked and (
-                    local is None or not store.repo.descendant_of(local, tracked)):
+                    local is None or not store.descends(local, tracked)):
                 _force(store, WORKSPACE_REF, tracked)
 
     def _unqueue(self, commit: pygit2.Oid) -> None:
@@ -544,7 +544,7 @@ def _state(store: Store, remote: str, commit: pygit2.Oid) -> tuple[str, pygit2.O
 def _where(store: Store, remote: str, commit: pygit2.Oid) -> str | None:
     """LANDED or QUEUED for ``commit`` itself, or None (workspace lock held)."""
     tracked = _tracked_head(store, remote)
-    if tracked is not None and (tracked == commit or store.repo.descendant_of(tracked, commit)):
+    if tracked is not None and (tracked == commit or store.descends(tracked, commit)):
         return LANDED
     # Still on the local ref: queued, even when the tracking ref has just moved past it.
     # A fetch moves the tracking ref before the queue is moved onto the new head
@@ -552,7 +552,7 @@ def _where(store: Store, remote: str, commit: pygit2.Oid) -> str | None:
     # dropped in that window would write it again, and the queue's move would land
     # it a second time.
     local = store.ref_target(WORKSPACE_REF)
-    if local is not None and (local == commit or store.repo.descendant_of(local, commit)):
+    if local is not None and (local == commit or store.descends(local, commit)):
         return QUEUED
     return None
 
@@ -690,7 +690,7 @@ def _rebase_queue(store: Store, remote: str) -> int:
     writer validates it again."""
     new = _tracked_head(store, remote)
     local = store.ref_target(WORKSPACE_REF)
-    if new is None or local is None or local == new or store.repo.descendant_of(local, new):
+    if new is None or local is None or local == new or store.descends(local, new):
         return 0
     old = store.repo.merge_base(local, new)
     if old is None or old == local:
@@ -728,7 +728,7 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
     base, [], 0) when nothing is: a local ref that is not ahead of the server's head
     is never pushed (a forced push of it would rewrite the server's history)."""
     tip, base = store.ref_target(WORKSPACE_REF), _tracked_head(store, remote)
-    if tip is None or base is None or tip == base or not store.repo.descendant_of(tip, base):
+    if tip is None or base is None or tip == base or not store.descends(tip, base):
         return None, base, [], 0
     agents: list[str] = []
     count = 0
@@ -816,7 +816,7 @@ def adopt_tracking(store: Store, remote: str) -> None:
             if mine is not None:
                 store.repo.references.delete(name)
         elif mine != theirs:
-            if name == WORKSPACE_REF and mine is not None and store.repo.descendant_of(mine, theirs):
+            if name == WORKSPACE_REF and mine is not None and store.descends(mine, theirs):
                 continue  # writes queued here on top of the server's head: they wait for their push
             _force(store, name, theirs)
     prefix = tracking_ref(remote, AGENTS_PREFIX)
@@ -826,7 +826,7 @@ def adopt_tracking(store: Store, remote: str) -> None:
         mine = store.ref_target(name)
         if mine == theirs:
             continue
-        if mine is None or store.repo.descendant_of(theirs, mine):
+        if mine is None or store.descends(theirs, mine):
             with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):
                 _force(store, name, theirs)
                 readsets._cache(store).pop(name[len(AGENTS_PREFIX):], None)
@@ -903,7 +903,7 @@ def join(store: Store, remote: str) -> JoinResult:
                                  hint=f"run git storm init --remote {remote} in a clone that has the code")
         mine = store.ref_target(WORKSPACE_REF)
         theirs = _tracked_head(store, remote)
-        if mine is not None and mine != theirs and not store.repo.descendant_of(theirs, mine):
+        if mine is not None and mine != theirs and not store.descends(theirs, mine):
             warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
                             f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
         adopt_tracking(store, remote)
