@@ -294,7 +294,7 @@ def test_store_descends_answers_as_libgit2_on_chains_branches_merges_and_roots(t
     other_root = git(repo_dir, "commit-tree", "-m", "root2",
                      git(repo_dir, "rev-parse", "HEAD^{tree}").stdout.decode().strip()).stdout.decode().strip()
     every = chain + side + [merged, after, other_root]
-    store = Store(str(repo_dir)) if not hasattr(Store, "discover") else Store.discover(str(repo_dir))
+    store = Store.discover(str(repo_dir))
     r = pygit2.Repository(str(repo_dir))
     for a, b in itertools.product(every, repeat=2):
         ta, tb = pygit2.Oid(hex=a), pygit2.Oid(hex=b)

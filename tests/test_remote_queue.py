@@ -479,3 +479,51 @@ def test_after_a_stale_lease_the_clone_backs_off_before_its_fetch_not_between_fe
     assert fetched - stale >= window, events  # the back-off came before the fetch ...
     assert landed - fetched < window, events  # ... not between the fetch and the push
     assert server_log(srv)[:2] == [res.commit, rb["commit"]]
+
+
+def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read_set(tmp_path, monkeypatch):
+    """A queued write's scope (its whole read set) is resolved from the notes and
+    journal once and kept for the commit each move makes: the second move below finds
+    the moved commit's scope without resolving it, and drops the write because the
+    server's new head changed a file it read (README.md), not one it wrote."""
+    from storm_git.core import readsets
+    from storm_git.core.store import Store
+    from storm_git.remote import client
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    assert storm(a, "read", "src/api.py", "README.md", agent="eng_x").returncode == 0
+    assert storm(b, "read", "src/util.py", "README.md", agent="eng_z").returncode == 0
+    resolved: list[str] = []
+    real = readsets.load_provenance
+    monkeypatch.setattr(readsets, "load_provenance", lambda s, ag, c: (resolved.append(c), real(s, ag, c))[1])
+    store = Store.discover(str(a))
+
+    ws = client.RemoteWorkspace(store, "origin")
+
+    def fetch_and_move() -> int:  # what a push's stale lease does (the test holds the remote lock)
+        before = ws.rebased
+        ws._fetch_adopt()
+        return ws.rebased - before
+
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        queued = rev(a, WS)
+        code, r1 = storm_json(b, "write", "src/util.py", input="Z1\n", agent="eng_z")
+        assert code == 0 and r1["accepted"]
+        assert fetch_and_move() == 1 and resolved == [queued]  # moved onto b's write
+        moved = rev(a, WS)
+        assert moved != queued and git(a, "rev-parse", f"{moved}^").stdout.decode().strip() == r1["commit"]
+        code, r2 = storm_json(b, "write", "README.md", input="# Z2\n", agent="eng_z")
+        assert code == 0 and r2["accepted"]
+        assert fetch_and_move() == 0 and resolved == [queued]  # its scope came from the move
+        assert rev(a, WS) == r2["commit"]  # dropped: its writer validates it again
+    finally:
+        release(holder)
+    cx, rx = finish(px)
+    assert cx == 1 and rx["rejection"]["reason"] == "stale_dependency", rx
+    assert [s["path"] for s in rx["rejection"]["stale"]] == ["README.md"]
+    assert server_log(srv)[:2] == [r2["commit"], r1["commit"]]
