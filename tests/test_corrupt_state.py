@@ -166,3 +166,19 @@ def test_storm_paths_of_the_wrong_type_are_named_and_moved_aside_by_doctor(tmp_p
     w = storm(repo, "write", "src/api.py", input="v2\n", agent="e1")
     assert w.returncode == 0, w.stdout + w.stderr
     assert (repo / "src" / "api.py").read_text() == "v2\n"
+
+
+def test_the_agents_seen_record_of_the_wrong_type_is_an_error_doctor_moves_aside(tmp_path):
+    """.git/storm/agents-seen (the ids of writers a remote clone fetched) replaced by a
+    directory: intents says so in one line, doctor names it and --fix moves it aside."""
+    repo = make_repo(tmp_path / "r")
+    (repo / ".git" / "storm" / "agents-seen").mkdir(parents=True)
+    r = storm(repo, "intents", "--json")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    err = __import__("json").loads(r.stdout)["error"]
+    assert err["kind"] == "corrupt_state" and "doctor --fix" in err["hint"], err
+    d = storm(repo, "doctor")
+    assert d.returncode == 3 and "storm/agents-seen" in d.stdout, d.stdout + d.stderr
+    f = storm(repo, "doctor", "--fix")
+    assert f.returncode == 0 and "moved to storm-moved-aside/" in f.stdout, f.stdout + f.stderr
+    assert storm(repo, "intents").returncode == 0

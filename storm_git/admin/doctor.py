@@ -78,7 +78,7 @@ from typing import Any
 import pygit2
 
 from ..core import readsets, reservations
-from ..core.agents import validate_agent
+from ..core.agents import SEEN_FILE, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
@@ -394,7 +394,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
 
 # storm's own paths under <git dir>/storm: what each must be when it exists
 _DIRS = ("locks", "journal")  # and every entry in them a regular file
-_FILES = ("disk-record",)
+_FILES = ("disk-record", SEEN_FILE)
 MOVED_ASIDE = "storm-moved-aside"
 
 
