@@ -66,9 +66,10 @@ def join(remote: str, as_json: bool) -> None:
     Fetches refs/storm/* and refs/notes/storm/* from NAME (never branches),
     sets storm.mode=storm and storm.remote=NAME, installs the pre-commit guard
     and brings the working tree to the shared head; files edited here without
-    storm are kept and listed. Every write then fetches the storm refs and
-    pushes with a lease: the server does the compare-and-swap. Exit 3 when NAME
-    is unreachable or has no shared workspace.
+    storm are kept and listed. Every write then pushes with a lease (the server
+    does the compare-and-swap) and fetches the storm refs when another machine
+    wrote first; reads and writes fetch no other agent's notes ref, status and
+    log fetch them all. Exit 3 when NAME is unreachable or has no shared workspace.
 
     \b
     Example:
