@@ -877,3 +877,18 @@ def test_guard_check_says_whether_git_will_run_the_guard(tmp_path):
     hook.chmod(0o644)
     code, err = storm_json(srv, "server-hook", "check")
     assert code == 3 and "not executable" in err["error"]["message"]
+
+
+def test_the_record_of_seen_agents_skips_what_is_not_a_whole_valid_row(tmp_path):
+    from storm_git.core.agents import record_seen, seen_agents
+
+    common = str(tmp_path)
+    record_seen(common, {"eng_a", "bad id", "x.lock", "../up"})
+    assert seen_agents(common) == {"eng_a"}
+    path = tmp_path / "storm" / "agents-seen"
+    with open(path, "ab") as fh:
+        fh.write(b"eng_torn")  # a row without its newline: not yet one
+    assert seen_agents(common) == {"eng_a"}
+    record_seen(common, {"eng_b", "eng_a"})  # the next rows start on a line of their own
+    assert seen_agents(common) == {"eng_a", "eng_b", "eng_torn"}
+    assert path.read_text().splitlines() == ["eng_a", "eng_torn", "eng_b"]

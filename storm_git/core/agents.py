@@ -10,7 +10,7 @@ import os
 import re
 
 from .errors import BadAgent
-from .files import read_own, stamp
+from .files import append_rows, read_own, stamp
 
 _AGENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: "$" would accept a trailing newline
 
@@ -60,7 +60,8 @@ def seen_path(commondir: str) -> str:
 
 def seen_agents(commondir: str) -> frozenset[str]:
     """The ids recorded by :func:`record_seen` (parsed once per change of the file).
-    A line that is not a valid id (a torn append, a hand edit) is left out."""
+    A line that is not a valid id (a hand edit) and a last row without its newline
+    are left out."""
     path = seen_path(commondir)
     st = stamp(path)
     if st is None:
@@ -69,7 +70,8 @@ def seen_agents(commondir: str) -> frozenset[str]:
     if cached is not None and cached[0] == st:
         return cached[1]
     raw = read_own(path) or b""
-    names = frozenset(n for n in raw.decode("utf-8", "replace").split("\n") if is_valid(n))
+    rows = raw.decode("utf-8", "replace").split("\n")[:-1]  # after the last newline: a row not complete yet
+    names = frozenset(n for n in rows if is_valid(n))
     _SEEN_CACHE[path] = (st, names)
     return names
 
@@ -82,14 +84,4 @@ def record_seen(commondir: str, names: set[str]) -> None:
         return
     path = seen_path(commondir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        rows = "".join(f"{n}\n" for n in new).encode("ascii")
-        end = os.fstat(fd).st_size
-        if end and os.pread(fd, 1, end - 1) != b"\n":
-            rows = b"\n" + rows  # a writer killed mid-row: its fragment stays a line of its own
-        view = memoryview(rows)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+    append_rows(path, "".join(f"{n}\n" for n in new).encode("ascii"))

@@ -45,6 +45,22 @@ def append_all(path: str, data: bytes) -> os.stat_result:
         os.close(fd)
 
 
+def append_rows(path: str, rows: bytes) -> None:
+    """Append whole lines to ``path`` (created if absent; the caller holds the lock that
+    serialises its appenders). A row torn by a writer killed mid-append stays a line of
+    its own: the new rows start on a fresh line, and readers skip what is not a row."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        end = os.fstat(fd).st_size
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            rows = b"\n" + rows
+        view = memoryview(rows)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def replace_file(path: str, data: bytes, *, mode: int | None = None, tmp: str | None = None) -> None:
     """Put ``data`` at ``path`` through a temporary file and a rename: a reader sees
     the old content or the new, and a failed write removes the temporary file."""

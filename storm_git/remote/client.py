@@ -51,7 +51,7 @@ from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.disk import changed_paths
 from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
-from ..core.files import read_own, replace_file
+from ..core.files import append_rows, read_own, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
@@ -640,16 +640,7 @@ def _record_rebased(store: Store, pairs: list[tuple[pygit2.Oid, pygit2.Oid]]) ->
             keep = [ln for ln in fh if ln.endswith(b"\n") and now - (_row_time(ln) or 0.0) < REBASED_KEEP_SECONDS]
         replace_file(path, b"".join(keep) + rows, tmp=f"{path}.{os.getpid()}")
         return
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        end = os.fstat(fd).st_size
-        if end and os.pread(fd, 1, end - 1) != b"\n":
-            rows = b"\n" + rows  # a writer killed mid-row: its fragment stays a line of its own
-        view = memoryview(rows)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+    append_rows(path, rows)  # a row torn by a killed writer stays a line of its own
 
 
 def _row_time(line: bytes) -> float | None:
