@@ -810,9 +810,12 @@ def _learn_writers(store: Store, remote: str, before: pygit2.Oid | None) -> None
     new = _tracked_head(store, remote)
     if before is None or new is None or new == before:
         return
-    walker = store.repo.walk(new, pygit2.enums.SortMode.NONE)
-    walker.hide(before)
-    names = {m.group(1) for c in walker for m in _AGENT_TRAILER.finditer(c.message)}
+    try:
+        walker = store.repo.walk(new, pygit2.enums.SortMode.NONE)
+        walker.hide(before)
+        names = {m.group(1) for c in walker for m in _AGENT_TRAILER.finditer(c.message)}
+    except (KeyError, ValueError, pygit2.GitError):
+        return  # the old head's commit is gone (a hand-made repair): nothing to learn from
     record_seen(store.commondir, names)
 
 
