@@ -58,6 +58,7 @@ def test_big_directories_diffed_by_libgit2_agree_with_the_walk(tmp_path, monkeyp
     for _ in range(200):
         a, b = _rand_tree(st, rnd, names), _rand_tree(st, rnd, names)
         monkeypatch.setattr(disk, "BIG_DIR_ENTRIES", 10 ** 9)
+        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 10 ** 9)
         walked = norm(disk.tree_changes(st, a, b))
         monkeypatch.setattr(disk, "BIG_DIR_ENTRIES", 0)
         diffed = norm(disk.tree_changes(st, a, b))
@@ -271,3 +272,40 @@ def test_a_write_of_many_paths_waits_for_a_reservation_on_any_of_them(repo, ws):
     rejection = res.write.rejection
     assert rejection.reason == "reserved" and rejection.reservation.path == "src/util.py"
     assert rejection.reservation.holder == "e1"
+
+
+def test_flat_directories_diffed_by_libgit2_agree_with_the_walk(tmp_path, monkeypatch):
+    """A pair of directories without subdirectories, from FLAT_DIR_ENTRIES entries, goes
+    to libgit2 (a flat root of a few hundred files is synced after every write): the
+    same (path, entry) list as the walk, with modes, links, gitlinks, additions and
+    deletions; a pair where one side holds a subdirectory is walked."""
+    st = _store(pygit2.init_repository(str(tmp_path / "r")).workdir)
+    r = st.repo
+    rnd = random.Random(5)
+
+    def norm(out):
+        return sorted((p, None if v is None else (v[0], int(v[1]))) for p, v in out)
+
+    def flat_tree(n: int, sub: bool) -> pygit2.Tree:
+        changes = {f"f{i:03d}": (r.create_blob(rnd.choice([b"a", b"b", b"c"])),
+                                 rnd.choice([MODE_BLOB, MODE_BLOB, MODE_EXEC, MODE_LINK]))
+                   for i in range(n) if rnd.random() < 0.9}
+        changes["sm"] = (r.create_blob(rnd.choice([b"x", b"y"])), pygit2.GIT_FILEMODE_COMMIT)
+        if sub:
+            changes["f050/inner"] = (r.create_blob(b"in"), MODE_BLOB)
+            changes.pop("f050", None)
+        return r[st.tree_with(r[st.empty_tree()], changes)]
+
+    routed = []
+    real = disk._big_changes
+    monkeypatch.setattr(disk, "_big_changes", lambda *a: (routed.append(1), real(*a))[1])
+    for i in range(60):
+        sub_a, sub_b = i % 3 == 1, i % 3 == 2
+        a, b = flat_tree(rnd.randrange(60, 200), sub_a), flat_tree(rnd.randrange(60, 200), sub_b)
+        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 10 ** 9)
+        walked = norm(disk.tree_changes(st, a, b))
+        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 128)
+        routed.clear()
+        diffed = norm(disk.tree_changes(st, a, b))
+        assert diffed == walked, (i, a.id, b.id)
+        assert bool(routed) == (not sub_a and not sub_b and len(a) + len(b) >= 128), i

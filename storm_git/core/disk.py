@@ -62,6 +62,7 @@ QUICK_AT = 8  # up to this many paths, a sync looks at and writes each through o
 RESET_AT = 64  # from this many new entries, a sync that leaves the record equal to the head restarts it there
 TEMP_PREFIX = ".storm-tmp-"
 BIG_DIR_ENTRIES = 1024  # from here on, a pair of directories is compared by libgit2 (tree_changes)
+FLAT_DIR_ENTRIES = 128  # ... and from here on, a pair without subdirectories (tree_changes)
 HASH_CHUNK = 1 << 20
 
 # A path's state on disk: (blob id, mode), None when absent, False when something
@@ -648,7 +649,8 @@ def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str =
     identical subtrees (cost grows with what changed, not with the tree). A pair
     of large directories is compared by libgit2 instead (see _big_changes)."""
     out = [] if out is None else out
-    if len(old) + len(new) >= BIG_DIR_ENTRIES:
+    entries = len(old) + len(new)
+    if entries >= BIG_DIR_ENTRIES or (entries >= FLAT_DIR_ENTRIES and _flat(old) and _flat(new)):
         _big_changes(old, new, prefix, out)
         return out
     repo = store.repo
@@ -673,6 +675,25 @@ def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str =
         elif b is not None:
             out.append((path, (b.id, b.filemode)))
     return out
+
+
+_FLAT: dict[pygit2.Oid, bool] = {}  # tree -> it holds no subtree (this process's answers)
+
+
+def _flat(tree: pygit2.Tree) -> bool:
+    """Whether ``tree`` holds no subtree: then libgit2's diff walks nothing more than
+    its entries, ~0.02 ms for 320 files where the walk below takes ~0.36 ms (a flat
+    directory of a few hundred files, synced after every write). Read from the raw
+    tree (a subtree's entry starts ``40000 ``; a name or id that holds those bytes only
+    sends the pair to the walk), once per tree: the old side is usually the tree the
+    last sync brought."""
+    known = _FLAT.get(tree.id)
+    if known is None:
+        known = b"40000 " not in tree.read_raw()
+        if len(_FLAT) >= 4096:
+            _FLAT.clear()
+        _FLAT[tree.id] = known
+    return known
 
 
 def _big_changes(old: pygit2.Tree, new: pygit2.Tree, prefix: str, out: list[tuple[str, Any]]) -> None:
