@@ -892,3 +892,24 @@ def test_the_record_of_seen_agents_skips_what_is_not_a_whole_valid_row(tmp_path)
     record_seen(common, {"eng_b", "eng_a"})  # the next rows start on a line of their own
     assert seen_agents(common) == {"eng_a", "eng_b", "eng_torn"}
     assert path.read_text().splitlines() == ["eng_a", "eng_torn", "eng_b"]
+
+
+def test_writers_a_fetch_brought_are_learnt_even_when_that_fetch_stopped_before_adopting(tmp_path):
+    """A process killed between its git fetch and the adoption under the workspace lock
+    (here: the fetch alone, run in-process) has moved the tracking ref; the next fetch
+    still learns the writers it brought (counted from the local ref, which did not move)."""
+    from storm_git.core.store import Store
+    from storm_git.remote import transport
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    b = clone(tmp_path, str(srv), "b")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    code, ra = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
+    assert code == 0 and ra["accepted"]
+    transport.fetch(Store.discover(str(b)), "origin", ())  # ... and the process died here
+    assert rev(b, "refs/storm-remote/origin/storm/workspace") == ra["commit"] != rev(b, WS)
+    assert not (b / ".git/storm/agents-seen").exists()
+    assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
+    assert (b / ".git/storm/agents-seen").read_text().split() == ["eng_a"]
+    assert rev(b, WS) == ra["commit"]

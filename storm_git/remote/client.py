@@ -128,10 +128,9 @@ class RemoteWorkspace(SharedWorkspace):
         """Fetch, then copy the server's values onto the local refs (remote lock held);
         what is queued here moves onto the server's new head where it still holds.
         ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
-        before = _tracked_head(self.store, self.remote)
         transport.fetch(self.store, self.remote, agents)
         with flocked(self.store.commondir, "workspace"):
-            _learn_writers(self.store, self.remote, before)
+            _learn_writers(self.store, self.remote)
             self.rebased += _rebase_queue(self.store, self.remote)
             adopt_tracking(self.store, self.remote)
 
@@ -695,7 +694,8 @@ def _rebase_queue(store: Store, remote: str) -> int:
         try:
             prov = trailers.provenance(found)
             whole = prov is not None and prov.deps is None
-            scope = None if prov is None else set(prov.deps) if not whole else set(_read_set_paths(store, c))
+            paths = _read_set_paths(store, c) if whole else frozenset()
+            scope = None if prov is None else set(prov.deps) if not whole else set(paths)
         except (StormError, ValueError):
             prov = scope = None
             whole = False
@@ -709,7 +709,7 @@ def _rebase_queue(store: Store, remote: str) -> int:
         parent = store.make_commit(tree, [parent], found["Storm-Agent"][0], message)
         pairs.append((c.id, parent))
         if whole:
-            _remember_scope(parent, frozenset(scope))
+            _remember_scope(parent, paths)
     if pairs:
         _record_rebased(store, pairs)
         _force(store, WORKSPACE_REF, parent)
@@ -803,19 +803,23 @@ def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str
 _AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)
 
 
-def _learn_writers(store: Store, remote: str, before: pygit2.Oid | None) -> None:
-    """Record the agents whose writes a fetch brought (``before``..the tracked head;
-    workspace lock held): the clone does not fetch their notes refs, and intent
-    comments are recognised by agent id (storm_git.core.agents.record_seen)."""
-    new = _tracked_head(store, remote)
-    if before is None or new is None or new == before:
+def _learn_writers(store: Store, remote: str) -> None:
+    """Record the agents whose writes the fetched head brought: the tracked head's
+    commits that the local ref has not taken yet (workspace lock held, before the queue
+    moves and the local ref is adopted). The clone does not fetch their notes refs, and
+    intent comments are recognised by agent id (storm_git.core.agents.record_seen).
+    Counted from the local ref, not from the tracked head before the fetch: a process
+    killed between its fetch and this leaves the local ref behind, and the next fetch
+    learns what it missed."""
+    new, local = _tracked_head(store, remote), store.ref_target(WORKSPACE_REF)
+    if new is None or local is None or new == local:
         return
     try:
         walker = store.repo.walk(new, pygit2.enums.SortMode.NONE)
-        walker.hide(before)
+        walker.hide(local)
         names = {m.group(1) for c in walker for m in _AGENT_TRAILER.finditer(c.message)}
     except (KeyError, ValueError, pygit2.GitError):
-        return  # the old head's commit is gone (a hand-made repair): nothing to learn from
+        return  # the local ref names a commit that is gone (a hand-made repair): nothing to learn from
     record_seen(store.commondir, names)
 
 
@@ -928,6 +932,7 @@ def join(store: Store, remote: str) -> JoinResult:
         if mine is not None and mine != theirs and not store.descends(theirs, mine):
             warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
                             f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
+        _learn_writers(store, remote)
         adopt_tracking(store, remote)
         head = store.ref_target(WORKSPACE_REF)
     if not os.path.exists(record_path(store)):
@@ -981,6 +986,7 @@ def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     with exchanging(store):
         transport.fetch(store, remote, [agent])
         with flocked(store.commondir, "workspace"):
+            _learn_writers(store, remote)
             adopt_tracking(store, remote)
         mine = store.ref_target(agent_ref(agent))
         theirs = store.ref_target(tracking_ref(remote, agent_ref(agent)))

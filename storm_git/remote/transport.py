@@ -102,8 +102,7 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
     if agents is None:
         specs.append(f"+refs/notes/storm/*:{REMOTE_TRACKING_PREFIX}{remote}/notes/storm/*")
     else:
-        specs += [f"+{AGENTS_PREFIX}{a}:{REMOTE_TRACKING_PREFIX}{remote}/{AGENTS_PREFIX[len('refs/'):]}{a}"
-                  for a in dict.fromkeys(agents)]
+        specs += [f"+{AGENTS_PREFIX}{a}:{tracking_ref(remote, AGENTS_PREFIX + a)}" for a in dict.fromkeys(agents)]
     while True:
         r = _fetch_once(store, remote, url, specs)
         missing = _missing_ref(r.stderr) if r.returncode else None
