@@ -377,15 +377,23 @@ def _has_ref(repo: Path, ref: str) -> bool:
 TRACKED_NOTES = "refs/storm-remote/origin/notes/storm/agents/"
 
 
-def test_reads_and_writes_do_not_fetch_other_agents_notes_status_and_log_do(tmp_path):
-    """A clone that held every agent's notes ref made each of its fetches and pushes
-    walk them all (docs/remote.md, "Cost"): reads and writes fetch only their agent's."""
+def _one_write_on_a(tmp_path: Path, agent: str, content: str) -> tuple[Path, Path, Path, dict]:
+    """A server, its seed clone a and a second clone b; ``agent`` reads and writes
+    src/api.py on a (accepted). Returns (server, a, b, the write's result)."""
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))
     b = clone(tmp_path, str(srv), "b")
-    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
-    code, ra = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
-    assert code == 0 and ra["accepted"] and _has_ref(srv, "refs/notes/storm/agents/eng_a")
+    assert storm(a, "read", "src/api.py", agent=agent).returncode == 0
+    code, res = storm_json(a, "write", "src/api.py", input=content, agent=agent)
+    assert code == 0 and res["accepted"], res
+    return srv, a, b, res
+
+
+def test_reads_and_writes_do_not_fetch_other_agents_notes_status_and_log_do(tmp_path):
+    """A clone that held every agent's notes ref made each of its fetches and pushes
+    walk them all (docs/remote.md, "Cost"): reads and writes fetch only their agent's."""
+    srv, a, b, ra = _one_write_on_a(tmp_path, "eng_a", "A\n")
+    assert _has_ref(srv, "refs/notes/storm/agents/eng_a")
     assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
     code, rb = storm_json(b, "write", "src/util.py", input="B\n", agent="eng_b")
     assert code == 0 and rb["accepted"], rb
@@ -402,13 +410,8 @@ def test_reads_and_writes_do_not_fetch_other_agents_notes_status_and_log_do(tmp_
 
 
 def test_an_intent_of_another_clones_agent_is_recognised_without_its_notes(tmp_path):
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, str(srv))
-    b = clone(tmp_path, str(srv), "b")
-    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
     annotated = "# eng_a: three retries, the upstream drops one call in ten\nRETRIES = 3\n"
-    code, ra = storm_json(a, "write", "src/api.py", input=annotated, agent="eng_a")
-    assert code == 0 and ra["accepted"]
+    _srv, _a, b, _ra = _one_write_on_a(tmp_path, "eng_a", annotated)
     code, rd = storm_json(b, "read", "src/api.py", agent="eng_b")
     assert code == 0 and rd["files"][0]["content"] == annotated
     code, rb = storm_json(b, "write", "src/api.py", input="RETRIES = 1\n", agent="eng_b")
@@ -419,12 +422,7 @@ def test_an_intent_of_another_clones_agent_is_recognised_without_its_notes(tmp_p
 def test_an_agent_that_moves_to_another_clone_extends_its_notes_there(tmp_path):
     """Its reads on the new clone fetch its notes ref first: its journal there extends
     what it pushed from the old one, and its next push is a fast-forward."""
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, str(srv))
-    b = clone(tmp_path, str(srv), "b")
-    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
-    code, r1 = storm_json(a, "write", "src/api.py", input="one\n", agent="eng_x")
-    assert code == 0 and r1["accepted"]
+    srv, a, b, _r1 = _one_write_on_a(tmp_path, "eng_x", "one\n")
     before = rev(srv, "refs/notes/storm/agents/eng_x")
     # b never fetched since eng_x wrote: its first read there is that of a new agent
     assert storm(b, "read", "src/util.py", agent="eng_x").returncode == 0
@@ -901,12 +899,7 @@ def test_writers_a_fetch_brought_are_learnt_even_when_that_fetch_stopped_before_
     from storm_git.core.store import Store
     from storm_git.remote import transport
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, str(srv))
-    b = clone(tmp_path, str(srv), "b")
-    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
-    code, ra = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
-    assert code == 0 and ra["accepted"]
+    _srv, _a, b, ra = _one_write_on_a(tmp_path, "eng_a", "A\n")
     transport.fetch(Store.discover(str(b)), "origin", ())  # ... and the process died here
     assert rev(b, "refs/storm-remote/origin/storm/workspace") == ra["commit"] != rev(b, WS)
     assert not (b / ".git/storm/agents-seen").exists()
