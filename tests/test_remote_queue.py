@@ -527,3 +527,91 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
     assert cx == 1 and rx["rejection"]["reason"] == "stale_dependency", rx
     assert [s["path"] for s in rx["rejection"]["stale"]] == ["README.md"]
     assert server_log(srv)[:2] == [r2["commit"], r1["commit"]]
+
+
+QUEUE_RECORD = Path(".git/storm/remote-queue")
+
+
+def queue_record(repo: Path) -> tuple[list[str], list[str], list[str]]:
+    """The clone's queue record: its header (tracked head, local ref), the commits it
+    says are queued (oldest first) and those it says the last push landed."""
+    head, *rows = (repo / QUEUE_RECORD).read_text().splitlines()
+    return head.split(), [r[2:] for r in rows if r[:2] == "q "], [r[2:] for r in rows if r[:2] == "l "]
+
+
+def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_values_is_not_believed(tmp_path):
+    """Each waiting writer asks whether its write is queued, landed or dropped; the
+    processes that move the refs record the answer (queued by each write, moved by the
+    fetch after a stale lease, landed by the push). A record that names other values
+    of the refs than they have is not believed: the question is answered from the
+    history."""
+    from storm_git.core.locks import flocked
+    from storm_git.core.store import Store
+    from storm_git.remote import client
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "README.md")):
+        assert storm(a, "read", path, agent=agent).returncode == 0
+    assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
+    holder = hold(a)
+    try:
+        px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        py = start_write(a, "eng_y", "README.md", "# Y\n", "--json")
+        wait_queued(a, 2)
+        queued = git(a, "rev-list", "--reverse", f"{TRACKED}..{WS}").stdout.decode().split()
+        assert queue_record(a) == ([rev(a, TRACKED), rev(a, WS)], queued, [])
+        code, rz = storm_json(b, "write", "src/util.py", input="Z\n", agent="eng_z")
+        assert code == 0 and rz["accepted"]
+    finally:
+        release(holder)
+    (cx, rx), (cy, ry) = finish(px), finish(py)
+    assert cx == 0 and cy == 0 and rx["cas_retries"] == ry["cas_retries"] == 1  # moved onto b's write, landed
+    landed = [rx["commit"], ry["commit"]]
+    assert server_log(srv)[:3] == landed[::-1] + [rz["commit"]]
+    assert queue_record(a) == ([rev(srv, WS)] * 2, [], landed)
+
+    store = Store.discover(str(a))
+    with flocked(store.commondir, "workspace"):  # as every asker holds it
+        # a record naming the tracked head as it was before the last push, saying both are queued
+        (a / QUEUE_RECORD).write_text(f"{rz['commit']} {rev(a, WS)}\n" + "".join(f"q {c}\n" for c in landed))
+        assert client._state(store, "origin", git_oid(rx["commit"])) == (client.LANDED, git_oid(rx["commit"]))
+        # one naming the refs as they are, torn by hand: not believed either
+        (a / QUEUE_RECORD).write_text(f"{rev(a, TRACKED)} {rev(a, WS)}\nq {rx['commit'][:20]}\n")
+        assert client._state(store, "origin", git_oid(rx["commit"]))[0] == client.LANDED
+        # a commit on the tracked head that is on neither ref: dropped
+        other = git(a, "commit-tree", "-p", TRACKED, "-m", "elsewhere", f"{TRACKED}^{{tree}}").stdout.decode().strip()
+        assert client._state(store, "origin", git_oid(other))[0] == client.DROPPED
+
+
+def test_a_queue_record_lost_with_a_killed_writer_is_rebuilt_and_a_directory_in_its_place_stops_nothing(tmp_path):
+    """A writer killed after its commit was queued and before it recorded it leaves the
+    record behind the local ref (removed here, as that kill leaves it); the next write
+    queued rebuilds it from the history and both land. A directory where the record
+    goes makes every question go to the history, and the writes still land."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    for agent, path in (("eng_x", "src/api.py"), ("eng_y", "README.md"), ("eng_w", "src/util.py")):
+        assert storm(a, "read", path, agent=agent).returncode == 0
+    holder = hold(a)
+    try:
+        p1 = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        (a / QUEUE_RECORD).unlink()
+        p2 = start_write(a, "eng_y", "README.md", "# Y\n", "--json")
+        wait_queued(a, 2)
+        queued = git(a, "rev-list", "--reverse", f"{TRACKED}..{WS}").stdout.decode().split()
+        assert queue_record(a) == ([rev(a, TRACKED), rev(a, WS)], queued, [])
+    finally:
+        release(holder)
+    (c1, r1), (c2, r2) = finish(p1), finish(p2)
+    assert c1 == c2 == 0 and r1["accepted"] and r2["accepted"]
+    assert server_log(srv)[:2] == [r2["commit"], r1["commit"]] == queued[::-1]
+
+    (a / QUEUE_RECORD).unlink()
+    (a / QUEUE_RECORD).mkdir()
+    code, rw = storm_json(a, "write", "src/util.py", input="W\n", agent="eng_w")
+    assert code == 0 and rw["accepted"] and rev(srv, WS) == rw["commit"], rw
+    assert (a / QUEUE_RECORD).is_dir()
