@@ -615,3 +615,34 @@ def test_a_queue_record_lost_with_a_killed_writer_is_rebuilt_and_a_directory_in_
     code, rw = storm_json(a, "write", "src/util.py", input="W\n", agent="eng_w")
     assert code == 0 and rw["accepted"] and rev(srv, WS) == rw["commit"], rw
     assert (a / QUEUE_RECORD).is_dir()
+
+
+def test_the_back_off_window_doubles_with_each_stale_lease_in_a_row_up_to_its_cap_and_a_landing_resets_it(
+        tmp_path, monkeypatch):
+    """The window a clone waits in after a stale lease: 0.2, 0.4, 0.8, 1.6 s, then the
+    cap (2 s) however long it keeps losing (a clone that lost four in a row is facing
+    one that lands back to back: polling it faster only burns the CPU that clone
+    needs); a push that lands starts over. The random draw is pinned to the window's
+    top."""
+    from storm_git.core.store import Store
+    from storm_git.remote import client
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    ws = client.RemoteWorkspace(Store.discover(str(a)), "origin")
+    monkeypatch.setattr(client.random, "uniform", lambda lo, hi: hi)
+
+    def window() -> float:  # the one the stale lease just opened, read from the clone's record
+        before = time.monotonic()
+        ws._gate_after(stale=True)
+        after = time.monotonic()
+        until = ws._gate()[1]
+        for w in (0.2, 0.4, 0.8, 1.6, 2.0):
+            if before + w <= until <= after + w:
+                return w
+        raise AssertionError(f"window of {until - before:.3f}-{until - after:.3f} s")
+
+    assert [window() for _ in range(6)] == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0] and ws._gate()[0] == 6
+    ws._gate_after(stale=False)
+    assert ws._gate() == (0, 0.0)
+    assert window() == 0.2
