@@ -356,6 +356,9 @@ def main() -> int:
                     cpu = res[0]["cpu_s"]
                     own = sum(r["cpu_self"] for r in res)
                     gits = sum(r["cpu_git"] for r in res)
+                    # each clone's writes in the window: eight busy clones are not peers (the
+                    # clone whose push just landed pushes again at once and wins the races)
+                    by_clone = [sum(r["accepted"] - r["late"] for r in res[i * per:(i + 1) * per]) for i in range(n)]
                     if landed != acc:  # every commit on the server is one acknowledged write
                         print(f"ERROR: {landed} commits on the server for {acc} acknowledged writes", file=sys.stderr)
                     point = {"clones": n, "per_clone": per, "accepted": acc, "late": late, "on_server": landed,
@@ -366,7 +369,8 @@ def main() -> int:
                              "whole_run_writes_per_s": round(landed / wall, 1),  # the tail included
                              "median_write_ms": round(per_write * 1000, 1),
                              "pushes_per_write": pushes / max(acc, 1),
-                             "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1)}
+                             "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1),
+                             "window_writes_by_clone": by_clone}
                     result["throughput"][f"{n}x{per}"] = point
                     print(f"{n} clones x {per} writer(s), disjoint files: {acc - late} accepted in {args.seconds:.0f} s = "
                           f"{point['writes_per_s']:.1f} writes/s ({late} more acknowledged after the window; server "
@@ -376,6 +380,9 @@ def main() -> int:
                           f"{point['cpu_ms_per_write']:.0f} ms of the machine's CPU per write, of which storm's "
                           f"Python {point['cpu_ms_per_write_storm']:.0f} and its git processes "
                           f"{point['cpu_ms_per_write_git_client']:.0f}; wall {wall:.1f} s)", file=log)
+                    if n > 1:
+                        print(f"    the window's writes by clone: {' / '.join(map(str, by_clone))} (the busiest "
+                              f"{100 * max(by_clone) / max(sum(by_clone), 1):.0f} %)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
