@@ -615,6 +615,12 @@ def test_a_queue_record_lost_with_a_killed_writer_is_rebuilt_and_a_directory_in_
     code, rw = storm_json(a, "write", "src/util.py", input="W\n", agent="eng_w")
     assert code == 0 and rw["accepted"] and rev(srv, WS) == rw["commit"], rw
     assert (a / QUEUE_RECORD).is_dir()
+    # a FIFO in its place is neither waited on (a plain open blocks for a writer) nor kept
+    (a / QUEUE_RECORD).rmdir()
+    os.mkfifo(a / QUEUE_RECORD)
+    code, rw = storm_json(a, "write", "src/util.py", input="W2\n", agent="eng_w")
+    assert code == 0 and rw["accepted"] and rev(srv, WS) == rw["commit"], rw
+    assert queue_record(a) == ([rw["commit"]] * 2, [], [rw["commit"]])
 
 
 def test_the_back_off_window_doubles_with_each_stale_lease_in_a_row_up_to_its_cap_and_a_landing_resets_it(

@@ -628,15 +628,16 @@ def _record_for(store: Store, tracked: pygit2.Oid | None, local: pygit2.Oid | No
     if tracked is None or local is None:
         return None
     try:
-        with open(_queue_path(store), "rb") as fh:
-            data = fh.read(1 << 20)
+        data = read_own(_queue_path(store))  # a FIFO in its place is not waited on
+        if data is None:
+            return None
         head, *rows = data.decode("ascii").splitlines()
         names = head.split()
         if len(names) != 2 or names != [str(tracked), str(local)]:
             return None
         queued = [pygit2.Oid(hex=r[2:]) for r in rows if r.startswith("q ")]
         landed = frozenset(pygit2.Oid(hex=r[2:]) for r in rows if r.startswith("l "))
-    except (OSError, ValueError):  # absent, not a file, torn by hand: walk instead
+    except (OSError, ValueError):  # not a file, torn by hand: walk instead
         return None
     return _QueueRecord(tracked, local, frozenset(queued), tuple(queued), landed)
 
