@@ -652,3 +652,34 @@ def test_the_back_off_window_doubles_with_each_stale_lease_in_a_row_up_to_its_ca
     ws._gate_after(stale=False)
     assert ws._gate() == (0, 0.0)
     assert window() == 0.2
+
+
+def test_a_write_waiting_behind_its_clones_losing_pushes_gives_up_with_exit_3(tmp_path):
+    """A writer that never pushes itself (another process of its clone holds the remote
+    lock, and the clone keeps losing leases) is bounded by storm.remoteRetrySeconds too:
+    past it, with its clone in a losing streak, it stops with exit 3, its commit taken
+    off the queue and nothing landed. It used to count only the stale leases of its own
+    pushes, and waited without bound behind a clone that kept landing back to back."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    journal = (a / ".git/storm/journal/eng_x").read_bytes() if (a / ".git/storm/journal/eng_x").exists() else None
+    git(a, "config", "storm.remoteRetrySeconds", "1")
+    holder = hold(a)
+    try:
+        p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        (a / ".git/storm/remote-gate").write_text("3 0.0\n")  # the pushing process lost three in a row
+        time.sleep(1.5)  # past the budget, asleep on the landing lock
+    finally:
+        release(holder)
+    code, out = finish(p)
+    assert code == 3 and out["error"]["kind"] == "busy", out
+    assert "lost 3 leases in a row" in out["error"]["message"], out
+    assert rev(srv, WS) == h0 and rev(a, WS) == rev(a, TRACKED) == h0
+    after = (a / ".git/storm/journal/eng_x").read_bytes() if (a / ".git/storm/journal/eng_x").exists() else None
+    assert after == journal  # the lost attempt does not count as read
+    (a / ".git/storm/remote-gate").write_text("0 0.0\n")  # the clone's next push landed
+    code, out = storm_json(a, "write", "src/api.py", input="X\n", agent="eng_x")
+    assert code == 0 and out["accepted"] and rev(srv, WS) == out["commit"], out

@@ -225,8 +225,11 @@ class RemoteWorkspace(SharedWorkspace):
                 self._repair()
                 self._check_budget()
                 return None
-            if self._stale_now and self._over_budget():
-                # still queued after losing for too long: it is given up, so it must not land
+            if self._over_budget() and (self._stale_now or self._gate()[0]):
+                # still queued after losing for too long -- its own pushes, or those of the
+                # clone's other processes that pushed it (a writer that never took the remote
+                # lock counts none of its own, and waited without bound behind a clone that
+                # kept landing back to back): given up, so it must not land
                 self._unqueue(commit)
                 self._put_back(agent)
                 self._check_budget()
@@ -253,7 +256,9 @@ class RemoteWorkspace(SharedWorkspace):
     def _check_budget(self) -> None:
         """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
         if self._over_budget():
-            raise Busy(f"{WORKSPACE_REF} on {self.remote} moved {self._stale_now} times during one write",
+            lost = (f"moved {self._stale_now} times during one write" if self._stale_now else
+                    f"kept moving: this clone's pushes lost {self._gate()[0]} leases in a row while the write waited")
+            raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
     # -- the clone's back-off after stale leases ------------------------------------
