@@ -182,3 +182,21 @@ def test_the_agents_seen_record_of_the_wrong_type_is_an_error_doctor_moves_aside
     f = storm(repo, "doctor", "--fix")
     assert f.returncode == 0 and "moved to storm-moved-aside/" in f.stdout, f.stdout + f.stderr
     assert storm(repo, "intents").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["remote-gate", "remote-rebased", "remote-queue"])
+def test_a_remote_clones_state_file_of_the_wrong_type_is_named_and_moved_aside_by_doctor(tmp_path, name):
+    """A remote clone's own files under .git/storm (the back-off record, the map of
+    moved writes, the queue's record) replaced by a directory: doctor names it and
+    --fix moves it aside, then says all is well. (doctor, in the admin package, finds
+    their names in the shared core: it may not import the remote package.)"""
+    repo = make_repo(tmp_path / "r")
+    (repo / ".git" / "storm" / name).mkdir(parents=True)
+    d = storm(repo, "doctor", "--json")
+    found = __import__("json").loads(d.stdout)["findings"]
+    assert d.returncode == 3 and [f["what"] for f in found if f["kind"] == "storm_path_wrong_type"] == [
+        f"storm/{name}"], d.stdout + d.stderr
+    f = storm(repo, "doctor", "--fix")
+    assert f.returncode == 0 and "moved to storm-moved-aside/" in f.stdout, f.stdout + f.stderr
+    assert not (repo / ".git" / "storm" / name).exists()
+    assert storm(repo, "doctor").returncode == 0

@@ -44,8 +44,11 @@ What it looks for:
 * ``stale_ref_lock`` also covers a ``<ref>.lock`` dated in the future (by more
   than ``FUTURE_REF_LOCK_SECONDS``): no live git process made it just now.
 * ``storm_path_wrong_type``: one of storm's own paths under ``<git dir>/storm``
-  that is not what storm makes there (a directory where a lock file, a journal or
-  the disk record goes; a file where the ``locks`` or ``journal`` directory goes).
+  that is not what storm makes there (a directory where a lock file, a journal,
+  the disk record, the seen-agents record or a remote clone's state file goes --
+  ``remote-gate``, ``remote-rebased``, ``remote-queue``, named in
+  storm_git.core.remote_state; a file where the ``locks`` or ``journal`` directory
+  goes).
   Every command that needs it refuses with exit 3 naming it. The fix moves it
   aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
   checks wait until it is fixed.
@@ -79,6 +82,7 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
+from ..core.remote_state import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
@@ -394,7 +398,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
 
 # storm's own paths under <git dir>/storm: what each must be when it exists
 _DIRS = ("locks", "journal")  # and every entry in them a regular file
-_FILES = ("disk-record", SEEN_FILE)
+_FILES = ("disk-record", SEEN_FILE, *REMOTE_FILES)
 MOVED_ASIDE = "storm-moved-aside"
 
 

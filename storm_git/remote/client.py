@@ -57,6 +57,7 @@ from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # round trip never holds up this clone's local validation.
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
+from ..core.remote_state import GATE_FILE, QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
@@ -83,7 +84,6 @@ RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losi
 # with a 1 s cap, 104.6 with 2 s (stale leases 2144-2464 -> 1632-1888 a run).
 BACKOFF_BASE = 0.1
 BACKOFF_CAP = 2.0
-GATE_FILE = "remote-gate"  # <stale leases in a row> <monotonic time before which no push>
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
 LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
@@ -593,7 +593,6 @@ def _hops(store: Store, commit: pygit2.Oid, now: pygit2.Oid) -> int:
     return n
 
 
-QUEUE_FILE = "remote-queue"  # "<tracked head> <local ref>", then "q <commit>" and "l <commit>" rows
 QUEUE_WALK_STEPS = 1024  # first parents walked to rebuild the record (a longer queue goes without)
 
 
@@ -698,7 +697,6 @@ def _chain_between(store: Store, base: pygit2.Oid, tip: pygit2.Oid) -> list[pygi
     return None
 
 
-REBASED_FILE = "remote-rebased"  # lines "<queued commit> <the same write on a newer head> <time>"
 REBASED_KEEP_SECONDS = 2 * RETRY_SECONDS  # longer than any write waits for its landing
 
 
