@@ -683,3 +683,35 @@ def test_a_write_waiting_behind_its_clones_losing_pushes_gives_up_with_exit_3(tm
     (a / ".git/storm/remote-gate").write_text("0 0.0\n")  # the clone's next push landed
     code, out = storm_json(a, "write", "src/api.py", input="X\n", agent="eng_x")
     assert code == 0 and out["accepted"] and rev(srv, WS) == out["commit"], out
+
+
+def test_a_write_past_its_budget_is_not_given_up_while_a_push_of_its_clone_is_in_flight(tmp_path):
+    """A writer past storm.remoteRetrySeconds, its clone losing, wakes while another
+    process of the clone holds the remote lock -- a push that may be carrying its
+    write. Taking the write off the queue then would let that push land a write whose
+    writer was told it failed. The remote and landing locks are held by two processes
+    here; the landing lock is let go first (the writer wakes, the remote lock still
+    held): the writer waits, its commit still queued, and gives up only once the remote
+    lock is free."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    h0 = rev(srv, WS)
+    assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
+    git(a, "config", "storm.remoteRetrySeconds", "1")
+    remote = helpers.hold(a, "remote")
+    landing = helpers.hold(a, "remote-landing")
+    try:
+        p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
+        wait_queued(a, 1)
+        (a / ".git/storm/remote-gate").write_text("3 0.0\n")  # the pushing process lost three in a row
+        time.sleep(1.5)  # past the budget, asleep on the landing lock
+        release(landing)
+        wait_blocked(a, "remote", p, "the writer did not wait for the push in flight")
+        assert p.poll() is None  # not given up under a push that may carry it
+        assert git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() == "1"
+    finally:
+        release(landing)
+        release(remote)
+    code, out = finish(p)
+    assert code == 3 and out["error"]["kind"] == "busy", out
+    assert rev(srv, WS) == h0 and rev(a, WS) == h0

@@ -229,10 +229,17 @@ class RemoteWorkspace(SharedWorkspace):
                 # still queued after losing for too long -- its own pushes, or those of the
                 # clone's other processes that pushed it (a writer that never took the remote
                 # lock counts none of its own, and waited without bound behind a clone that
-                # kept landing back to back): given up, so it must not land
-                self._unqueue(commit)
-                self._put_back(agent)
-                self._check_budget()
+                # kept landing back to back): given up, so it must not land. Taken off the
+                # queue with the remote lock held: a push of this clone in flight may be
+                # carrying it, and would land it after its writer was told it failed.
+                with exchanging(store, wait=False) as idle:
+                    if idle and self._unqueue(commit):
+                        self._put_back(agent)
+                        self._check_budget()
+                if idle:  # landed or dropped meanwhile: its state says which
+                    seen = None
+                    continue
+                # a push in flight: wait for it below, then look again
             with exchanging(store, wait=False) as pusher:
                 if pusher:
                     self._gate_wait()  # a back-off another process opened and has not waited out
@@ -366,15 +373,19 @@ class RemoteWorkspace(SharedWorkspace):
                     local is None or not store.descends(local, tracked)):
                 _force(store, WORKSPACE_REF, tracked)
 
-    def _unqueue(self, commit: pygit2.Oid) -> None:
+    def _unqueue(self, commit: pygit2.Oid) -> bool:
         """A write given up while still queued (its writer is told it failed) must not
         land later: the local ref goes back to the server's head as last known (the
-        other queued writes are validated again by their writers)."""
+        other queued writes are validated again by their writers). False when it was
+        no longer queued (landed or dropped meanwhile: its state says which)."""
         with flocked(self.store.commondir, "workspace"):
             tracked = _tracked_head(self.store, self.remote)
-            if tracked is not None and _state(self.store, self.remote, commit)[0] == QUEUED:
+            queued = tracked is not None and _state(self.store, self.remote, commit)[0] == QUEUED
+            if queued:
                 _force(self.store, WORKSPACE_REF, tracked)
-        self._queued = None
+        if queued:
+            self._queued = None
+        return queued
 
     def _drop_queue(self, base: pygit2.Oid | None) -> None:
         """Take the local ref back to the server's head as last known: no queued write
