@@ -37,12 +37,11 @@ or with ``push_reads``; validation never needs another machine's read set.
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pygit2
@@ -61,29 +60,11 @@ from ..core.remote_state import GATE_FILE, QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
+from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_IDLE, TURN_KEY, TURN_REF, TURN_SECONDS, Gate,
+                   after_fetch, after_push, free_commit, read_gate, turn_commit, turn_update, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
-# After a stale lease the clone waits, a random time in a window that doubles with each
-# stale lease in a row (reset by a push that lands): clones that collide spread out, and
-# the writes queued meanwhile go in the same push. It waits *before* it fetches the new
-# head, so that its fetch and its next push follow each other at once: waiting between
-# the two (as until 2026-11-27) left the fetched head time to go stale again. 8 clones x
-# 32 writers on tmpfs, a fresh and then an aged workspace, two alternated pairs:
-# 102.5-107.3 and 56.3-68.2 writes/s with the wait between fetch and push (window 8 ms),
-# 124.5-133.5 and 80.5-85.2 waiting first (window 100 ms); pushes per write 0.19-0.21
-# -> 0.13-0.14 (docs/remote.md, "Cost").
-#
-# The window stops doubling at 2 s (1 s until 2026-11-27). Eight busy clones are not
-# eight peers: the clone whose push just landed pushes again at once (its copy of the
-# server's head is the head), so it wins every race, and a clone that lost several
-# leases in a row is facing such a clone: 8 x 32, one clone landed ~95 % of the writes
-# of a 6 s run. Each lost round costs the machine a fetch, a move of the whole queue
-# and a push (~50 ms of CPU) that the winning clone needed; it can only win once the
-# winner pauses. Aged 8 x 32 on tmpfs, two alternated pairs: 96.6 writes/s on average
-# with a 1 s cap, 104.6 with 2 s (stale leases 2144-2464 -> 1632-1888 a run).
-BACKOFF_BASE = 0.1
-BACKOFF_CAP = 2.0
 SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
 LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
@@ -119,6 +100,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
+        self._free_oid: pygit2.Oid | None = None
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True, agent: str | None = None, notes: bool = False) -> pygit2.Oid:
@@ -139,6 +121,10 @@ class RemoteWorkspace(SharedWorkspace):
         ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
         transport.fetch(self.store, self.remote, agents)
         store = self.store
+        gate = read_gate(store)
+        seen = after_fetch(gate, self._turn(), self._held_elsewhere(), _tracked_head(store, self.remote))
+        if seen != gate:
+            write_gate(store, seen)
         with flocked(store.commondir, "workspace"):
             _learn_writers(store, self.remote)
             self.rebased += _rebase_queue(store, self.remote)
@@ -225,7 +211,7 @@ class RemoteWorkspace(SharedWorkspace):
                 self._repair()
                 self._check_budget()
                 return None
-            if self._over_budget() and (self._stale_now or self._gate()[0]):
+            if self._over_budget() and (self._stale_now or self._gate().streak):
                 # still queued after losing for too long -- its own pushes, or those of the
                 # clone's other processes that pushed it (a writer that never took the remote
                 # lock counts none of its own, and waited without bound behind a clone that
@@ -234,6 +220,7 @@ class RemoteWorkspace(SharedWorkspace):
                 # carrying it, and would land it after its writer was told it failed.
                 with exchanging(store, wait=False) as idle:
                     if idle and self._unqueue(commit):
+                        self._release_turn_if_idle()
                         self._put_back(agent)
                         self._check_budget()
                 if idle:  # landed or dropped meanwhile: its state says which
@@ -264,38 +251,81 @@ class RemoteWorkspace(SharedWorkspace):
         """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
         if self._over_budget():
             lost = (f"moved {self._stale_now} times during one write" if self._stale_now else
-                    f"kept moving: this clone's pushes lost {self._gate()[0]} leases in a row while the write waited")
+                    f"kept moving: this clone's pushes lost {self._gate().streak} leases in a row while the write waited")
             raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
-    # -- the clone's back-off after stale leases ------------------------------------
-    def _gate_path(self) -> str:
-        return os.path.join(self.store.commondir, "storm", GATE_FILE)
-
-    def _gate(self) -> tuple[int, float]:
-        try:
-            with open(self._gate_path()) as fh:
-                streak, until = fh.read().split()
-            return int(streak), float(until)
-        except (OSError, ValueError):
-            return 0, 0.0
+    # -- the clone's back-off and turn (storm_git.remote.gate) ------------------------
+    def _gate(self) -> Gate:
+        return read_gate(self.store)
 
     def _gate_wait(self) -> None:
         """Sleep until the clone's back-off is over (remote lock held)."""
-        delay = self._gate()[1] - time.monotonic()
+        delay = read_gate(self.store).until - time.monotonic()
         if delay > 0:
             time.sleep(min(delay, BACKOFF_CAP))
 
-    def _gate_after(self, stale: bool) -> None:
-        """Record a push's outcome (remote lock held): a landed push resets the back-off,
-        a stale lease doubles its window."""
-        streak = self._gate()[0] + 1 if stale else 0
-        until = time.monotonic() + random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))) \
-            if stale else 0.0
-        if not stale and streak == 0 and not os.path.exists(self._gate_path()):
+    def _turn(self) -> pygit2.Oid | None:
+        """The server's turn ref as last fetched."""
+        return self.store.ref_target(tracking_ref(self.remote, TURN_REF))
+
+    def _free(self) -> pygit2.Oid:
+        """The turn ref's value when nobody holds it (gate.free_commit), made once per process."""
+        if self._free_oid is None:
+            self._free_oid = free_commit(self.store)
+        return self._free_oid
+
+    def _held_elsewhere(self) -> bool:
+        """Whether the turn ref, as last fetched, is another clone's turn."""
+        turn = self._turn()
+        return turn is not None and turn != self._free() and str(turn) != read_gate(self.store).held
+
+    def _lost_round(self, may_take: bool = True) -> None:
+        """After a stale lease, or with another clone's turn in the way (remote lock
+        held): back off (a clone that lost TURN_AFTER in a row takes the turn instead),
+        then fetch, so that the fetch and the next push follow each other at once."""
+        store = self.store
+        gate = after_push(read_gate(store), stale=True)
+        write_gate(store, gate)
+        if not gate.held and gate.streak >= TURN_AFTER and may_take and not self._held_elsewhere():
+            # the turn is taken while the fetch runs (the fetch takes the longer)
+            # (leased on free: a server that has no turn ref yet gets it, free, with the next push)
+            oid = turn_commit(store)
+            taking = transport.PendingPush(store, self.remote, [(str(oid), TURN_REF, str(self._free()))])
+            try:
+                self._fetch_adopt()
+            finally:  # recorded even when the fetch failed: this clone's next push frees it
+                if taking.wait().ok:
+                    with flocked(store.commondir, "workspace"):
+                        _force(store, tracking_ref(self.remote, TURN_REF), oid)
+                    write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=time.monotonic(),
+                                              seen="", since=0.0, head="", still=0.0))
+        else:
+            self._gate_wait()
+            self._fetch_adopt()
+        self._fresh = True
+        self._release_turn_if_idle()  # the fetch dropped every write queued here
+
+    def _release_turn_if_idle(self) -> None:
+        """A turn this clone holds with nothing queued to push (its writes landed, were
+        dropped or given up) is freed now, not left for storm.remoteTurnSeconds to end."""
+        store = self.store
+        gate = read_gate(store)
+        if not gate.held:
             return
-        replace_file(self._gate_path(), f"{streak} {until}\n".encode("ascii"),
-                     tmp=f"{self._gate_path()}.{os.getpid()}")
+        with flocked(store.commondir, "workspace"):
+            idle = _queue(store, self.remote)[0] is None
+        if not idle:
+            return
+        try:
+            out = transport.push(store, self.remote, [(str(self._free()), TURN_REF, gate.held)])
+        except Unreachable:
+            return
+        if out.ok:
+            with flocked(store.commondir, "workspace"):
+                _force(store, tracking_ref(self.remote, TURN_REF), self._free())
+        if out.ok or out.stale(TURN_REF):
+            write_gate(store, replace(read_gate(store), held="", taken=0.0))
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
         with flocked(self.store.commondir, "workspace"):
@@ -315,25 +345,33 @@ class RemoteWorkspace(SharedWorkspace):
             self._fetch_adopt()
             self._fresh = True
             return
-        out = transport.push(store, self.remote, updates)
+        gate = read_gate(store)
+        turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
+                           store.config_float(IDLE_KEY, TURN_IDLE))
+        if turn is None:  # another clone's turn: the server would refuse this push
+            self.stale_leases += 1
+            self._stale_now += 1
+            self._lost_round()
+            return
+        out = transport.push(store, self.remote, [*updates, turn])
         self.pushes += 1
         if out.ok:
             with flocked(store.commondir, "workspace"):
-                for src, dst, _lease in updates:
+                for src, dst, _lease in [*updates, turn]:
                     _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
                 _record_landing(store, base, tip)
             self.batched += count - 1
             self._fresh = True
-            self._gate_after(stale=False)
+            write_gate(store, after_push(gate, stale=False, kept=bool(gate.held) and turn[0] == gate.held))
             return
-        if out.stale(WORKSPACE_REF) or out.lost_race:
-            # another machine wrote: its head replaces the queue, every queued write is validated again
+        moved = out.stale(WORKSPACE_REF) or out.lost_race
+        if moved or out.stale(TURN_REF):
+            # another machine wrote (or holds the turn): its head replaces the queue,
+            # every queued write is validated again. Refused by the turn alone: another
+            # clone has just taken it, this one does not take it over.
             self.stale_leases += 1
             self._stale_now += 1
-            self._gate_after(stale=True)
-            self._gate_wait()  # the back-off first: the fetch below and the next push then follow at once
-            self._fetch_adopt()
-            self._fresh = True
+            self._lost_round(may_take=moved)
             return
         if not out.unreachable and not out.remote_rejected() and not _notes_refused(out, updates):
             try:  # an unclear failure: the server may have taken it, only its answer was lost

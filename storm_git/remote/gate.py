@@ -1,0 +1,168 @@
+"""A clone's back-off after stale leases, and the turn that stops one clone starving the others.
+
+Both live in ``.git/storm/remote-gate`` and change only with the clone's remote lock
+held (:mod:`.client`).
+
+**Back-off.** After a stale lease the clone waits a random time in a window that
+doubles with each stale lease in a row (``BACKOFF_BASE`` .. ``BACKOFF_CAP``), reset by
+a push that lands.
+
+**The turn** (``refs/storm/turn`` on the server). Eight busy clones are not eight
+peers: the clone whose push just landed pushes again at once (its copy of the
+server's head *is* the head), so it wins every race; a clone that lost must fetch,
+move its queue and push, and by then the winner has landed again. Measured before
+the turn existed (8 clones x 32 writers): one clone landed every write of a 6 s
+window while the others' writers waited. So a clone that lost ``TURN_AFTER`` leases
+in a row takes the turn: it creates ``refs/storm/turn`` (a lease that it is absent:
+one clone wins it) pointing at a commit of its own. Every push of a queue carries a
+lease that the turn is absent (``--force-with-lease=refs/storm/turn:`` and a delete
+of the absent ref, which git accepts), so while one clone holds the turn every other
+clone's push is refused by the server, and a clone that has fetched the turn does not
+even push. The holder's landing push deletes the turn in the same atomic push (its
+lease: the holder's own commit). A holder that dies leaves a turn nobody deletes:
+another clone that has seen the same turn for ``storm.remoteTurnSeconds`` (measured
+on its own clock, so clocks of different machines never meet) pushes with a lease on
+that value, which deletes it. The turn is advice between storm clients, never
+correctness: the lease on ``refs/storm/workspace`` is what keeps writes valid.
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass, replace
+
+import pygit2
+
+from ..core.files import NotRegularFile, read_own, replace_file
+from ..core.remote_state import GATE_FILE
+from ..core.store import Store
+
+BACKOFF_BASE = 0.1
+BACKOFF_CAP = 2.0
+TURN_REF = "refs/storm/turn"
+TURN_AFTER = 2  # stale leases in a row after which a clone takes the turn
+TURN_SLICE = 2.0  # how long a clone keeps the turn it took (its pushes land back to back meanwhile)
+TURN_IDLE = 1.0  # storm.remoteTurnIdle: another clone's turn with the server's head unchanged this long is freed
+IDLE_KEY = "storm.remoteTurnIdle"
+TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged is taken over
+TURN_KEY = "storm.remoteTurnSeconds"
+TURN_MESSAGE = "storm turn"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What ``remote-gate`` records. Times are ``time.monotonic()`` of this machine."""
+
+    streak: int = 0  # stale leases in a row
+    until: float = 0.0  # no push before
+    held: str = ""  # the turn commit this clone put on the server (it holds the turn)
+    taken: float = 0.0  # when it took it
+    seen: str = ""  # another clone's turn, as last fetched
+    since: float = 0.0  # when this clone first saw ``seen``
+    head: str = ""  # the server's head when it last saw ``seen``
+    still: float = 0.0  # since when it has seen ``seen`` and ``head`` both unchanged
+
+    def encode(self) -> bytes:
+        return (f"{self.streak} {self.until} {self.held or '-'} {self.taken} {self.seen or '-'} {self.since} "
+                f"{self.head or '-'} {self.still}\n").encode("ascii")
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Gate:
+        """A gate from the file's bytes; the two-field form of older versions reads as
+        a streak and a time; anything unreadable is no back-off and no turn."""
+        try:
+            p = raw.decode("ascii").split()
+            if len(p) == 2:
+                return cls(int(p[0]), float(p[1]))
+            if len(p) == 8:
+                held, seen, head = ("" if x == "-" else x for x in (p[2], p[4], p[6]))
+                return cls(int(p[0]), float(p[1]), held, float(p[3]), seen, float(p[5]), head, float(p[7]))
+        except (UnicodeDecodeError, ValueError):
+            pass
+        return cls()
+
+
+def gate_path(store: Store) -> str:
+    return os.path.join(store.commondir, "storm", GATE_FILE)
+
+
+def read_gate(store: Store) -> Gate:
+    """The clone's gate (a fresh one when absent or not a regular file: doctor names that)."""
+    try:
+        raw = read_own(gate_path(store))
+    except (NotRegularFile, OSError):
+        return Gate()
+    return Gate() if raw is None else Gate.decode(raw)
+
+
+def write_gate(store: Store, gate: Gate) -> None:
+    path = gate_path(store)
+    if gate == Gate() and not os.path.exists(path):
+        return
+    replace_file(path, gate.encode(), tmp=f"{path}.{os.getpid()}")
+
+
+def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
+    """The gate after a push: a landed push resets the back-off (and ended this clone's
+    turn, unless it ``kept`` it); a stale lease doubles the window (none while this
+    clone holds the turn: its pushes go first)."""
+    if not stale:
+        return Gate(held=gate.held, taken=gate.taken) if kept and gate.held else \
+            replace(gate, streak=0, until=0.0, held="", taken=0.0)
+    streak = gate.streak + 1
+    window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
+    return replace(gate, streak=streak, until=time.monotonic() + random.uniform(0, window))
+
+
+def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head: pygit2.Oid | None) -> Gate:
+    """The gate once a fetch showed the server's turn ref and head: a turn this clone
+    held and no longer sees was taken over; another clone's turn is timed from the
+    first fetch that showed it (``since``), and from the first that showed it with
+    the server's head where it is now (``still``: its holder has landed nothing since)."""
+    value = str(turn) if turn is not None else ""
+    g = gate if gate.held and gate.held == value else replace(gate, held="", taken=0.0)
+    if not held_elsewhere:
+        return replace(g, seen="", since=0.0, head="", still=0.0)
+    now, where = time.monotonic(), str(head or "")
+    since = g.since if g.seen == value else now
+    still = g.still if g.seen == value and g.head == where else now
+    return replace(g, seen=value, since=since, head=where, still=still)
+
+
+def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: float,
+                idle: float = TURN_IDLE) -> tuple[str, str, str] | None:
+    """What every push of a queue does to ``TURN_REF`` (source, ref, lease). Free (the
+    ref at ``free``, or absent on a server that never had it): leave it free, with a
+    lease that it is (the server's advertisement shows a turn taken since this clone
+    last looked: the push is refused). This clone's turn: keep it (the same value:
+    git sends nothing but checks the lease), or free it once held for TURN_SLICE.
+    Another clone's turn: free it when this clone has seen it for ``expire`` seconds,
+    or for ``idle`` seconds with the server's head unchanged (its holder writes nothing);
+    otherwise None: do not push."""
+    if gate.held:
+        return (gate.held if time.monotonic() - gate.taken < TURN_SLICE else str(free), TURN_REF, gate.held)
+    if turn is None:
+        return (str(free), TURN_REF, "")
+    now = time.monotonic()
+    if turn == free or (gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)):
+        return (str(free), TURN_REF, str(turn))
+    return None
+
+
+def free_commit(store: Store) -> pygit2.Oid:
+    """The value of ``TURN_REF`` when nobody holds the turn: the same commit in every
+    clone of a repository (fixed bytes), so that a clone knows it without a fetch."""
+    repo = store.repo
+    sig = pygit2.Signature("git storm", "storm@localhost", 0, 0)
+    return repo.create_commit(None, sig, sig, f"{TURN_MESSAGE}: free\n", repo.TreeBuilder().write(), [])
+
+
+def turn_commit(store: Store) -> pygit2.Oid:
+    """A commit of its own for this clone's turn (an empty tree, no parent): its id
+    is the holder's name, unique to one taking."""
+    repo = store.repo
+    sig = pygit2.Signature("git storm", "storm@localhost", int(time.time()), 0)
+    msg = f"{TURN_MESSAGE}\n\nStorm-Turn: {socket.gethostname()} {os.getpid()} {time.time_ns()} {random.getrandbits(32):08x}\n"
+    return repo.create_commit(None, sig, sig, msg, repo.TreeBuilder().write(), [])

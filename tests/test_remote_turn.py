@@ -1,0 +1,268 @@
+"""The turn on a remote (storm_git.remote.gate): a clone that keeps losing leases takes
+``refs/storm/turn`` on the server, and while it holds it every other clone's push is
+refused, so that one clone landing back to back cannot starve the others. Real
+servers and clones; another clone's turn is put on the server with the same functions
+a clone uses, and freed (or left, as by a holder that died) by the test."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from helpers import git, start_write, storm, storm_json
+from test_remote import WS, bare, clone, seed, server_log
+
+TURN = "refs/storm/turn"
+
+
+def _store(repo: Path):
+    from storm_git.core.store import Store
+
+    return Store.discover(str(repo))
+
+
+def server_ref(srv: Path, ref: str) -> str | None:
+    r = git(srv, "rev-parse", "--verify", "-q", ref, check=False)
+    return r.stdout.decode().strip() or None
+
+
+def free_value(repo: Path) -> str:
+    from storm_git.remote import gate
+
+    return str(gate.free_commit(_store(repo)))
+
+
+def take_turn(repo: Path, srv: Path) -> str:
+    """Put a turn of ``repo`` on the server, as a clone that lost twice does (a lease
+    that the turn is free, or absent); returns its commit."""
+    from storm_git.remote import gate, transport
+
+    store = _store(repo)
+    oid = str(gate.turn_commit(store))
+    now = server_ref(srv, TURN)
+    out = transport.push(store, "origin", [(oid, TURN, now or "")])
+    assert out.ok, out
+    assert now in (None, free_value(repo))
+    return oid
+
+
+def free_turn(repo: Path, held: str) -> None:
+    from storm_git.remote import transport
+
+    out = transport.push(_store(repo), "origin", [(free_value(repo), TURN, held)])
+    assert out.ok, out
+
+
+def write(repo: Path, agent: str, path: str, content: str) -> dict:
+    """Read ``path`` then write it (a write of an unread file is refused)."""
+    assert storm(repo, "read", path, agent=agent).returncode == 0
+    code, r = storm_json(repo, "write", path, input=content, agent=agent)
+    assert code == 0 and r["accepted"], r
+    return r
+
+
+def landing_log(srv: Path) -> Path:
+    """A pre-receive hook on the server that records every ref update it is asked for."""
+    log = srv / "updates.log"
+    hook = srv / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ncat >> {log}\n")
+    hook.chmod(0o755)
+    return log
+
+
+def turn_updates(log: Path) -> list[tuple[str, str]]:
+    rows = [ln.split() for ln in log.read_text().splitlines()] if log.exists() else []
+    return [(old, new) for old, new, ref in rows if ref == TURN]
+
+
+def test_a_write_leaves_the_turn_free_on_a_server_that_never_had_one(tmp_path):
+    """A server made before the turn existed has no refs/storm/turn: the first push
+    creates it, free; every clone computes the same free value without a fetch."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    assert server_ref(srv, TURN) is None
+    r = write(a, "eng_a", "src/api.py", "A\n")
+    assert server_ref(srv, TURN) == free_value(a) == free_value(b)
+    r = write(b, "eng_b", "src/util.py", "B\n")
+    assert server_ref(srv, TURN) == free_value(a)
+    assert git(srv, "fsck", "--no-dangling").returncode == 0
+
+
+def test_while_another_clone_holds_the_turn_a_write_waits_and_lands_once_it_is_freed(tmp_path):
+    """Clone b holds the turn: clone a's write is refused by the server (a lease that
+    the turn is free) and does not take the turn over (its own take has the same
+    lease), nor free it (storm.remoteTurnIdle is raised so that b, which lands nothing
+    here, is not taken for idle); it lands once b frees the turn."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    r = write(a, "eng_a", "src/api.py", "A1\n")  # the turn now exists, free
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    git(a, "config", "storm.remoteTurnIdle", "60")  # b's idle turn is not freed by a within the test
+    held = take_turn(b, srv)
+    before = server_log(srv)
+    p = start_write(a, "eng_a", "src/api.py", "A2\n", "--json")
+    time.sleep(1.5)  # four rounds at least (the back-off windows are 0.2, 0.4, 0.8 s)
+    assert p.poll() is None, p.communicate()
+    assert server_log(srv) == before  # nothing of a landed
+    assert server_ref(srv, TURN) == held  # and b's turn is still b's
+    free_turn(b, held)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert len(server_log(srv)) == len(before) + 1
+    assert server_ref(srv, TURN) == free_value(a)
+
+
+def test_a_turn_whose_holder_died_is_freed_by_another_clone_once_idle(tmp_path):
+    """A holder that died leaves its turn on the server: another clone that has seen the
+    same turn with the server's head unchanged for TURN_IDLE (on its own clock) frees
+    it with its push. (storm.remoteTurnSeconds bounds a holder that keeps landing past
+    its slice: test_what_a_push_does_to_the_turn.)"""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    r = write(a, "eng_a", "src/api.py", "A1\n")
+    take_turn(b, srv)  # and b is never heard of again
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    t0 = time.monotonic()
+    code, r = storm_json(a, "write", "src/util.py", input="A2\n", agent="eng_a")
+    waited = time.monotonic() - t0
+    assert code == 0 and r["accepted"], r
+    assert waited >= gate.TURN_IDLE, waited  # it did wait for the turn: it is not ignored
+    assert server_ref(srv, TURN) == free_value(a)
+
+
+def test_a_clone_that_loses_twice_in_a_row_takes_the_turn_and_another_frees_it_once_idle(tmp_path):
+    """The clone's record says it lost one lease; its next push is stale too (another
+    clone wrote): it takes the turn (free -> its commit, on the server) and lands its
+    write, keeping the turn (its slice is not over). Its agents then stop: the other
+    clone, which sees the turn with the server's head unchanged for TURN_IDLE, frees it
+    with its own write. The gate file of the older two-field format is read."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    log = landing_log(srv)
+    r = write(b, "eng_b", "src/util.py", "B\n")  # a's copy is now old
+    (a / ".git/storm/remote-gate").write_text("1 0.0\n")  # one stale lease already, in the old format
+    code, r = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")  # read before b wrote
+    assert code == 0 and r["accepted"] and r["cas_retries"] >= 1, r
+    free = free_value(a)
+    updates = turn_updates(log)
+    assert updates[0] == ("0" * 40, free), updates  # b's write created it, free
+    assert len(updates) == 2 and updates[1][0] == free, updates  # a took it
+    taken = updates[1][1]
+    msg = git(a, "cat-file", "commit", taken).stdout.decode()
+    assert "storm turn" in msg and "parent " not in msg
+    assert server_ref(srv, TURN) == taken and server_log(srv)[0] == r["commit"]
+    assert gate.read_gate(_store(a)).held == taken
+    t0 = time.monotonic()
+    write(b, "eng_b", "src/util.py", "B2\n")
+    assert time.monotonic() - t0 >= gate.TURN_IDLE  # b waited for a's turn to be idle
+    assert turn_updates(log)[2:] == [(taken, free)]
+    assert server_ref(srv, TURN) == free
+
+
+def test_a_holder_whose_turn_was_taken_over_stops_and_waits_for_the_new_holder(tmp_path):
+    """Clone a believes it holds the turn (its record), but b took it over after it
+    expired: a's push keeps its turn with a lease on it, the server's advertisement
+    shows b's, the push is refused; a learns it lost the turn, waits, and lands once b
+    frees it."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    r = write(a, "eng_a", "src/api.py", "A1\n")
+    mine = take_turn(a, srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic()))
+    from storm_git.remote import transport
+
+    theirs = str(gate.turn_commit(_store(b)))
+    assert transport.push(_store(b), "origin", [(theirs, TURN, mine)]).ok  # b takes it over
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    git(a, "config", "storm.remoteTurnIdle", "60")
+    before = server_log(srv)
+    p = start_write(a, "eng_a", "src/api.py", "A2\n", "--json")
+    time.sleep(1.5)
+    assert p.poll() is None, p.communicate()
+    assert server_log(srv) == before and server_ref(srv, TURN) == theirs
+    free_turn(b, theirs)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert gate.read_gate(_store(a)).held == ""
+    assert server_ref(srv, TURN) == free_value(a)
+
+
+def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):
+    """The gate is read without blocking (a FIFO there is what doctor moves aside)."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    os.mkfifo(a / ".git/storm/remote-gate")
+    p = start_write(a, "eng_a", "src/api.py", "A\n", "--json")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+
+
+@pytest.mark.parametrize("raw, expect", [
+    (b"3 12.5\n", (3, 12.5, "", 0.0, "", 0.0, "", 0.0)),  # the format before the turn
+    (b"2 1.0 abc 5.0 - 0.0 - 0.0\n", (2, 1.0, "abc", 5.0, "", 0.0, "", 0.0)),
+    (b"1 2.0 - 0.0 def 3.0 h 4.0\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0)),
+    (b"", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
+    (b"x y\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
+    (b"1 2.0 - 0.0 def\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),  # torn
+    (b"\xff\xfe", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
+])
+def test_the_gate_record_reads_old_new_and_torn_forms(raw, expect):
+    from dataclasses import astuple
+
+    from storm_git.remote.gate import Gate
+
+    g = Gate.decode(raw)
+    assert astuple(g) == expect
+    assert Gate.decode(g.encode()) == g
+
+
+def test_what_a_push_does_to_the_turn(monkeypatch):
+    """Free: stays free, leased on free (absent: created free). Held here: kept within
+    the slice (same value, leased), freed after. Another clone's: no push, until it
+    has been seen unchanged for the expiry, or with the server's head unchanged for
+    TURN_IDLE (its holder lands nothing); then freed."""
+    import pygit2
+
+    from storm_git.remote import gate
+
+    free, other = pygit2.Oid(hex="1" * 40), pygit2.Oid(hex="2" * 40)
+    h1, h2 = pygit2.Oid(hex="4" * 40), pygit2.Oid(hex="5" * 40)
+    now = [100.0]
+    monkeypatch.setattr(gate.time, "monotonic", lambda: now[0])
+    g = gate.Gate()
+    assert gate.turn_update(g, None, free, 5.0) == (str(free), TURN, "")
+    assert gate.turn_update(g, free, free, 5.0) == (str(free), TURN, str(free))
+    held = gate.Gate(held="3" * 40, taken=99.0)
+    assert gate.turn_update(held, None, free, 5.0) == ("3" * 40, TURN, "3" * 40)
+    now[0] = 99.0 + gate.TURN_SLICE
+    assert gate.turn_update(held, None, free, 5.0) == (str(free), TURN, "3" * 40)
+    seen = gate.after_fetch(gate.Gate(), other, True, h1)
+    assert (seen.seen, seen.since, seen.still) == (str(other), now[0], now[0])
+    assert gate.turn_update(seen, other, free, 5.0) is None
+    for _ in range(10):  # its holder keeps landing: the head moves at every look
+        now[0] += 0.5
+        seen = gate.after_fetch(seen, other, True, h2 if seen.head == str(h1) else h1)
+        assert gate.turn_update(seen, other, free, 5.0) is None or now[0] - seen.since >= 5.0
+    assert gate.turn_update(seen, other, free, 5.0) == (str(free), TURN, str(other))  # seen 5 s: expired
+    idle = gate.after_fetch(gate.Gate(), other, True, h1)
+    now[0] += gate.TURN_IDLE - 0.01
+    idle = gate.after_fetch(idle, other, True, h1)
+    assert gate.turn_update(idle, other, free, 5.0) is None
+    now[0] += 0.01
+    assert gate.turn_update(idle, other, free, 5.0) == (str(free), TURN, str(other))  # its holder is idle
+    assert gate.after_fetch(gate.Gate(held="3" * 40), other, True, h1).held == ""  # taken over: lost
+    assert gate.after_fetch(gate.Gate(held="3" * 40), pygit2.Oid(hex="3" * 40), False, h1).held == "3" * 40
