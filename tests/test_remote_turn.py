@@ -112,7 +112,10 @@ def test_while_another_clone_holds_the_turn_a_write_waits_and_lands_once_it_is_f
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()
     assert len(server_log(srv)) == len(before) + 1
-    assert server_ref(srv, TURN) == free_value(a)
+    # a, blocked for several rounds, took the turn once it was free (and keeps it for its slice)
+    from storm_git.remote import gate
+
+    assert server_ref(srv, TURN) == (gate.read_gate(_store(a)).held or free_value(a)) != held
 
 
 def test_a_turn_whose_holder_died_is_freed_by_another_clone_once_idle(tmp_path):
@@ -196,8 +199,54 @@ def test_a_holder_whose_turn_was_taken_over_stops_and_waits_for_the_new_holder(t
     free_turn(b, theirs)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()
-    assert gate.read_gate(_store(a)).held == ""
-    assert server_ref(srv, TURN) == free_value(a)
+    now = gate.read_gate(_store(a)).held
+    assert now != mine  # it knows it lost that one (it may have taken a new turn since b freed it)
+    assert server_ref(srv, TURN) == (now or free_value(a))
+
+
+def test_a_holder_frees_its_turn_with_its_first_landing_after_its_slice_and_then_pauses(tmp_path):
+    """A clone that took the turn TURN_SLICE ago frees it in the push that lands its
+    next write (its own value -> free, leased on its own), and that push's process
+    waits TURN_PAUSE before its clone pushes again (the next taker's fetch is not
+    overtaken by it)."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    r = write(a, "eng_a", "src/api.py", "A1\n")  # the turn ref exists, free
+    mine = take_turn(a, srv)
+    log = landing_log(srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic() - gate.TURN_SLICE))
+    landed = srv / "landed.log"
+    hook = srv / "hooks" / "post-receive"
+    hook.write_text(f"#!/bin/sh\ndate +%s.%N >> {landed}\n")  # when the refs moved
+    hook.chmod(0o755)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    code, r = storm_json(a, "write", "src/util.py", input="A2\n", agent="eng_a")
+    assert code == 0 and r["accepted"], r
+    assert time.time() - float(landed.read_text().split()[0]) >= gate.TURN_PAUSE
+    assert turn_updates(log) == [(mine, free_value(a))]  # in the landing push itself
+    refs = [ln.split()[2] for ln in log.read_text().splitlines()]
+    assert len(refs) == 3 and {WS, TURN} < set(refs)  # one push: the write, its notes, the turn
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
+def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
+    """Blocked (another clone's turn seen), the clone's next look is just after that
+    turn's slice would end, counted from its first sight, when that comes before its
+    back-off window; never before the window otherwise."""
+    from storm_git.remote import gate
+
+    now = [100.0]
+    monkeypatch.setattr(gate.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi)
+    seen = gate.Gate(streak=5, seen="2" * 40, since=99.5, head="4" * 40, still=99.5)
+    g = gate.after_push(seen, stale=True)  # window 2 s; the slice ends at 101.5 (+0.25)
+    assert g.until == 99.5 + gate.TURN_SLICE + 0.25 and g.streak == 6
+    now[0] = 101.8  # past that: the window as usual
+    assert gate.after_push(seen, stale=True).until == 101.8 + gate.BACKOFF_CAP
+    fresh = gate.Gate(streak=1, seen="2" * 40, since=101.7)  # window 0.4 s: earlier than the slice's end
+    assert gate.after_push(fresh, stale=True).until == 101.8 + 0.4
 
 
 def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):

@@ -60,8 +60,8 @@ from ..core.remote_state import GATE_FILE, QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
-from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_IDLE, TURN_KEY, TURN_REF, TURN_SECONDS, Gate,
-                   after_fetch, after_push, free_commit, read_gate, turn_commit, turn_update, write_gate)
+from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF, TURN_SECONDS,
+                   Gate, after_fetch, after_push, free_commit, read_gate, turn_commit, turn_update, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -287,7 +287,12 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         gate = after_push(read_gate(store), stale=True)
         write_gate(store, gate)
-        if not gate.held and gate.streak >= TURN_AFTER and may_take and not self._held_elsewhere():
+        if gate.seen and not gate.held:
+            # blocked by another clone's turn: look again once it may be over, and try to take
+            # it then (leased on free: refused while the other holds it) beside that fetch
+            self._gate_wait()
+            gate = read_gate(store)
+        if not gate.held and gate.streak >= TURN_AFTER and may_take and (gate.seen or not self._held_elsewhere()):
             # the turn is taken while the fetch runs (the fetch takes the longer)
             # (leased on free: a server that has no turn ref yet gets it, free, with the next push)
             oid = turn_commit(store)
@@ -301,7 +306,7 @@ class RemoteWorkspace(SharedWorkspace):
                     write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=time.monotonic(),
                                               seen="", since=0.0, head="", still=0.0))
         else:
-            self._gate_wait()
+            self._gate_wait()  # (a blocked clone has waited above: nothing is left)
             self._fetch_adopt()
         self._fresh = True
         self._release_turn_if_idle()  # the fetch dropped every write queued here
@@ -362,7 +367,12 @@ class RemoteWorkspace(SharedWorkspace):
                 _record_landing(store, base, tip)
             self.batched += count - 1
             self._fresh = True
-            write_gate(store, after_push(gate, stale=False, kept=bool(gate.held) and turn[0] == gate.held))
+            kept = bool(gate.held) and turn[0] == gate.held
+            write_gate(store, after_push(gate, stale=False, kept=kept))
+            if gate.held and not kept:
+                # the slice is over: a waiting clone takes the turn and fetches now; a push of
+                # this clone in flight meanwhile would land after that fetch and cost it another
+                time.sleep(TURN_PAUSE)
             return
         moved = out.stale(WORKSPACE_REF) or out.lost_race
         if moved or out.stale(TURN_REF):

@@ -44,6 +44,7 @@ BACKOFF_CAP = 2.0
 TURN_REF = "refs/storm/turn"
 TURN_AFTER = 2  # stale leases in a row after which a clone takes the turn
 TURN_SLICE = 2.0  # how long a clone keeps the turn it took (its pushes land back to back meanwhile)
+TURN_PAUSE = 0.3  # a holder that has just freed its turn pushes nothing for this long: the next taker's turn
 TURN_IDLE = 1.0  # storm.remoteTurnIdle: another clone's turn with the server's head unchanged this long is freed
 IDLE_KEY = "storm.remoteTurnIdle"
 TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged is taken over
@@ -107,13 +108,22 @@ def write_gate(store: Store, gate: Gate) -> None:
 def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     """The gate after a push: a landed push resets the back-off (and ended this clone's
     turn, unless it ``kept`` it); a stale lease doubles the window (none while this
-    clone holds the turn: its pushes go first)."""
+    clone holds the turn: its pushes go first). Blocked by another clone's turn, the
+    clone looks again just after that turn's slice ends (timed from its first sight of
+    the turn, so never early), if that comes before its window does: the handover
+    then happens when the turn is freed, not up to BACKOFF_CAP later."""
     if not stale:
         return Gate(held=gate.held, taken=gate.taken) if kept and gate.held else \
             replace(gate, streak=0, until=0.0, held="", taken=0.0)
     streak = gate.streak + 1
+    now = time.monotonic()
     window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
-    return replace(gate, streak=streak, until=time.monotonic() + random.uniform(0, window))
+    until = now + random.uniform(0, window)
+    if gate.seen:  # another clone's turn: look again as its slice ends, if that comes first
+        ends = gate.since + TURN_SLICE + random.uniform(0.05, 0.25)
+        if now < ends < until:
+            until = ends
+    return replace(gate, streak=streak, until=until)
 
 
 def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head: pygit2.Oid | None) -> Gate:
