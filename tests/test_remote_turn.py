@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import git, start_write, storm, storm_json
 from test_remote import WS, bare, clone, seed, server_log
@@ -66,14 +67,25 @@ def landing_log(srv: Path) -> Path:
     """A pre-receive hook on the server that records every ref update it is asked for."""
     log = srv / "updates.log"
     hook = srv / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\ncat >> {log}\n")
+    hook.write_text(f"#!/bin/sh\ncat >> {log}\necho -- >> {log}\n")  # one push, then a separator
     hook.chmod(0o755)
     return log
 
 
+def pushes(log: Path) -> list[list[tuple[str, str, str]]]:
+    """The updates of each push the server was asked for, in order."""
+    out: list[list[tuple[str, str, str]]] = [[]]
+    for ln in log.read_text().splitlines() if log.exists() else []:
+        if ln == "--":
+            out.append([])
+        else:
+            old, new, ref = ln.split()
+            out[-1].append((old, new, ref))
+    return [p for p in out if p]
+
+
 def turn_updates(log: Path) -> list[tuple[str, str]]:
-    rows = [ln.split() for ln in log.read_text().splitlines()] if log.exists() else []
-    return [(old, new) for old, new, ref in rows if ref == TURN]
+    return [(old, new) for push in pushes(log) for old, new, ref in push if ref == TURN]
 
 
 def test_a_write_leaves_the_turn_free_on_a_server_that_never_had_one(tmp_path):
@@ -142,9 +154,10 @@ def test_a_turn_whose_holder_died_is_freed_by_another_clone_once_idle(tmp_path):
 def test_a_clone_that_loses_twice_in_a_row_takes_the_turn_and_another_frees_it_once_idle(tmp_path):
     """The clone's record says it lost one lease; its next push is stale too (another
     clone wrote): it takes the turn (free -> its commit, on the server) and lands its
-    write, keeping the turn (its slice is not over). Its agents then stop: the other
-    clone, which sees the turn with the server's head unchanged for TURN_IDLE, frees it
-    with its own write. The gate file of the older two-field format is read."""
+    write, keeping the turn (it took it to write: a burst may follow). Its agent then
+    writes nothing: the other clone, which sees the turn with the server's head
+    unchanged for storm.remoteTurnIdle, frees it with its own write. The gate file of
+    the older two-field format is read."""
     from storm_git.remote import gate
 
     srv = bare(tmp_path / "proj.git")
@@ -165,11 +178,52 @@ def test_a_clone_that_loses_twice_in_a_row_takes_the_turn_and_another_frees_it_o
     assert "storm turn" in msg and "parent " not in msg
     assert server_ref(srv, TURN) == taken and server_log(srv)[0] == r["commit"]
     assert gate.read_gate(_store(a)).held == taken
+    git(b, "config", "storm.remoteTurnIdle", "0.5")
     t0 = time.monotonic()
     write(b, "eng_b", "src/util.py", "B2\n")
-    assert time.monotonic() - t0 >= gate.TURN_IDLE  # b waited for a's turn to be idle
+    assert time.monotonic() - t0 >= 0.5  # b waited for a's turn to be idle
     assert turn_updates(log)[2:] == [(taken, free)]
     assert server_ref(srv, TURN) == free
+
+
+def test_a_lone_writer_after_a_pause_frees_the_turn_with_its_landing(tmp_path):
+    """A holder whose one writer writes after a pause (not back to back) frees the turn
+    in the push that lands that write: it leaves nothing behind it."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    write(a, "eng_a", "src/api.py", "A1\n")
+    mine = take_turn(a, srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic(), landed=time.monotonic() - 5))
+    log = landing_log(srv)
+    write(a, "eng_a", "src/util.py", "A2\n")
+    [push] = pushes(log)
+    assert (mine, free_value(a), TURN) in push and WS in {ref for _o, _n, ref in push}
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
+def test_a_holder_keeps_its_turn_while_another_write_of_its_clone_is_under_way(tmp_path):
+    """Within its slice, a holder's landing push keeps the turn while another writer
+    of the clone holds its write lock (validating, or queued behind this push): the
+    clone still has writes to land. With none, after a pause (one writer, not writing
+    back to back), the next landing frees it."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    write(a, "eng_a", "src/api.py", "A1\n")  # the turn ref exists, free
+    mine = take_turn(a, srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic()))
+    other = helpers.hold(a, "write-eng_z")  # another agent's write of this clone, under way
+    try:
+        write(a, "eng_a", "src/util.py", "A2\n")
+        assert server_ref(srv, TURN) == mine and gate.read_gate(_store(a)).held == mine
+    finally:
+        helpers.release(other)
+    time.sleep(gate.TURN_BURST)  # a pause: one writer alone, not writing back to back
+    write(a, "eng_a", "src/util.py", "A3\n")
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
 
 
 def test_a_holder_whose_turn_was_taken_over_stops_and_waits_for_the_new_holder(tmp_path):
@@ -204,11 +258,39 @@ def test_a_holder_whose_turn_was_taken_over_stops_and_waits_for_the_new_holder(t
     assert server_ref(srv, TURN) == (now or free_value(a))
 
 
+def test_a_holder_whose_other_writers_stop_as_its_push_lands_frees_its_turn_at_once(tmp_path):
+    """The push kept the turn (another writer of the clone was under way when it
+    started); that writer is gone when it lands (the server's post-receive hook ends
+    it, deterministically): TURN_GRACE later the pushing process sees no writer under
+    way and frees the turn, rather than leave it idle for the other clones to wait out."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    write(a, "eng_a", "src/api.py", "A1\n")
+    mine = take_turn(a, srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic()))
+    other = helpers.hold(a, "write-eng_z")
+    log = landing_log(srv)
+    hook = srv / "hooks" / "post-receive"
+    hook.write_text(f"#!/bin/sh\nkill -9 -{other.pid} 2>/dev/null\nexit 0\n")  # the other writer stops
+    hook.chmod(0o755)
+    try:
+        write(a, "eng_a", "src/util.py", "A2\n")
+    finally:
+        helpers.release(other)
+    landing, freeing = pushes(log)
+    assert WS in {ref for _o, _n, ref in landing} and TURN not in {ref for _o, _n, ref in landing}  # kept
+    assert freeing == [(mine, free_value(a), TURN)]  # freed right after, by a push of its own
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
 def test_a_holder_frees_its_turn_with_its_first_landing_after_its_slice_and_then_pauses(tmp_path):
-    """A clone that took the turn TURN_SLICE ago frees it in the push that lands its
-    next write (its own value -> free, leased on its own), and that push's process
+    """A busy clone that took the turn TURN_SLICE ago frees it in the push that lands
+    its next write (its own value -> free, leased on its own), and that push's process
     waits TURN_PAUSE before its clone pushes again (the next taker's fetch is not
-    overtaken by it)."""
+    overtaken by it). A clone that frees its turn because nothing else is under way
+    does not pause (test above: its one writer would be the one waiting)."""
     from storm_git.remote import gate
 
     srv = bare(tmp_path / "proj.git")
@@ -222,13 +304,32 @@ def test_a_holder_frees_its_turn_with_its_first_landing_after_its_slice_and_then
     hook.write_text(f"#!/bin/sh\ndate +%s.%N >> {landed}\n")  # when the refs moved
     hook.chmod(0o755)
     assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
-    code, r = storm_json(a, "write", "src/util.py", input="A2\n", agent="eng_a")
+    other = helpers.hold(a, "write-eng_z")  # the clone has more writes under way: busy, not idle
+    try:
+        code, r = storm_json(a, "write", "src/util.py", input="A2\n", agent="eng_a")
+    finally:
+        helpers.release(other)
     assert code == 0 and r["accepted"], r
     assert time.time() - float(landed.read_text().split()[0]) >= gate.TURN_PAUSE
     assert turn_updates(log) == [(mine, free_value(a))]  # in the landing push itself
-    refs = [ln.split()[2] for ln in log.read_text().splitlines()]
-    assert len(refs) == 3 and {WS, TURN} < set(refs)  # one push: the write, its notes, the turn
+    [push] = pushes(log)
+    assert {WS, TURN} < {ref for _o, _n, ref in push}  # in the landing push itself
     assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
+def test_a_turn_is_kept_while_its_clone_is_busy(monkeypatch):
+    """Other writers under way, or one writer writing back to back: kept. One writer
+    alone after a pause, or no turn: not."""
+    from storm_git.remote import gate
+
+    now = [100.0]
+    monkeypatch.setattr(gate.time, "monotonic", lambda: now[0])
+    held = gate.Gate(held="3" * 40, taken=99.0, landed=99.9)
+    assert gate.clone_busy(held, 2) and gate.clone_busy(held, 1)  # back to back: landed 0.1 s ago
+    now[0] = 99.9 + gate.TURN_BURST
+    assert gate.clone_busy(held, 2) and not gate.clone_busy(held, 1) and not gate.clone_busy(held, 0)
+    assert not gate.clone_busy(gate.Gate(), 5)
+    assert gate.after_push(held, stale=False, kept=True).landed == now[0]
 
 
 def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
@@ -261,13 +362,13 @@ def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):
 
 
 @pytest.mark.parametrize("raw, expect", [
-    (b"3 12.5\n", (3, 12.5, "", 0.0, "", 0.0, "", 0.0)),  # the format before the turn
-    (b"2 1.0 abc 5.0 - 0.0 - 0.0\n", (2, 1.0, "abc", 5.0, "", 0.0, "", 0.0)),
-    (b"1 2.0 - 0.0 def 3.0 h 4.0\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0)),
-    (b"", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
-    (b"x y\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
-    (b"1 2.0 - 0.0 def\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),  # torn
-    (b"\xff\xfe", (0, 0.0, "", 0.0, "", 0.0, "", 0.0)),
+    (b"3 12.5\n", (3, 12.5, "", 0.0, "", 0.0, "", 0.0, 0.0)),  # the format before the turn
+    (b"2 1.0 abc 5.0 - 0.0 - 0.0 7.0\n", (2, 1.0, "abc", 5.0, "", 0.0, "", 0.0, 7.0)),
+    (b"1 2.0 - 0.0 def 3.0 h 4.0 0.0\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0, 0.0)),
+    (b"", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
+    (b"x y\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
+    (b"1 2.0 - 0.0 def\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),  # torn
+    (b"\xff\xfe", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
 ])
 def test_the_gate_record_reads_old_new_and_torn_forms(raw, expect):
     from dataclasses import astuple

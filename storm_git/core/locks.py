@@ -240,6 +240,31 @@ def try_flocked(commondir: str, name: str) -> Iterator[bool]:
         os.close(fd)
 
 
+def held_count(commondir: str, prefix: str) -> int:
+    """How many of the locks whose names start with ``prefix`` some process holds now
+    (a shared, non-blocking probe of each: probes never count each other)."""
+    d = lock_dir(commondir)
+    try:
+        names = [e.name for e in os.scandir(d) if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return 0
+    held = 0
+    for name in names:
+        try:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return held
+
+
 def is_locked(commondir: str, name: str) -> bool:
     """True if some live process holds lock ``name`` right now."""
     path = os.path.join(lock_dir(commondir), name)

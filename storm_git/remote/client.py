@@ -54,14 +54,15 @@ from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
-from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
+from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, held_count, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..core.remote_state import GATE_FILE, QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
-from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF, TURN_SECONDS,
-                   Gate, after_fetch, after_push, free_commit, read_gate, turn_commit, turn_update, write_gate)
+from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
+                   TURN_SECONDS, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate, turn_commit,
+                   turn_update, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -100,6 +101,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
+        self._kept_turn = False  # this process's last landing push kept the clone's turn
         self._free_oid: pygit2.Oid | None = None
 
     # -- keeping the local copies current ------------------------------------------
@@ -303,8 +305,9 @@ class RemoteWorkspace(SharedWorkspace):
                 if taking.wait().ok:
                     with flocked(store.commondir, "workspace"):
                         _force(store, tracking_ref(self.remote, TURN_REF), oid)
-                    write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=time.monotonic(),
-                                              seen="", since=0.0, head="", still=0.0))
+                    now = time.monotonic()  # (it takes the turn to write: a burst starts)
+                    write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=now,
+                                              seen="", since=0.0, head="", still=0.0, landed=now))
         else:
             self._gate_wait()  # (a blocked clone has waited above: nothing is left)
             self._fetch_adopt()
@@ -351,8 +354,10 @@ class RemoteWorkspace(SharedWorkspace):
             self._fresh = True
             return
         gate = read_gate(store)
+        # each writer holds its agent's write lock from before it validates until it lands
+        writers = held_count(store.commondir, write_lock("")) if gate.held else 0
         turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
-                           store.config_float(IDLE_KEY, TURN_IDLE))
+                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers))
         if turn is None:  # another clone's turn: the server would refuse this push
             self.stale_leases += 1
             self._stale_now += 1
@@ -368,10 +373,12 @@ class RemoteWorkspace(SharedWorkspace):
             self.batched += count - 1
             self._fresh = True
             kept = bool(gate.held) and turn[0] == gate.held
+            self._kept_turn = kept and writers >= 2  # see _free_turn_if_idle_after
             write_gate(store, after_push(gate, stale=False, kept=kept))
-            if gate.held and not kept:
-                # the slice is over: a waiting clone takes the turn and fetches now; a push of
-                # this clone in flight meanwhile would land after that fetch and cost it another
+            if gate.held and not kept and clone_busy(gate, writers):
+                # the slice is over (not the clone's work): a waiting clone takes the turn and
+                # fetches now; a push of this clone in flight meanwhile would land after that
+                # fetch and cost it another
                 time.sleep(TURN_PAUSE)
             return
         moved = out.stale(WORKSPACE_REF) or out.lost_race
@@ -497,7 +504,25 @@ class RemoteWorkspace(SharedWorkspace):
         back last) bring the dropped write's versions back as read."""
         # patient: the write ahead is this agent's own, bounded by storm.remoteRetrySeconds
         with flocked(self.store.commondir, write_lock(agent), patient=True):
-            return self._apply(agent, changes, **kw)
+            res = self._apply(agent, changes, **kw)
+        if self._kept_turn:
+            self._free_turn_if_idle_after()
+        return res
+
+    def _free_turn_if_idle_after(self) -> None:
+        """This process's push landed and kept the clone's turn (other writers were under
+        way). If none still is TURN_GRACE later (the clone's agents stopped or paused, as
+        at the end of a batch), the turn is freed now: held idle, it would keep every
+        other clone waiting until they saw it idle (storm.remoteTurnIdle). A busy clone's
+        writers are back at their next write by then, and the turn stays."""
+        self._kept_turn = False
+        time.sleep(TURN_GRACE)
+        store = self.store
+        if held_count(store.commondir, write_lock("")) or not read_gate(store).held:
+            return
+        with exchanging(store, wait=False) as idle:
+            if idle:
+                self._release_turn_if_idle()
 
     def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None

@@ -45,6 +45,8 @@ TURN_REF = "refs/storm/turn"
 TURN_AFTER = 2  # stale leases in a row after which a clone takes the turn
 TURN_SLICE = 2.0  # how long a clone keeps the turn it took (its pushes land back to back meanwhile)
 TURN_PAUSE = 0.3  # a holder that has just freed its turn pushes nothing for this long: the next taker's turn
+TURN_BURST = 0.25  # a clone whose last push landed this recently is writing back to back
+TURN_GRACE = 0.03  # after a landing that kept the turn: no writer of the clone under way this later = idle
 TURN_IDLE = 1.0  # storm.remoteTurnIdle: another clone's turn with the server's head unchanged this long is freed
 IDLE_KEY = "storm.remoteTurnIdle"
 TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged is taken over
@@ -64,10 +66,11 @@ class Gate:
     since: float = 0.0  # when this clone first saw ``seen``
     head: str = ""  # the server's head when it last saw ``seen``
     still: float = 0.0  # since when it has seen ``seen`` and ``head`` both unchanged
+    landed: float = 0.0  # when a push of this clone last landed
 
     def encode(self) -> bytes:
         return (f"{self.streak} {self.until} {self.held or '-'} {self.taken} {self.seen or '-'} {self.since} "
-                f"{self.head or '-'} {self.still}\n").encode("ascii")
+                f"{self.head or '-'} {self.still} {self.landed}\n").encode("ascii")
 
     @classmethod
     def decode(cls, raw: bytes) -> Gate:
@@ -77,9 +80,10 @@ class Gate:
             p = raw.decode("ascii").split()
             if len(p) == 2:
                 return cls(int(p[0]), float(p[1]))
-            if len(p) == 8:
+            if len(p) == 9:
                 held, seen, head = ("" if x == "-" else x for x in (p[2], p[4], p[6]))
-                return cls(int(p[0]), float(p[1]), held, float(p[3]), seen, float(p[5]), head, float(p[7]))
+                return cls(int(p[0]), float(p[1]), held, float(p[3]), seen, float(p[5]), head, float(p[7]),
+                           float(p[8]))
         except (UnicodeDecodeError, ValueError):
             pass
         return cls()
@@ -113,8 +117,9 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     the turn, so never early), if that comes before its window does: the handover
     then happens when the turn is freed, not up to BACKOFF_CAP later."""
     if not stale:
-        return Gate(held=gate.held, taken=gate.taken) if kept and gate.held else \
-            replace(gate, streak=0, until=0.0, held="", taken=0.0)
+        now = time.monotonic()
+        return Gate(held=gate.held, taken=gate.taken, landed=now) if kept and gate.held else \
+            replace(gate, streak=0, until=0.0, held="", taken=0.0, landed=now)
     streak = gate.streak + 1
     now = time.monotonic()
     window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
@@ -142,23 +147,36 @@ def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head:
 
 
 def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: float,
-                idle: float = TURN_IDLE) -> tuple[str, str, str] | None:
+                idle: float = TURN_IDLE, busy: bool = True) -> tuple[str, str, str] | None:
     """What every push of a queue does to ``TURN_REF`` (source, ref, lease). Free (the
     ref at ``free``, or absent on a server that never had it): leave it free, with a
     lease that it is (the server's advertisement shows a turn taken since this clone
     last looked: the push is refused). This clone's turn: keep it (the same value:
-    git sends nothing but checks the lease), or free it once held for TURN_SLICE.
+    git sends nothing but checks the lease) while writes of this clone are under way
+    beside those this push carries (``busy``), or free it: once held for TURN_SLICE,
+    or when this push carries all there is (the clone would then hold the turn idle,
+    and every other clone wait TURN_IDLE to see that).
     Another clone's turn: free it when this clone has seen it for ``expire`` seconds,
     or for ``idle`` seconds with the server's head unchanged (its holder writes nothing);
     otherwise None: do not push."""
     if gate.held:
-        return (gate.held if time.monotonic() - gate.taken < TURN_SLICE else str(free), TURN_REF, gate.held)
+        keep = busy and time.monotonic() - gate.taken < TURN_SLICE
+        return (gate.held if keep else str(free), TURN_REF, gate.held)
     if turn is None:
         return (str(free), TURN_REF, "")
     now = time.monotonic()
     if turn == free or (gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)):
         return (str(free), TURN_REF, str(turn))
     return None
+
+
+def clone_busy(gate: Gate, writers: int) -> bool:
+    """Whether this clone's turn is worth keeping past the push it is about to make:
+    other writers are under way (``writers``: write locks held, the pusher's own among
+    them), or its one writer writes back to back (its last push landed TURN_BURST ago
+    or less). One writer alone after a pause (an agent that thinks between writes, or
+    its last write) leaves nothing behind the push: the turn goes with it."""
+    return bool(gate.held) and (writers >= 2 or time.monotonic() - gate.landed < TURN_BURST)
 
 
 def free_commit(store: Store) -> pygit2.Oid:
