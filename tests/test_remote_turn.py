@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import helpers
+import pygit2
 import pytest
 from helpers import git, start_write, storm, storm_json
 from test_remote import WS, bare, clone, seed, server_log
@@ -332,6 +334,20 @@ def test_a_turn_is_kept_while_its_clone_is_busy(monkeypatch):
     assert gate.after_push(held, stale=False, kept=True).landed == now[0]
 
 
+def test_the_age_of_a_turn_is_read_from_its_commit_within_its_slice():
+    """A clone that sees another clone's turn late counts its slice from when it was
+    taken (the holder's clock, in the turn commit), bounded by 0 and the slice."""
+    from storm_git.remote import gate
+
+    msg = "storm turn\n\nStorm-Turn: host 12 1700000000500000000 abcd\n"
+    assert gate.turn_age(msg, 1700000001.0) == pytest.approx(0.5)
+    assert gate.turn_age(msg, 1700000100.0) == gate.TURN_SLICE  # a clock far ahead: at most a slice
+    assert gate.turn_age(msg, 1600000000.0) == 0.0  # far behind: none
+    assert gate.turn_age("storm turn: free\n", 1700000001.0) == 0.0
+    g = gate.after_fetch(gate.Gate(), pygit2.Oid(hex="2" * 40), True, None, age=0.5)
+    assert g.since == pytest.approx(time.monotonic() - 0.5, abs=0.1)
+
+
 def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     """Blocked (another clone's turn seen), the clone's next look is just after that
     turn's slice would end, counted from its first sight, when that comes before its
@@ -342,8 +358,10 @@ def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     monkeypatch.setattr(gate.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi)
     seen = gate.Gate(streak=5, seen="2" * 40, since=99.5, head="4" * 40, still=99.5)
-    g = gate.after_push(seen, stale=True)  # window 2 s; the slice ends at 101.5 (+0.25)
-    assert g.until == 99.5 + gate.TURN_SLICE + 0.25 and g.streak == 6
+    g = gate.after_push(seen, stale=True)  # window 2 s; the slice ends at 101.5 (+0.15 + 0.2 / streak)
+    assert g.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 6 and g.streak == 6
+    longer = gate.after_push(replace(seen, streak=11), stale=True)  # losing longer: it looks sooner
+    assert longer.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 12 < g.until
     now[0] = 101.8  # past that: the window as usual
     assert gate.after_push(seen, stale=True).until == 101.8 + gate.BACKOFF_CAP
     fresh = gate.Gate(streak=1, seen="2" * 40, since=101.7)  # window 0.4 s: earlier than the slice's end

@@ -61,8 +61,8 @@ from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
-                   TURN_SECONDS, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate, turn_commit,
-                   turn_update, write_gate)
+                   TURN_SECONDS, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate, turn_age,
+                   turn_commit, turn_update, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -124,7 +124,9 @@ class RemoteWorkspace(SharedWorkspace):
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         gate = read_gate(store)
-        seen = after_fetch(gate, self._turn(), self._held_elsewhere(), _tracked_head(store, self.remote))
+        turn, elsewhere = self._turn(), self._held_elsewhere()
+        age = turn_age(_message(store, turn), time.time()) if elsewhere and str(turn) != gate.seen else 0.0
+        seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age)
         if seen != gate:
             write_gate(store, seen)
         with flocked(store.commondir, "workspace"):
@@ -1037,6 +1039,15 @@ def _learn_writers(store: Store, remote: str) -> None:
     except (KeyError, ValueError, pygit2.GitError):
         return  # the local ref names a commit that is gone (a hand-made repair): nothing to learn from
     record_seen(store.commondir, names)
+
+
+def _message(store: Store, oid: pygit2.Oid | None) -> str:
+    """The message of commit ``oid`` ("" when it is not a commit here)."""
+    try:
+        obj = store.repo[oid] if oid is not None else None
+    except (KeyError, ValueError):
+        return ""
+    return obj.message if isinstance(obj, pygit2.Commit) else ""
 
 
 def _force(store: Store, name: str, oid: pygit2.Oid) -> None:

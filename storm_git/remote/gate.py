@@ -44,7 +44,7 @@ BACKOFF_CAP = 2.0
 TURN_REF = "refs/storm/turn"
 TURN_AFTER = 2  # stale leases in a row after which a clone takes the turn
 TURN_SLICE = 2.0  # how long a clone keeps the turn it took (its pushes land back to back meanwhile)
-TURN_PAUSE = 0.3  # a holder that has just freed its turn pushes nothing for this long: the next taker's turn
+TURN_PAUSE = 0.4  # a holder that has just freed its turn pushes nothing for this long: the next taker's turn
 TURN_BURST = 0.25  # a clone whose last push landed this recently is writing back to back
 TURN_GRACE = 0.03  # after a landing that kept the turn: no writer of the clone under way this later = idle
 TURN_IDLE = 1.0  # storm.remoteTurnIdle: another clone's turn with the server's head unchanged this long is freed
@@ -125,23 +125,28 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
     until = now + random.uniform(0, window)
     if gate.seen:  # another clone's turn: look again as its slice ends, if that comes first
-        ends = gate.since + TURN_SLICE + random.uniform(0.05, 0.25)
+        # the longer a clone has been losing, the sooner it looks: it is first to take the turn
+        # (the holder frees it with its first landing after the slice, then pauses TURN_PAUSE)
+        ends = gate.since + TURN_SLICE + 0.15 + random.uniform(0, 0.2 / streak)
         if now < ends < until:
             until = ends
     return replace(gate, streak=streak, until=until)
 
 
-def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head: pygit2.Oid | None) -> Gate:
+def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head: pygit2.Oid | None,
+                age: float = 0.0) -> Gate:
     """The gate once a fetch showed the server's turn ref and head: a turn this clone
     held and no longer sees was taken over; another clone's turn is timed from the
-    first fetch that showed it (``since``), and from the first that showed it with
-    the server's head where it is now (``still``: its holder has landed nothing since)."""
+    first fetch that showed it (``since``), less its ``age`` then (turn_age: how long
+    ago its holder took it, by the holder's clock), and from the first fetch that
+    showed it with the server's head where it is now (``still``: its holder has
+    landed nothing since)."""
     value = str(turn) if turn is not None else ""
     g = gate if gate.held and gate.held == value else replace(gate, held="", taken=0.0)
     if not held_elsewhere:
         return replace(g, seen="", since=0.0, head="", still=0.0)
     now, where = time.monotonic(), str(head or "")
-    since = g.since if g.seen == value else now
+    since = g.since if g.seen == value else now - age
     still = g.still if g.seen == value and g.head == where else now
     return replace(g, seen=value, since=since, head=where, still=still)
 
@@ -185,6 +190,20 @@ def free_commit(store: Store) -> pygit2.Oid:
     repo = store.repo
     sig = pygit2.Signature("git storm", "storm@localhost", 0, 0)
     return repo.create_commit(None, sig, sig, f"{TURN_MESSAGE}: free\n", repo.TreeBuilder().write(), [])
+
+
+def turn_age(message: str, now: float) -> float:
+    """How long ago (seconds, by ``now``, this machine's ``time.time()``) the turn whose
+    commit message is ``message`` was taken, by its holder's clock, within 0 and
+    TURN_SLICE: a hint for when its slice ends, so that a clone that first saw the
+    turn late does not look again late every time (it would lose every handover).
+    Clocks of two machines disagree: bounded, a wrong hint costs a look too early or
+    too late, never a wrong write. 0 when the message carries no time."""
+    try:
+        taken = int(message.split("Storm-Turn:", 1)[1].split()[2]) / 1e9
+    except (IndexError, ValueError):
+        return 0.0
+    return min(max(now - taken, 0.0), TURN_SLICE)
 
 
 def turn_commit(store: Store) -> pygit2.Oid:
