@@ -20,7 +20,8 @@ new head did not change keeps its place, rebuilt on the new head; any other is
 dropped, its writer's journal and notes put back as they were, and it validates
 again on the new head — a real conflict becomes the usual rejection. The clone
 backs off (a jittered window that doubles with each stale lease in a row), bounded
-by ``storm.remoteRetrySeconds``. A verdict that pushes nothing (a rejection, a write
+by ``storm.remoteRetrySeconds``; a clone that keeps losing takes the turn
+(``refs/storm/turn``, :mod:`.gate`), and the other clones wait while it holds it. A verdict that pushes nothing (a rejection, a write
 that changes nothing, a reservation to wait for) is given only once the write has
 fetched, so it is always the server's verdict. The server unreachable or refusing:
 the queue is dropped, everything put back, exit 3. A push whose answer was lost is
@@ -36,6 +37,7 @@ or with ``push_reads``; validation never needs another machine's read set.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import time
@@ -102,6 +104,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
         self._kept_turn = False  # this process's last landing push kept the clone's turn
+        self._exit_hook = False  # _free_turn_at_exit is registered
         self._free_oid: pygit2.Oid | None = None
 
     # -- keeping the local copies current ------------------------------------------
@@ -376,6 +379,11 @@ class RemoteWorkspace(SharedWorkspace):
             self._fresh = True
             kept = bool(gate.held) and turn[0] == gate.held
             self._kept_turn = kept and writers >= 2  # see _free_turn_if_idle_after
+            if kept and not self._exit_hook:
+                # a lone writer kept it (writing back to back); a process that ends holding
+                # the clone's turn (a CLI write, a script's last write) frees it as it goes
+                self._exit_hook = True
+                atexit.register(self._free_turn_at_exit)
             write_gate(store, after_push(gate, stale=False, kept=kept))
             if gate.held and not kept and clone_busy(gate, writers):
                 # the slice is over (not the clone's work): a waiting clone takes the turn and
@@ -510,6 +518,20 @@ class RemoteWorkspace(SharedWorkspace):
         if self._kept_turn:
             self._free_turn_if_idle_after()
         return res
+
+    def _free_turn_at_exit(self) -> None:
+        """At the exit of a process whose landing kept the clone's turn: free it if no
+        writer of the clone is under way (best effort: a process killed before this
+        leaves the turn to the other clones' storm.remoteTurnIdle)."""
+        try:
+            store = self.store
+            if not read_gate(store).held or held_count(store.commondir, write_lock("")):
+                return
+            with exchanging(store, wait=False) as idle:
+                if idle:
+                    self._release_turn_if_idle()
+        except (StormError, OSError, pygit2.GitError):
+            pass  # the process is ending: the turn is advice, the other clones free it when idle
 
     def _free_turn_if_idle_after(self) -> None:
         """This process's push landed and kept the clone's turn (other writers were under
