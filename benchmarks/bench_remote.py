@@ -121,7 +121,8 @@ print(json.dumps({"accepted": acc, "late": late, "rejected": rej, "retries": ret
 '''
 
 
-def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon") -> tuple[subprocess.Popen, str, list[str]]:
+def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon",
+          turns: bool = True) -> tuple[subprocess.Popen, str, list[str]]:
     """The served bare repository and ``clones`` clones of it. ``transport``: the clones
     reach it through a ``git daemon`` on loopback (``daemon``), or by ``file://`` (no
     network: git runs the server's side as a local process, as over ssh)."""
@@ -146,6 +147,8 @@ def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon") -> tupl
         out.append(c)
     for c in out:
         git(c, "config", "storm.reservationSeconds", "0.2")
+        if not turns:
+            git(c, "config", "storm.remoteTurns", "false")
     return proc, srv, out
 
 
@@ -312,14 +315,18 @@ def main() -> int:
     ap.add_argument("--transport", choices=("daemon", "file"), default="daemon",
                     help="git daemon on loopback (default), or file:// to the same bare repository: "
                          "what the network round trip costs, measured apart")
+    ap.add_argument("--no-turns", action="store_true",
+                    help="storm.remoteTurns false in every clone: clones race for every push, and the clone "
+                         "whose push just landed wins (docs/remote.md, the turn)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.clones.split(",")]
-    result: dict = {"guard": not args.no_guard, "seconds": args.seconds, "transport": args.transport}
+    result: dict = {"guard": not args.no_guard, "seconds": args.seconds, "transport": args.transport,
+                    "turns": not args.no_turns}
     log = sys.stderr if args.json else sys.stdout
     # a server gc --auto that receive-pack detached may still be writing when the run ends
     with tempfile.TemporaryDirectory(prefix="bench-remote-", ignore_cleanup_errors=True) as tmp:
-        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport)
+        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport, not args.no_turns)
         try:
             lat = latency(tmp, clones, args.latency_n, srv)
             result["latency_ms"] = {k: round(v * 1000, 1) for k, v in lat.items()}
@@ -353,11 +360,13 @@ def main() -> int:
                     landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
                     pushes = sum(r["pushes"] for r in res)
                     per_write = statistics.median([x for r in res for x in r["latency"]] or [0])
+                    longest = max([x for r in res for x in r["latency"]] or [0])  # a starved clone's writes show here
                     cpu = res[0]["cpu_s"]
                     own = sum(r["cpu_self"] for r in res)
                     gits = sum(r["cpu_git"] for r in res)
                     # each clone's writes in the window: eight busy clones are not peers (the
-                    # clone whose push just landed pushes again at once and wins the races)
+                    # clone whose push just landed pushes again at once; the turn, storm_git.remote.gate,
+                    # lets each clone land back to back for a slice, one after the other)
                     by_clone = [sum(r["accepted"] - r["late"] for r in res[i * per:(i + 1) * per]) for i in range(n)]
                     if landed != acc:  # every commit on the server is one acknowledged write
                         print(f"ERROR: {landed} commits on the server for {acc} acknowledged writes", file=sys.stderr)
@@ -368,6 +377,7 @@ def main() -> int:
                              "writes_per_s": (acc - late) / args.seconds,
                              "whole_run_writes_per_s": round(landed / wall, 1),  # the tail included
                              "median_write_ms": round(per_write * 1000, 1),
+                             "longest_write_ms": round(longest * 1000, 1),
                              "pushes_per_write": pushes / max(acc, 1),
                              "retries_per_write": sum(r["retries"] for r in res) / max(acc, 1),
                              "window_writes_by_clone": by_clone}
@@ -375,14 +385,16 @@ def main() -> int:
                     print(f"{n} clones x {per} writer(s), disjoint files: {acc - late} accepted in {args.seconds:.0f} s = "
                           f"{point['writes_per_s']:.1f} writes/s ({late} more acknowledged after the window; server "
                           f"commits {landed}, {point['whole_run_writes_per_s']:.1f}/s over the whole run; median write "
-                          f"{per_write * 1000:.0f} ms; {point['pushes_per_write']:.2f} pushes/write; "
+                          f"{per_write * 1000:.0f} ms, longest {longest * 1000:.0f} ms; "
+                          f"{point['pushes_per_write']:.2f} pushes/write; "
                           f"{point['retries_per_write']:.2f} lease retries/write; "
                           f"{point['cpu_ms_per_write']:.0f} ms of the machine's CPU per write, of which storm's "
                           f"Python {point['cpu_ms_per_write_storm']:.0f} and its git processes "
                           f"{point['cpu_ms_per_write_git_client']:.0f}; wall {wall:.1f} s)", file=log)
                     if n > 1:
                         print(f"    the window's writes by clone: {' / '.join(map(str, by_clone))} (the busiest "
-                              f"{100 * max(by_clone) / max(sum(by_clone), 1):.0f} %)", file=log)
+                              f"{100 * max(by_clone) / max(sum(by_clone), 1):.0f} %; "
+                              f"{sum(1 for x in by_clone if x)} of {n} clones landed writes)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),

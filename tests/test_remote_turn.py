@@ -367,6 +367,23 @@ def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     assert gate.after_push(fresh, stale=True).until == 101.8 + 0.4
 
 
+def test_a_clone_with_turns_off_neither_waits_for_nor_touches_the_turn(tmp_path):
+    """storm.remoteTurns false: the clone's pushes leave refs/storm/turn alone, so
+    another clone's turn neither holds it up nor is freed by it."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "src/api.py", "A1\n")  # the turn ref exists, free
+    git(a, "config", "storm.remoteTurns", "false")
+    held = take_turn(b, srv)
+    log = landing_log(srv)
+    t0 = time.monotonic()
+    write(a, "eng_a", "src/util.py", "A2\n")
+    assert time.monotonic() - t0 < 5  # did not wait for the idle rule or the expiry
+    [push] = pushes(log)
+    assert TURN not in {ref for _o, _n, ref in push} and server_ref(srv, TURN) == held
+
+
 def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):
     """The gate is read without blocking (a FIFO there is what doctor moves aside)."""
     srv = bare(tmp_path / "proj.git")

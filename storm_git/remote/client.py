@@ -63,8 +63,8 @@ from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
-                   TURN_SECONDS, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate, turn_age,
-                   turn_commit, turn_update, write_gate)
+                   TURN_SECONDS, TURNS_KEY, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate,
+                   turn_age, turn_commit, turn_update, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -127,7 +127,7 @@ class RemoteWorkspace(SharedWorkspace):
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         gate = read_gate(store)
-        turn, elsewhere = self._turn(), self._held_elsewhere()
+        turn, elsewhere = self._turn(), self._turns() and self._held_elsewhere()
         age = turn_age(_message(store, turn), time.time()) if elsewhere and str(turn) != gate.seen else 0.0
         seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age)
         if seen != gate:
@@ -272,6 +272,10 @@ class RemoteWorkspace(SharedWorkspace):
         if delay > 0:
             time.sleep(min(delay, BACKOFF_CAP))
 
+    def _turns(self) -> bool:
+        """``storm.remoteTurns`` (default true): this clone takes and respects turns."""
+        return self.store.config_bool(TURNS_KEY, True)
+
     def _turn(self) -> pygit2.Oid | None:
         """The server's turn ref as last fetched."""
         return self.store.ref_target(tracking_ref(self.remote, TURN_REF))
@@ -294,12 +298,13 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         gate = after_push(read_gate(store), stale=True)
         write_gate(store, gate)
-        if gate.seen and not gate.held:
+        if gate.seen and not gate.held and self._turns():
             # blocked by another clone's turn: look again once it may be over, and try to take
             # it then (leased on free: refused while the other holds it) beside that fetch
             self._gate_wait()
             gate = read_gate(store)
-        if not gate.held and gate.streak >= TURN_AFTER and may_take and (gate.seen or not self._held_elsewhere()):
+        if (not gate.held and gate.streak >= TURN_AFTER and may_take and (gate.seen or not self._held_elsewhere())
+                and self._turns()):
             # the turn is taken while the fetch runs (the fetch takes the longer)
             # (leased on free: a server that has no turn ref yet gets it, free, with the next push)
             oid = turn_commit(store)
@@ -362,17 +367,18 @@ class RemoteWorkspace(SharedWorkspace):
         # each writer holds its agent's write lock from before it validates until it lands
         writers = held_count(store.commondir, write_lock("")) if gate.held else 0
         turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
-                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers))
+                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers)) \
+            if self._turns() else ("", "", "")  # (turns off: the push leaves the turn ref alone)
         if turn is None:  # another clone's turn: the server would refuse this push
             self.stale_leases += 1
             self._stale_now += 1
             self._lost_round()
             return
-        out = transport.push(store, self.remote, [*updates, turn])
+        out = transport.push(store, self.remote, [*updates, turn] if turn[1] else updates)
         self.pushes += 1
         if out.ok:
             with flocked(store.commondir, "workspace"):
-                for src, dst, _lease in [*updates, turn]:
+                for src, dst, _lease in [*updates, turn] if turn[1] else updates:
                     _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
                 _record_landing(store, base, tip)
             self.batched += count - 1

@@ -49,6 +49,7 @@ TURN_BURST = 0.25  # a clone whose last push landed this recently is writing bac
 TURN_GRACE = 0.03  # after a landing that kept the turn: no writer of the clone under way this later = idle
 TURN_IDLE = 1.0  # storm.remoteTurnIdle: another clone's turn with the server's head unchanged this long is freed
 IDLE_KEY = "storm.remoteTurnIdle"
+TURNS_KEY = "storm.remoteTurns"  # false: this clone neither takes turns nor waits for them
 TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged is taken over
 TURN_KEY = "storm.remoteTurnSeconds"
 TURN_MESSAGE = "storm turn"
