@@ -204,6 +204,24 @@ def test_a_lone_writer_after_a_pause_frees_the_turn_with_its_landing(tmp_path):
     assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
 
 
+def test_a_clone_whose_writes_the_move_dropped_does_not_take_the_turn(tmp_path):
+    """Two stale leases in a row, but the second fetch shows another clone changed
+    the file the write read: the write is dropped and judged again (rejected here),
+    and no turn is taken for it (it would only hold the other clones up)."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")  # the turn ref exists, free
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    assert storm(b, "read", "src/api.py", agent="eng_b").returncode == 0
+    log = landing_log(srv)
+    write(b, "eng_b", "src/api.py", "B\n")  # what a read has changed
+    (a / ".git/storm/remote-gate").write_text("1 0.0\n")  # one stale lease already
+    code, r = storm_json(a, "write", "src/api.py", input="A\n", agent="eng_a")
+    assert code == 1 and not r["accepted"], r  # the usual rejection
+    assert turn_updates(log) == [] and server_ref(srv, TURN) == free_value(a)
+
+
 def test_a_holder_keeps_its_turn_while_another_write_of_its_clone_is_under_way(tmp_path):
     """Within its slice, a holder's landing push keeps the turn while another writer
     of the clone holds its write lock (validating, or queued behind this push): the

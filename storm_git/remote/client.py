@@ -300,27 +300,33 @@ class RemoteWorkspace(SharedWorkspace):
         write_gate(store, gate)
         if gate.seen and not gate.held and self._turns():
             # blocked by another clone's turn: look again once it may be over, and try to take
-            # it then (leased on free: refused while the other holds it) beside that fetch
+            # it then (below, after that fetch)
             self._gate_wait()
             gate = read_gate(store)
-        if (not gate.held and gate.streak >= TURN_AFTER and may_take and (gate.seen or not self._held_elsewhere())
-                and self._turns()):
-            # the turn is taken while the fetch runs (the fetch takes the longer)
-            # (leased on free: a server that has no turn ref yet gets it, free, with the next push)
-            oid = turn_commit(store)
-            taking = transport.PendingPush(store, self.remote, [(str(oid), TURN_REF, str(self._free()))])
-            try:
-                self._fetch_adopt()
-            finally:  # recorded even when the fetch failed: this clone's next push frees it
-                if taking.wait().ok:
-                    with flocked(store.commondir, "workspace"):
-                        _force(store, tracking_ref(self.remote, TURN_REF), oid)
-                    now = time.monotonic()  # (it takes the turn to write: a burst starts)
-                    write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=now,
-                                              seen="", since=0.0, head="", still=0.0, landed=now))
-        else:
+        taking = (not gate.held and gate.streak >= TURN_AFTER and may_take and self._turns()
+                  and (gate.seen or not self._held_elsewhere()))
+        if not taking:
             self._gate_wait()  # (a blocked clone has waited above: nothing is left)
-            self._fetch_adopt()
+        self._fetch_adopt()
+        with flocked(store.commondir, "workspace"):
+            queued = _queue(store, self.remote)[0] is not None
+        if taking and queued and not self._held_elsewhere():
+            # Taken after the fetch, only for writes that survived the move onto the new head:
+            # writes dropped there (another clone changed what they read) will be judged
+            # again, most of them rejected, and a turn taken for them would only hold the
+            # other clones up (4 clones on one shared file: 33 writes in 6 s, 58 without).
+            # Leased on free: refused while another clone holds it.
+            oid = turn_commit(store)
+            try:
+                took = transport.push(store, self.remote, [(str(oid), TURN_REF, str(self._free()))]).ok
+            except Unreachable:
+                took = False
+            if took:
+                with flocked(store.commondir, "workspace"):
+                    _force(store, tracking_ref(self.remote, TURN_REF), oid)
+                now = time.monotonic()  # (it takes the turn to write: a burst starts)
+                write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=now,
+                                          seen="", since=0.0, head="", still=0.0, landed=now))
         self._fresh = True
         self._release_turn_if_idle()  # the fetch dropped every write queued here
 
