@@ -13,17 +13,22 @@ server's head *is* the head), so it wins every race; a clone that lost must fetc
 move its queue and push, and by then the winner has landed again. Measured before
 the turn existed (8 clones x 32 writers): one clone landed every write of a 6 s
 window while the others' writers waited. So a clone that lost ``TURN_AFTER`` leases
-in a row takes the turn: it creates ``refs/storm/turn`` (a lease that it is absent:
-one clone wins it) pointing at a commit of its own. Every push of a queue carries a
-lease that the turn is absent (``--force-with-lease=refs/storm/turn:`` and a delete
-of the absent ref, which git accepts), so while one clone holds the turn every other
-clone's push is refused by the server, and a clone that has fetched the turn does not
-even push. The holder's landing push deletes the turn in the same atomic push (its
-lease: the holder's own commit). A holder that dies leaves a turn nobody deletes:
-another clone that has seen the same turn for ``storm.remoteTurnSeconds`` (measured
-on its own clock, so clocks of different machines never meet) pushes with a lease on
-that value, which deletes it. The turn is advice between storm clients, never
-correctness: the lease on ``refs/storm/workspace`` is what keeps writes valid.
+in a row, with writes that survived the move onto the new head, takes the turn: it
+moves ``refs/storm/turn`` from the *free* value (:func:`free_commit`, the same commit
+in every clone) to a commit of its own, leased on free (the server's compare-and-
+swap: one clone wins, nobody takes it from a holder). Every push of a queue carries
+the ref unchanged and leased on free (git sends nothing for it but checks the lease
+against the server's advertisement), so while one clone holds the turn every other
+clone's push is refused, and a clone that has fetched the turn does not even push: it
+looks again as the turn's slice ends. The holder keeps it (:func:`turn_update`,
+:func:`clone_busy`) for TURN_SLICE while it is busy, and frees it in a landing push.
+A holder that went quiet or died leaves it: another clone that has seen it with the
+server's head unchanged for ``storm.remoteTurnIdle``, or at all for
+``storm.remoteTurnSeconds`` (measured on its own clock: clocks of two machines never
+decide anything), frees it with its push. ``storm.remoteTurns false``: the clone
+neither takes turns nor waits for them. The turn is advice between storm clients,
+never correctness: the lease on ``refs/storm/workspace`` is what keeps writes valid.
+See docs/remote.md, "Busy clones take turns".
 """
 from __future__ import annotations
 
