@@ -7,7 +7,7 @@ anything else there costs a remote write only speed (the queue's record) or make
 it wait or retry, and doctor moves it aside."""
 from __future__ import annotations
 
-GATE_FILE = "remote-gate"  # <stale leases in a row> <monotonic time before which no push>
+GATE_FILE = "remote-gate"  # the back-off and the turn: storm_git.remote.gate.Gate (one line)
 REBASED_FILE = "remote-rebased"  # lines "<queued commit> <the same write on a newer head> <time>"
 QUEUE_FILE = "remote-queue"  # "<tracked head> <local ref>", then "q <commit>" and "l <commit>" rows
 

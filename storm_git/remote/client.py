@@ -293,8 +293,10 @@ class RemoteWorkspace(SharedWorkspace):
 
     def _lost_round(self, may_take: bool = True) -> None:
         """After a stale lease, or with another clone's turn in the way (remote lock
-        held): back off (a clone that lost TURN_AFTER in a row takes the turn instead),
-        then fetch, so that the fetch and the next push follow each other at once."""
+        held): back off (until that turn's slice ends, when blocked; not at all when
+        about to take the turn), then fetch, so that the fetch and the next push follow
+        each other at once; after TURN_AFTER losses in a row, with writes still queued
+        on the new head, take the turn."""
         store = self.store
         gate = after_push(read_gate(store), stale=True)
         write_gate(store, gate)
@@ -332,7 +334,7 @@ class RemoteWorkspace(SharedWorkspace):
 
     def _release_turn_if_idle(self) -> None:
         """A turn this clone holds with nothing queued to push (its writes landed, were
-        dropped or given up) is freed now, not left for storm.remoteTurnSeconds to end."""
+        dropped or given up) is freed now, not left for the other clones to find idle."""
         store = self.store
         gate = read_gate(store)
         if not gate.held:
