@@ -402,6 +402,24 @@ def test_a_clone_with_turns_off_neither_waits_for_nor_touches_the_turn(tmp_path)
     assert TURN not in {ref for _o, _n, ref in push} and server_ref(srv, TURN) == held
 
 
+def test_status_says_who_holds_the_turn(tmp_path):
+    """status (text and --json) names the turn's state as the fetch it makes shows it."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "src/api.py", "A1\n")
+    code, st = storm_json(a, "status")
+    assert code == 0 and st["turn"] == "free", st
+    held = take_turn(b, srv)
+    assert "turn: held by another clone" in storm(a, "status").stdout
+    from storm_git.remote import gate
+
+    gate.write_gate(_store(b), gate.Gate(held=held, taken=time.monotonic()))
+    assert storm_json(b, "status")[1]["turn"] == "held by this clone"
+    git(a, "config", "storm.remoteTurns", "false")
+    assert storm_json(a, "status")[1]["turn"] == "not taken here (storm.remoteTurns false)"
+
+
 def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):
     """The gate is read without blocking (a FIFO there is what doctor moves aside)."""
     srv = bare(tmp_path / "proj.git")

@@ -276,6 +276,15 @@ class RemoteWorkspace(SharedWorkspace):
         """``storm.remoteTurns`` (default true): this clone takes and respects turns."""
         return self.store.config_bool(TURNS_KEY, True)
 
+    def _turn_state(self) -> str:
+        """Who holds the server's turn, as last fetched (for status)."""
+        if not self._turns():
+            return "not taken here (storm.remoteTurns false)"
+        turn = self._turn()
+        if turn is None or turn == self._free():
+            return "free"
+        return "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
+
     def _turn(self) -> pygit2.Oid | None:
         """The server's turn ref as last fetched."""
         return self.store.ref_target(tracking_ref(self.remote, TURN_REF))
@@ -637,6 +646,7 @@ class RemoteWorkspace(SharedWorkspace):
         self.refresh(notes=True)  # status reports every agent's read set
         st = super().status(**kw)
         st.extra["remote"] = self.remote
+        st.extra["turn"] = self._turn_state()
         return st
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
