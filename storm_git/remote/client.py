@@ -21,9 +21,10 @@ dropped, its writer's journal and notes put back as they were, and it validates
 again on the new head — a real conflict becomes the usual rejection. The clone
 backs off (a jittered window that doubles with each stale lease in a row), bounded
 by ``storm.remoteRetrySeconds``; a clone that keeps losing takes the turn
-(``refs/storm/turn``, :mod:`.gate`), and the other clones wait while it holds it. A verdict that pushes nothing (a rejection, a write
-that changes nothing, a reservation to wait for) is given only once the write has
-fetched, so it is always the server's verdict. The server unreachable or refusing:
+(``refs/storm/turn``, :mod:`.gate`), and the other clones wait while it holds it.
+A verdict that pushes nothing (a rejection, a write that changes nothing, a
+reservation to wait for) is given only once the write has fetched, so it is always
+the server's verdict. The server unreachable or refusing:
 the queue is dropped, everything put back, exit 3. A push whose answer was lost is
 found on the next fetch: the write's commit is then on the server's ref, and
 re-running the same write changes nothing.
@@ -127,8 +128,8 @@ class RemoteWorkspace(SharedWorkspace):
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         gate = read_gate(store)
-        turn, elsewhere = self._turn(), self._turns() and self._held_elsewhere()
-        age = turn_age(_message(store, turn), time.time()) if elsewhere and str(turn) != gate.seen else 0.0
+        turn, elsewhere = self._turn(), self._turns() and self._held_elsewhere(gate)
+        age = turn_age(store.commit(turn).message, time.time()) if elsewhere and str(turn) != gate.seen else 0.0
         seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age)
         if seen != gate:
             write_gate(store, seen)
@@ -258,7 +259,8 @@ class RemoteWorkspace(SharedWorkspace):
         """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
         if self._over_budget():
             lost = (f"moved {self._stale_now} times during one write" if self._stale_now else
-                    f"kept moving: this clone's pushes lost {self._gate().streak} leases in a row while the write waited")
+                    f"kept moving: this clone's pushes lost {self._gate().streak} leases in a row "
+                    "while the write waited")
             raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
@@ -295,10 +297,10 @@ class RemoteWorkspace(SharedWorkspace):
             self._free_oid = free_commit(self.store)
         return self._free_oid
 
-    def _held_elsewhere(self) -> bool:
+    def _held_elsewhere(self, gate: Gate) -> bool:
         """Whether the turn ref, as last fetched, is another clone's turn."""
         turn = self._turn()
-        return turn is not None and turn != self._free() and str(turn) != read_gate(self.store).held
+        return turn is not None and turn != self._free() and str(turn) != gate.held
 
     def _lost_round(self, may_take: bool = True) -> None:
         """After a stale lease, or with another clone's turn in the way (remote lock
@@ -315,13 +317,13 @@ class RemoteWorkspace(SharedWorkspace):
             self._gate_wait()
             gate = read_gate(store)
         taking = (not gate.held and gate.streak >= TURN_AFTER and may_take and self._turns()
-                  and (gate.seen or not self._held_elsewhere()))
+                  and (gate.seen or not self._held_elsewhere(gate)))
         if not taking:
             self._gate_wait()  # (a blocked clone has waited above: nothing is left)
         self._fetch_adopt()
         with flocked(store.commondir, "workspace"):
             queued = _queue(store, self.remote)[0] is not None
-        if taking and queued and not self._held_elsewhere():
+        if taking and queued and not self._held_elsewhere(read_gate(store)):
             # Taken after the fetch, only for writes that survived the move onto the new head:
             # writes dropped there (another clone changed what they read) will be judged
             # again, most of them rejected, and a turn taken for them would only hold the
@@ -383,24 +385,25 @@ class RemoteWorkspace(SharedWorkspace):
         gate = read_gate(store)
         # each writer holds its agent's write lock from before it validates until it lands
         writers = held_count(store.commondir, write_lock("")) if gate.held else 0
+        turns = self._turns()  # off: the push leaves the turn ref alone
         turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
-                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers)) \
-            if self._turns() else ("", "", "")  # (turns off: the push leaves the turn ref alone)
-        if turn is None:  # another clone's turn: the server would refuse this push
+                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers)) if turns else None
+        if turns and turn is None:  # another clone's turn: the server would refuse this push
             self.stale_leases += 1
             self._stale_now += 1
             self._lost_round()
             return
-        out = transport.push(store, self.remote, [*updates, turn] if turn[1] else updates)
+        pushed = [*updates, turn] if turn else updates
+        out = transport.push(store, self.remote, pushed)
         self.pushes += 1
         if out.ok:
             with flocked(store.commondir, "workspace"):
-                for src, dst, _lease in [*updates, turn] if turn[1] else updates:
+                for src, dst, _lease in pushed:
                     _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
                 _record_landing(store, base, tip)
             self.batched += count - 1
             self._fresh = True
-            kept = bool(gate.held) and turn[0] == gate.held
+            kept = bool(gate.held) and turn is not None and turn[0] == gate.held
             self._kept_turn = kept and writers >= 2  # see _free_turn_if_idle_after
             if kept and not self._exit_hook:
                 # a lone writer kept it (writing back to back); a process that ends holding
@@ -543,16 +546,10 @@ class RemoteWorkspace(SharedWorkspace):
         return res
 
     def _free_turn_at_exit(self) -> None:
-        """At the exit of a process whose landing kept the clone's turn: free it if no
-        writer of the clone is under way (best effort: a process killed before this
-        leaves the turn to the other clones' storm.remoteTurnIdle)."""
+        """At the exit of a process whose landing kept the clone's turn (best effort: a
+        process killed before this leaves the turn to the other clones' idle rule)."""
         try:
-            store = self.store
-            if not read_gate(store).held or held_count(store.commondir, write_lock("")):
-                return
-            with exchanging(store, wait=False) as idle:
-                if idle:
-                    self._release_turn_if_idle()
+            self._free_turn_if_no_writer()
         except (StormError, OSError, pygit2.GitError):
             pass  # the process is ending: the turn is advice, the other clones free it when idle
 
@@ -564,8 +561,13 @@ class RemoteWorkspace(SharedWorkspace):
         writers are back at their next write by then, and the turn stays."""
         self._kept_turn = False
         time.sleep(TURN_GRACE)
+        self._free_turn_if_no_writer()
+
+    def _free_turn_if_no_writer(self) -> None:
+        """Free the clone's turn if it holds one and no writer of the clone is under way
+        (nor a push of it in flight)."""
         store = self.store
-        if held_count(store.commondir, write_lock("")) or not read_gate(store).held:
+        if not read_gate(store).held or held_count(store.commondir, write_lock("")):
             return
         with exchanging(store, wait=False) as idle:
             if idle:
@@ -745,9 +747,12 @@ class _QueueRecord:
 
     tracked: pygit2.Oid
     local: pygit2.Oid
-    queued: frozenset[pygit2.Oid]
     order: tuple[pygit2.Oid, ...]  # the queued commits, oldest first
     landed: frozenset[pygit2.Oid] = frozenset()
+    queued: frozenset[pygit2.Oid] = field(init=False)  # ``order`` as a set, for the writers' lookups
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queued", frozenset(self.order))
 
 
 def _queue_path(store: Store) -> str:
@@ -775,7 +780,7 @@ def _record_for(store: Store, tracked: pygit2.Oid | None, local: pygit2.Oid | No
         landed = frozenset(pygit2.Oid(hex=r[2:]) for r in rows if r.startswith("l "))
     except (OSError, ValueError):  # not a file, torn by hand: walk instead
         return None
-    return _QueueRecord(tracked, local, frozenset(queued), tuple(queued), landed)
+    return _QueueRecord(tracked, local, tuple(queued), landed)
 
 
 def _put_queue_record(store: Store, tracked: pygit2.Oid | None, local: pygit2.Oid | None,
@@ -1085,15 +1090,6 @@ def _learn_writers(store: Store, remote: str) -> None:
     except (KeyError, ValueError, pygit2.GitError):
         return  # the local ref names a commit that is gone (a hand-made repair): nothing to learn from
     record_seen(store.commondir, names)
-
-
-def _message(store: Store, oid: pygit2.Oid | None) -> str:
-    """The message of commit ``oid`` ("" when it is not a commit here)."""
-    try:
-        obj = store.repo[oid] if oid is not None else None
-    except (KeyError, ValueError):
-        return ""
-    return obj.message if isinstance(obj, pygit2.Commit) else ""
 
 
 def _force(store: Store, name: str, oid: pygit2.Oid) -> None:

@@ -119,8 +119,8 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     """The gate after a push: a landed push resets the back-off (and ended this clone's
     turn, unless it ``kept`` it); a stale lease doubles the window (none while this
     clone holds the turn: its pushes go first). Blocked by another clone's turn, the
-    clone looks again just after that turn's slice ends (timed from its first sight of
-    the turn, so never early), if that comes before its window does: the handover
+    clone looks again just after that turn's slice ends (timed from when it was taken:
+    ``since``, see after_fetch), if that comes before its window does: the handover
     then happens when the turn is freed, not up to BACKOFF_CAP later."""
     if not stale:
         now = time.monotonic()
@@ -217,5 +217,6 @@ def turn_commit(store: Store) -> pygit2.Oid:
     is the holder's name, unique to one taking."""
     repo = store.repo
     sig = pygit2.Signature("git storm", "storm@localhost", int(time.time()), 0)
-    msg = f"{TURN_MESSAGE}\n\nStorm-Turn: {socket.gethostname()} {os.getpid()} {time.time_ns()} {random.getrandbits(32):08x}\n"
+    stamp = f"{socket.gethostname()} {os.getpid()} {time.time_ns()} {random.getrandbits(32):08x}"
+    msg = f"{TURN_MESSAGE}\n\nStorm-Turn: {stamp}\n"  # turn_age reads the time (third field)
     return repo.create_commit(None, sig, sig, msg, repo.TreeBuilder().write(), [])

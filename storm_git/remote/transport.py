@@ -210,40 +210,18 @@ def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]]) 
     """One ``git push --atomic --porcelain``: ``updates`` are (source oid, destination
     ref, lease). A lease is the oid the server must still have ("" = must be absent);
     None pushes without force (the server refuses a non-fast-forward)."""
-    return PendingPush(store, remote, updates).wait()
-
-
-class PendingPush:
-    """A :func:`push` started in the background, so that a fetch can run beside it."""
-
-    def __init__(self, store: Store, remote: str, updates: list[tuple[str, str, str | None]]) -> None:
-        check_remote(store, remote)
-        args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
-        args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
-        args.append(remote)
-        args += [f"{src}:{dst}" for src, dst, _lease in updates]
-        env = git_env(GIT_TERMINAL_PROMPT="0", GIT_SSH_COMMAND=git_env().get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"))
-        self._proc = subprocess.Popen(["git", *args], cwd=store.main_workdir, env=env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def wait(self) -> PushOutcome:
-        try:
-            stdout, stderr = self._proc.communicate(timeout=PUSH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.communicate()
-            raise Unreachable(f"git push took more than {PUSH_TIMEOUT:.0f}s",
-                              hint="check the network and the server, then retry") from None
-        except BaseException:
-            self._proc.kill()
-            self._proc.communicate()
-            raise
-        out = PushOutcome(self._proc.returncode, stderr=stderr.decode("utf-8", "replace"))
-        for line in stdout.decode("utf-8", "replace").splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 3 and ":" in parts[1]:
-                out.refs[parts[1].split(":", 1)[1]] = (parts[0], parts[2])
-        return out
+    check_remote(store, remote)
+    args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
+    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
+    args.append(remote)
+    args += [f"{src}:{dst}" for src, dst, _lease in updates]
+    r = _git(store, args, PUSH_TIMEOUT)
+    out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
+    for line in r.stdout.decode("utf-8", "replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and ":" in parts[1]:
+            out.refs[parts[1].split(":", 1)[1]] = (parts[0], parts[2])
+    return out
 
 
 def describe_failure(out: PushOutcome) -> str:
