@@ -368,7 +368,8 @@ def test_the_age_of_a_turn_is_read_from_its_commit_within_its_slice():
 def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     """Blocked (another clone's turn seen), the clone's next look is just after that
     turn's slice would end, counted from its first sight, when that comes before its
-    back-off window; never before the window otherwise."""
+    back-off window; past the slice's end (the handover is due at the holder's next
+    landing) it looks again within TURN_POLL, not a whole window later."""
     from storm_git.remote import gate
 
     now = [100.0]
@@ -379,8 +380,8 @@ def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     assert g.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 6 and g.streak == 6
     longer = gate.after_push(replace(seen, streak=11), stale=True)  # losing longer: it looks sooner
     assert longer.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 12 < g.until
-    now[0] = 101.8  # past that: the window as usual
-    assert gate.after_push(seen, stale=True).until == 101.8 + gate.BACKOFF_CAP
+    now[0] = 101.8  # past that: soon, not the 2 s window
+    assert gate.after_push(seen, stale=True).until == 101.8 + gate.TURN_POLL[1] < 101.8 + gate.BACKOFF_CAP
     fresh = gate.Gate(streak=1, seen="2" * 40, since=101.7)  # window 0.4 s: earlier than the slice's end
     assert gate.after_push(fresh, stale=True).until == 101.8 + 0.4
 

@@ -64,8 +64,9 @@ from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
-                   TURN_SECONDS, TURNS_KEY, Gate, after_fetch, after_push, clone_busy, free_commit, read_gate,
-                   turn_age, turn_commit, turn_update, write_gate)
+                   TURN_SECONDS, TURNS_KEY, WAITING_PREFIX, Gate, after_fetch, after_push, clone_busy, clone_id,
+                   free_commit, next_in_line, read_gate, turn_age, turn_commit, turn_for, turn_update,
+                   waiting_commit, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -107,6 +108,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._kept_turn = False  # this process's last landing push kept the clone's turn
         self._exit_hook = False  # _free_turn_at_exit is registered
         self._free_oid: pygit2.Oid | None = None
+        self._cid: str | None = None
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True, agent: str | None = None, notes: bool = False) -> pygit2.Oid:
@@ -128,9 +130,13 @@ class RemoteWorkspace(SharedWorkspace):
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         gate = read_gate(store)
-        turn, elsewhere = self._turn(), self._turns() and self._held_elsewhere(gate)
-        age = turn_age(store.commit(turn).message, time.time()) if elsewhere and str(turn) != gate.seen else 0.0
-        seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age)
+        turn, turns = self._turn(), self._turns()
+        new = turns and turn is not None and str(turn) not in (gate.held, gate.seen) and turn != self._free()
+        message = store.commit(turn).message if new else ""
+        handed = new and turn_for(message) is not None and turn_for(message) == self._id()  # handed to this clone
+        elsewhere = turns and not handed and self._held_elsewhere(gate)
+        age = turn_age(message, time.time()) if new else 0.0
+        seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age, handed)
         if seen != gate:
             write_gate(store, seen)
         with flocked(store.commondir, "workspace"):
@@ -138,6 +144,8 @@ class RemoteWorkspace(SharedWorkspace):
             self.rebased += _rebase_queue(store, self.remote)
             adopt_tracking(store, self.remote)
             _put_queue_record(store, _tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
+        if handed:
+            self._release_turn_if_idle()  # handed a turn with nothing to write: on to the next in line
 
     def _own_notes(self, agent: str | None) -> list[str]:
         """Whose notes a read (or edit, rm, exec, adopt, release) of ``agent`` fetches:
@@ -279,13 +287,18 @@ class RemoteWorkspace(SharedWorkspace):
         return self.store.config_bool(TURNS_KEY, True)
 
     def _turn_state(self) -> str:
-        """Who holds the server's turn, as last fetched (for status)."""
+        """Who holds the server's turn, and how many clones wait in line, as last
+        fetched (for status)."""
         if not self._turns():
             return "not taken here (storm.remoteTurns false)"
         turn = self._turn()
         if turn is None or turn == self._free():
-            return "free"
-        return "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
+            state = "free"
+        else:
+            state = "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
+        prefix = tracking_ref(self.remote, WAITING_PREFIX)
+        line = sum(1 for r in self.store.repo.references if r.startswith(prefix))
+        return f"{state}; {line} clone{'s' if line != 1 else ''} waiting" if line else state
 
     def _turn(self) -> pygit2.Oid | None:
         """The server's turn ref as last fetched."""
@@ -296,6 +309,70 @@ class RemoteWorkspace(SharedWorkspace):
         if self._free_oid is None:
             self._free_oid = free_commit(self.store)
         return self._free_oid
+
+    def _id(self) -> str | None:
+        """This clone's id in the server's line (gate.clone_id), read once per process."""
+        if self._cid is None:
+            self._cid = clone_id(self.store) or ""
+        return self._cid or None
+
+    def _join_line(self) -> None:
+        """Blocked by another clone's turn (remote lock held): put this clone in the line
+        once per wait (``refs/storm/waiting/<id>``: a holder hands its turn on along it)."""
+        cid = self._id()
+        if cid is None:
+            return
+        ref = WAITING_PREFIX + cid
+        if self.store.ref_target(tracking_ref(self.remote, ref)) is not None:
+            return  # in the line already, as last fetched
+        oid = waiting_commit(self.store, cid)
+        try:
+            out = transport.push(self.store, self.remote, [(str(oid), ref, None)])
+        except Unreachable:
+            return
+        if out.ok:
+            with flocked(self.store.commondir, "workspace"):
+                _force(self.store, tracking_ref(self.remote, ref), oid)
+
+    def _line_exits(self, turn: tuple[str, str, str] | None) -> list[tuple[str, str, str]]:
+        """Deletions of waiting refs a push carries with its turn update ``turn``: this
+        clone's own (a push that lands serves it: it joins again when next blocked),
+        and, when the push frees a turn handed to a clone that never used it, that
+        clone's (leased on its fixed value: a clone that joined the line again
+        meanwhile is taken out all the same, and joins again when next blocked)."""
+        store, out = self.store, []
+        cid = self._id()
+        if cid:
+            out.append(cid)
+        current = self._turn()
+        if turn is not None and current is not None and current != self._free() and turn[2] == str(current) \
+                and turn[0] == str(self._free()) and str(current) != read_gate(store).held:
+            other = turn_for(store.commit(current).message)
+            if other and other != cid:
+                out.append(other)
+        return [("", WAITING_PREFIX + c, str(waiting_commit(store, c))) for c in out
+                if store.ref_target(tracking_ref(self.remote, WAITING_PREFIX + c)) is not None]
+
+    def _let_go(self) -> tuple[str, bool]:
+        """The value a holder gives the turn as it lets it go: handed to the next clone in
+        the line after this one (a turn commit naming it), or free when nobody waits
+        (or the line cannot be read). Second: whether it was handed."""
+        try:
+            waiting = transport.list_refs(self.store, self.remote, WAITING_PREFIX + "*")
+        except Unreachable:
+            return str(self._free()), False
+        to = next_in_line([r[len(WAITING_PREFIX):] for r in waiting], self._id() or "")
+        if to is None:
+            return str(self._free()), False
+        return str(turn_commit(self.store, to)), True
+
+    def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
+        """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
+        for src, dst, _lease in pushed:
+            if src:
+                _force(self.store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
+            elif self.store.ref(tracking_ref(self.remote, dst)) is not None:
+                self.store.repo.references.delete(tracking_ref(self.remote, dst))
 
     def _held_elsewhere(self, gate: Gate) -> bool:
         """Whether the turn ref, as last fetched, is another clone's turn."""
@@ -312,8 +389,9 @@ class RemoteWorkspace(SharedWorkspace):
         gate = after_push(read_gate(store), stale=True)
         write_gate(store, gate)
         if gate.seen and not gate.held and self._turns():
-            # blocked by another clone's turn: look again once it may be over, and try to take
-            # it then (below, after that fetch)
+            # blocked by another clone's turn: join the line, look again once it may be over
+            # (handed this clone's turn, or free: taken below, after that fetch)
+            self._join_line()
             self._gate_wait()
             gate = read_gate(store)
         taking = (not gate.held and gate.streak >= TURN_AFTER and may_take and self._turns()
@@ -323,7 +401,8 @@ class RemoteWorkspace(SharedWorkspace):
         self._fetch_adopt()
         with flocked(store.commondir, "workspace"):
             queued = _queue(store, self.remote)[0] is not None
-        if taking and queued and not self._held_elsewhere(read_gate(store)):
+        after = read_gate(store)
+        if taking and queued and not after.held and not self._held_elsewhere(after):
             # Taken after the fetch, only for writes that survived the move onto the new head:
             # writes dropped there (another clone changed what they read) will be judged
             # again, most of them rejected, and a turn taken for them would only hold the
@@ -354,15 +433,23 @@ class RemoteWorkspace(SharedWorkspace):
             idle = _queue(store, self.remote)[0] is None
         if not idle:
             return
+        value, handed = self._let_go()
+        turn = (value, TURN_REF, gate.held)
+        pushed = [turn, *self._line_exits(turn)]
         try:
-            out = transport.push(store, self.remote, [(str(self._free()), TURN_REF, gate.held)])
+            out = transport.push(store, self.remote, pushed)
         except Unreachable:
             return
         if out.ok:
             with flocked(store.commondir, "workspace"):
-                _force(store, tracking_ref(self.remote, TURN_REF), self._free())
+                self._after_landing(pushed)
         if out.ok or out.stale(TURN_REF):
-            write_gate(store, replace(read_gate(store), held="", taken=0.0))
+            gate = replace(read_gate(store), held="", taken=0.0)
+            if out.ok and handed:  # the next clone's turn: seen from now, as if fetched
+                now = time.monotonic()
+                gate = replace(gate, seen=value, since=now, head=str(_tracked_head(store, self.remote) or ""),
+                               still=now)
+            write_gate(store, gate)
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
         with flocked(self.store.commondir, "workspace"):
@@ -393,13 +480,16 @@ class RemoteWorkspace(SharedWorkspace):
             self._stale_now += 1
             self._lost_round()
             return
-        pushed = [*updates, turn] if turn else updates
+        handed = False
+        if turn is not None and gate.held and turn[0] != gate.held:  # letting it go: to the next in line?
+            value, handed = self._let_go()
+            turn = (value, TURN_REF, gate.held)
+        pushed = [*updates, turn, *self._line_exits(turn)] if turn else updates
         out = transport.push(store, self.remote, pushed)
         self.pushes += 1
         if out.ok:
             with flocked(store.commondir, "workspace"):
-                for src, dst, _lease in pushed:
-                    _force(store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
+                self._after_landing(pushed)
                 _record_landing(store, base, tip)
             self.batched += count - 1
             self._fresh = True
@@ -410,18 +500,24 @@ class RemoteWorkspace(SharedWorkspace):
                 # the clone's turn (a CLI write, a script's last write) frees it as it goes
                 self._exit_hook = True
                 atexit.register(self._free_turn_at_exit)
-            write_gate(store, after_push(gate, stale=False, kept=kept))
-            if gate.held and not kept and clone_busy(gate, writers):
+            after = after_push(gate, stale=False, kept=kept)
+            if handed:  # the next clone's turn: seen from now (this clone waits like the others)
+                now = time.monotonic()
+                after = replace(after, seen=turn[0], since=now, head=str(tip), still=now)
+            write_gate(store, after)
+            if gate.held and not kept and not handed and clone_busy(gate, writers):
                 # the slice is over (not the clone's work): a waiting clone takes the turn and
                 # fetches now; a push of this clone in flight meanwhile would land after that
                 # fetch and cost it another
                 time.sleep(TURN_PAUSE)
             return
         moved = out.stale(WORKSPACE_REF) or out.lost_race
-        if moved or out.stale(TURN_REF):
+        line = any(out.stale(dst) for _src, dst, _lease in pushed if dst.startswith(WAITING_PREFIX))
+        if moved or out.stale(TURN_REF) or line:
             # another machine wrote (or holds the turn): its head replaces the queue,
             # every queued write is validated again. Refused by the turn alone: another
-            # clone has just taken it, this one does not take it over.
+            # clone has just taken it, this one does not take it over. (A waiting ref
+            # that another clone took out of the line meanwhile: the fetch shows it.)
             self.stale_leases += 1
             self._stale_now += 1
             self._lost_round(may_take=moved)

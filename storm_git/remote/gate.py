@@ -26,7 +26,20 @@ A holder that went quiet or died leaves it: another clone that has seen it with 
 server's head unchanged for ``storm.remoteTurnIdle``, or at all for
 ``storm.remoteTurnSeconds`` (measured on its own clock: clocks of two machines never
 decide anything), frees it with its push. ``storm.remoteTurns false``: the clone
-neither takes turns nor waits for them. The turn is advice between storm clients,
+neither takes turns nor waits for them.
+
+**The line.** Freed, a turn went to whichever waiting clone pushed first, and a clone
+could lose every handover of a run (writes waiting 30-42 s in 20-30 s windows, with
+others landing every slice). So a clone blocked by another's turn puts its name in
+the line (``refs/storm/waiting/<clone id>``, :func:`waiting_commit`: one push per
+wait), and a holder that lets its turn go *hands* it to the next clone in the line
+after its own id, cyclically (:func:`next_in_line`): a turn commit that names that
+clone (``Storm-Turn-For``, :func:`turn_commit`). That clone adopts it at its next
+fetch, without a push of its own, and leaves the line with its first push; every
+other clone sees a turn held and waits. Round robin by id, not by time: no clock
+of another machine orders anything, and each waiting clone is served within one
+slice of each other waiting clone. A clone handed a turn that it never uses (dead,
+or gone quiet) is freed by the idle rule, and leaves the line with that push. The turn is advice between storm clients,
 never correctness: the lease on ``refs/storm/workspace`` is what keeps writes valid.
 See docs/remote.md, "Busy clones take turns".
 """
@@ -34,14 +47,15 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import time
 from dataclasses import dataclass, replace
 
 import pygit2
 
-from ..core.files import NotRegularFile, read_own, replace_file
-from ..core.remote_state import GATE_FILE
+from ..core.files import NotRegularFile, read_own, remove_quietly, replace_file
+from ..core.remote_state import CLONE_FILE, GATE_FILE
 from ..core.store import Store
 
 BACKOFF_BASE = 0.1
@@ -58,6 +72,9 @@ TURNS_KEY = "storm.remoteTurns"  # false: this clone neither takes turns nor wai
 TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged is taken over
 TURN_KEY = "storm.remoteTurnSeconds"
 TURN_MESSAGE = "storm turn"
+WAITING_PREFIX = "refs/storm/waiting/"  # + clone id: that clone waits for a turn
+TURN_POLL = (0.1, 0.2)  # blocked past the slice's end (the handover is due): look again this often
+_CLONE_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
 @dataclass(frozen=True)
@@ -136,22 +153,30 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
         ends = gate.since + TURN_SLICE + 0.15 + random.uniform(0, 0.2 / streak)
         if now < ends < until:
             until = ends
+        elif ends <= now:  # the slice is over: its holder hands the turn on at its next landing
+            until = min(until, now + random.uniform(*TURN_POLL))
     return replace(gate, streak=streak, until=until)
 
 
 def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head: pygit2.Oid | None,
-                age: float = 0.0) -> Gate:
+                age: float = 0.0, handed: bool = False) -> Gate:
     """The gate once a fetch showed the server's turn ref and head: a turn this clone
-    held and no longer sees was taken over; another clone's turn is timed from the
+    held and no longer sees was taken over; a turn ``handed`` to this clone is its own
+    from now, its slice timed from the handover (``age`` ago); another clone's turn is
+    timed from the
     first fetch that showed it (``since``), less its ``age`` then (turn_age: how long
     ago its holder took it, by the holder's clock), and from the first fetch that
     showed it with the server's head where it is now (``still``: its holder has
     landed nothing since)."""
     value = str(turn) if turn is not None else ""
+    now = time.monotonic()
+    if handed and gate.held != value:  # (it takes the turn to write: a burst starts, as at a take)
+        return replace(gate, until=0.0, held=value, taken=now - age, seen="", since=0.0, head="", still=0.0,
+                       landed=now)
     g = gate if gate.held and gate.held == value else replace(gate, held="", taken=0.0)
     if not held_elsewhere:
         return replace(g, seen="", since=0.0, head="", still=0.0)
-    now, where = time.monotonic(), str(head or "")
+    where = str(head or "")
     since = g.since if g.seen == value else now - age
     still = g.still if g.seen == value and g.head == where else now
     return replace(g, seen=value, since=since, head=where, still=still)
@@ -212,11 +237,71 @@ def turn_age(message: str, now: float) -> float:
     return min(max(now - taken, 0.0), TURN_SLICE)
 
 
-def turn_commit(store: Store) -> pygit2.Oid:
+def turn_commit(store: Store, to: str | None = None) -> pygit2.Oid:
     """A commit of its own for this clone's turn (an empty tree, no parent): its id
-    is the holder's name, unique to one taking."""
+    is the holder's name, unique to one taking. ``to``: the clone id it is handed to
+    (``Storm-Turn-For``: that clone holds it from its next fetch)."""
     repo = store.repo
     sig = pygit2.Signature("git storm", "storm@localhost", int(time.time()), 0)
     stamp = f"{socket.gethostname()} {os.getpid()} {time.time_ns()} {random.getrandbits(32):08x}"
     msg = f"{TURN_MESSAGE}\n\nStorm-Turn: {stamp}\n"  # turn_age reads the time (third field)
+    if to is not None:
+        msg += f"Storm-Turn-For: {to}\n"
     return repo.create_commit(None, sig, sig, msg, repo.TreeBuilder().write(), [])
+
+
+def turn_for(message: str) -> str | None:
+    """The clone id a turn commit was handed to (None: taken, not handed)."""
+    for line in message.splitlines():
+        if line.startswith("Storm-Turn-For: "):
+            cid = line.split(": ", 1)[1].strip()
+            return cid if _CLONE_ID.match(cid) else None
+    return None
+
+
+def waiting_commit(store: Store, cid: str) -> pygit2.Oid:
+    """The value of ``WAITING_PREFIX + cid``: fixed bytes (time 0), so that any clone
+    knows it without a fetch and can lease on it when it takes a dead clone out."""
+    repo = store.repo
+    sig = pygit2.Signature("git storm", "storm@localhost", 0, 0)
+    return repo.create_commit(None, sig, sig, f"{TURN_MESSAGE}: {cid} waits\n", repo.TreeBuilder().write(), [])
+
+
+def next_in_line(waiting: list[str], own: str) -> str | None:
+    """The clone a holder ``own`` hands its turn to: the first waiting id after its own,
+    cyclically (round robin: each waiting clone is served once before any twice)."""
+    line = sorted(set(w for w in waiting if w != own and _CLONE_ID.match(w)))
+    if not line:
+        return None
+    return next((w for w in line if w > own), line[0])
+
+
+def clone_id(store: Store) -> str | None:
+    """This clone's id (``CLONE_FILE``), made once: 16 random hex digits, linked into
+    place whole (two processes of a new clone agree on the first one; none reads a
+    half-written id). None when the path is not a regular file (doctor moves it
+    aside): the clone then keeps out of the line and takes turns as they come."""
+    path = os.path.join(store.commondir, "storm", CLONE_FILE)
+    for _ in range(3):
+        try:
+            raw = read_own(path)
+        except (NotRegularFile, OSError):
+            return None
+        cid = (raw or b"").decode("ascii", "replace").strip()
+        if _CLONE_ID.match(cid):
+            return cid
+        tmp = f"{path}.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(f"{random.getrandbits(64):016x}\n".encode("ascii"))
+            if raw is None:
+                os.link(tmp, path)  # FileExistsError: another process made it first
+            else:  # edited by hand: a new id (the old one's place in the line is freed as idle)
+                os.replace(tmp, path)
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        finally:
+            remove_quietly(tmp)
+    return None

@@ -118,6 +118,22 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
                           hint="check that the server is up and reachable, then retry; nothing was changed")
 
 
+def list_refs(store: Store, remote: str, pattern: str) -> dict[str, str]:
+    """The server's refs matching ``pattern`` (``git ls-remote``): name -> oid. One
+    round trip, no objects: what a holder asks before it hands its turn on."""
+    url = check_remote(store, remote)
+    r = _git(store, ["ls-remote", remote, pattern], FETCH_TIMEOUT, protocol_args(store, url))
+    if r.returncode != 0:
+        raise Unreachable(f"cannot list {pattern} on {remote} ({url}): {_first_line(r.stderr)}",
+                          hint="check that the server is up and reachable, then retry; nothing was changed")
+    out: dict[str, str] = {}
+    for line in r.stdout.decode("utf-8", "replace").splitlines():
+        oid, _tab, ref = line.partition("\t")
+        if ref:
+            out[ref.strip()] = oid.strip()
+    return out
+
+
 def _missing_ref(stderr: bytes) -> str | None:
     """The ref a fetch failed on because the server does not have it."""
     m = re.search(rb"couldn't find remote ref (\S+)", stderr)

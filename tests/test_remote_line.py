@@ -1,0 +1,241 @@
+"""The line for the turn on a remote (storm_git.remote.gate, "The line"): a clone
+blocked by another clone's turn puts its id in ``refs/storm/waiting/``; a holder
+that lets its turn go hands it to the next clone in the line after its own id
+(round robin), which adopts it at its next fetch. Real servers and clones; the
+server's pre-receive hook logs every update it is asked for."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import git, start_write, storm
+from test_remote import bare, clone, seed, server_log
+from test_remote_turn import (TURN, _store, free_value, landing_log, pushes, server_ref, take_turn, turn_updates,
+                              write)
+
+WAITING = "refs/storm/waiting/"
+
+
+def cid(repo: Path) -> str:
+    from storm_git.remote import gate
+
+    out = gate.clone_id(_store(repo))
+    assert out is not None
+    return out
+
+
+def message(repo: Path, oid: str) -> str:
+    return git(repo, "cat-file", "commit", oid).stdout.decode()
+
+
+def handed_to(repo: Path, oid: str) -> str | None:
+    from storm_git.remote import gate
+
+    return gate.turn_for(message(repo, oid))
+
+
+def wait_for(predicate, seconds: float = 20.0) -> None:
+    end = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_round_robin_after_the_holders_own_id():
+    """The next in line is the first waiting id after the holder's, cyclically; the
+    holder itself and ids that are not clone ids are never handed a turn."""
+    from storm_git.remote.gate import next_in_line
+
+    a, b, c, d = "1" * 16, "5" * 16, "9" * 16, "d" * 16
+    assert next_in_line([c, a, d], b) == c
+    assert next_in_line([a, c], d) == a  # past the last id: round to the first
+    assert next_in_line([b, a], b) == a  # its own entry is not a waiter
+    assert next_in_line([b], b) is None and next_in_line([], b) is None
+    assert next_in_line(["../x", "ABC", c], a) == c
+    # served in turn: every waiting clone before any twice
+    order, holder, line = [], a, {b, c, d}
+    for _ in range(6):
+        holder = next_in_line(sorted(line | {a}), holder)
+        order.append(holder)
+    assert order == [b, c, d, a, b, c]
+
+
+def test_turn_commits_name_whom_they_were_handed_to(tmp_path):
+    """A taken turn names nobody, a handed one its clone; the line's value for a clone
+    is the same commit in every clone (a dead clone is taken out by lease on it)."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    sa, sb = _store(a), _store(b)
+    assert gate.turn_for(sa.commit(gate.turn_commit(sa)).message) is None
+    handed = gate.turn_commit(sa, "0123456789abcdef")
+    assert gate.turn_for(sa.commit(handed).message) == "0123456789abcdef"
+    assert gate.turn_age(sa.commit(handed).message, time.time()) < 1.0  # its time still reads
+    assert gate.turn_for("storm turn\n\nStorm-Turn-For: ../../x\n") is None
+    assert gate.waiting_commit(sa, "0123456789abcdef") == gate.waiting_commit(sb, "0123456789abcdef")
+    assert gate.waiting_commit(sa, "0123456789abcdef") != gate.waiting_commit(sa, "fedcba9876543210")
+
+
+def test_a_clone_id_is_made_once_and_agreed_on_by_concurrent_processes(tmp_path):
+    """Eight processes of a new clone ask for its id at once: one id, written whole.
+    An id edited into something else is replaced; a directory at its path leaves the
+    clone out of the line (None), and doctor moves it aside (test_corrupt_state)."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    path = a / ".git" / "storm" / "remote-clone"
+    path.unlink(missing_ok=True)
+    code = ("import sys; from storm_git.core.store import Store; from storm_git.remote import gate; "
+            "print(gate.clone_id(Store.discover(sys.argv[1])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(a)], stdout=subprocess.PIPE) for _ in range(8)]
+    ids = {p.communicate(timeout=60)[0].decode().strip() for p in procs}
+    assert len(ids) == 1 and ids == {path.read_text().strip()}, ids
+    [first] = ids
+    assert len(first) == 16 and int(first, 16) >= 0
+    assert gate.clone_id(_store(a)) == first  # stable
+    path.write_text("not an id\n")
+    new = gate.clone_id(_store(a))
+    assert new and new != first and path.read_text().strip() == new
+    path.unlink()
+    path.mkdir()
+    assert gate.clone_id(_store(a)) is None
+
+
+def test_a_holder_hands_its_turn_along_the_line_and_the_last_frees_it(tmp_path):
+    """b holds the turn; a's and c's writes are blocked and both join the line (status
+    counts them). b's next landing lets the turn go: it hands it to the next clone
+    in the line after b's id (a turn commit naming it), which adopts it at its next
+    look, lands, leaves the line and, as its process ends, hands the turn to the
+    other; that one lands and, nobody left in the line, frees it. Each write lands
+    once; the line is empty at the end."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    c = clone(tmp_path, f"file://{srv}", "c")
+    write(a, "eng_a", "README.md", "A0\n")  # the turn exists, free
+    for repo, agent, path in ((a, "eng_a", "src/api.py"), (c, "eng_c", "src/util.py")):
+        git(repo, "config", "storm.remoteTurnIdle", "60")  # b's turn is not freed as idle here
+        assert storm(repo, "read", path, agent=agent).returncode == 0
+    mine = take_turn(b, srv)
+    gate.write_gate(_store(b), gate.Gate(held=mine, taken=time.monotonic(), landed=time.monotonic() - 5))
+    log = landing_log(srv)
+    before = len(server_log(srv))
+    pa = start_write(a, "eng_a", "src/api.py", "A1\n", "--json")
+    pc = start_write(c, "eng_c", "src/util.py", "C1\n", "--json")
+    ids = {cid(a): "a", cid(c): "c"}
+    wait_for(lambda: all(server_ref(srv, WAITING + i) for i in ids))
+    assert pa.poll() is None and pc.poll() is None  # both blocked: nothing of theirs landed
+    assert len(server_log(srv)) == before
+    assert "held by this clone; 2 clones waiting" in storm(b, "status").stdout
+    write(b, "eng_b", "docs/b.md", "B1\n")  # a lone writer after a pause: its landing lets go
+    first = gate.next_in_line(list(ids), cid(b))
+    second = next(i for i in ids if i != first)
+    for p in (pa, pc):
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode()
+    updates = turn_updates(log)
+    assert updates[0] == (mine, updates[0][1]) and handed_to(srv, updates[0][1]) == first, updates
+    assert updates[1][0] == updates[0][1] and handed_to(srv, updates[1][1]) == second, updates
+    assert updates[2] == (updates[1][1], free_value(b)) and len(updates) == 3, updates
+    assert len(server_log(srv)) == before + 3  # b's, then the first's, then the second's write
+    subjects = [message(srv, x) for x in server_log(srv)[:3]]
+    order = {"a": "eng_a", "c": "eng_c"}
+    assert [order[ids[second]] in subjects[0], order[ids[first]] in subjects[1], "eng_b" in subjects[2]] == [True] * 3
+    # each clone left the line with its landing push
+    waits = [(old, new, ref) for push in pushes(log) for old, new, ref in push if ref.startswith(WAITING)]
+    assert sorted(ref for old, _n, ref in waits if old == "0" * 40) == sorted(WAITING + i for i in ids)
+    assert sorted(ref for _o, new, ref in waits if new == "0" * 40) == sorted(WAITING + i for i in ids)
+    assert not any(server_ref(srv, WAITING + i) for i in ids)
+    assert gate.read_gate(_store(a)).held == gate.read_gate(_store(c)).held == ""
+
+
+def test_a_turn_handed_to_a_clone_that_never_uses_it_is_freed_and_that_clone_leaves_the_line(tmp_path):
+    """The turn handed to a clone that died waiting: another clone that sees it with the
+    server's head unchanged for storm.remoteTurnIdle frees it in its landing push, and
+    takes the dead clone out of the line in the same push (else every holder would
+    hand it the turn again)."""
+    from storm_git.remote import gate, transport
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    dead = "0123456789abcdef"
+    sb = _store(b)
+    handed = str(gate.turn_commit(sb, dead))
+    out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
+                                        (str(gate.waiting_commit(sb, dead)), WAITING + dead, "")])
+    assert out.ok, out
+    git(a, "config", "storm.remoteTurnIdle", "0.5")
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    log = landing_log(srv)
+    t0 = time.monotonic()
+    write(a, "eng_a", "src/api.py", "A1\n")
+    assert time.monotonic() - t0 >= 0.5  # it waited: a handed turn holds other clones up
+    [landing] = [p for p in pushes(log) if any(ref == "refs/storm/workspace" for _o, _n, ref in p)]
+    assert (handed, free_value(a), TURN) in landing
+    assert (str(gate.waiting_commit(sb, dead)), "0" * 40, WAITING + dead) in landing
+    assert server_ref(srv, WAITING + dead) is None
+
+
+def test_a_clone_handed_a_turn_with_nothing_to_write_passes_it_on_at_its_next_fetch(tmp_path):
+    """A clone in the line whose writes were given up or landed meanwhile is handed the
+    turn: the next fetch of any of its commands (here a read) adopts it and, nothing
+    queued, lets it go at once -- free, nobody else waiting -- and leaves the line."""
+    from storm_git.remote import gate, transport
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    sb, ida = _store(b), cid(a)
+    handed = str(gate.turn_commit(sb, ida))
+    out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
+                                        (str(gate.waiting_commit(sb, ida)), WAITING + ida, "")])
+    assert out.ok, out
+    log = landing_log(srv)
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    assert pushes(log) == [[(handed, free_value(a), TURN), (str(gate.waiting_commit(sb, ida)), "0" * 40, WAITING + ida)]]
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
+@pytest.mark.parametrize("edit", ["turns-off", "no-id"])
+def test_a_clone_out_of_the_line_is_never_handed_a_turn(tmp_path, edit):
+    """With storm.remoteTurns false, or without a clone id (a directory in its place),
+    a blocked clone does not join the line (it takes turns as they come, or ignores
+    them), so a holder letting go frees the turn instead of handing it over."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    if edit == "turns-off":
+        git(a, "config", "storm.remoteTurns", "false")
+    else:
+        path = a / ".git" / "storm" / "remote-clone"
+        path.unlink(missing_ok=True)
+        path.mkdir()
+    git(a, "config", "storm.remoteTurnIdle", "60")
+    mine = take_turn(b, srv)
+    gate.write_gate(_store(b), gate.Gate(held=mine, taken=time.monotonic(), landed=time.monotonic() - 5))
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    p = start_write(a, "eng_a", "src/api.py", "A1\n", "--json")
+    if edit == "no-id":
+        time.sleep(1.0)  # blocked: rounds of looking, none of them joins the line
+        assert p.poll() is None
+    assert git(srv, "for-each-ref", WAITING).stdout.decode() == ""
+    write(b, "eng_b", "docs/b.md", "B1\n")
+    assert server_ref(srv, TURN) in (free_value(b), gate.read_gate(_store(a)).held or None)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert git(srv, "for-each-ref", WAITING).stdout.decode() == ""
