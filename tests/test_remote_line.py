@@ -29,7 +29,8 @@ def cid(repo: Path) -> str:
 
 
 def message(repo: Path, oid: str) -> str:
-    return git(repo, "cat-file", "commit", oid).stdout.decode()
+    """A commit's text, or a turn value's (a blob)."""
+    return git(repo, "cat-file", "-p", oid).stdout.decode()
 
 
 def handed_to(repo: Path, oid: str) -> str | None:
@@ -64,7 +65,7 @@ def test_round_robin_after_the_holders_own_id():
     assert order == [b, c, d, a, b, c]
 
 
-def test_turn_commits_name_whom_they_were_handed_to(tmp_path):
+def test_turn_values_name_whom_they_were_handed_to(tmp_path):
     """A taken turn names nobody, a handed one its clone; the line's value for a clone
     is the same commit in every clone (a dead clone is taken out by lease on it)."""
     from storm_git.remote import gate
@@ -73,13 +74,13 @@ def test_turn_commits_name_whom_they_were_handed_to(tmp_path):
     a = seed(tmp_path, f"file://{srv}")
     b = clone(tmp_path, f"file://{srv}", "b")
     sa, sb = _store(a), _store(b)
-    assert gate.turn_for(sa.commit(gate.turn_commit(sa)).message) is None
-    handed = gate.turn_commit(sa, "0123456789abcdef")
-    assert gate.turn_for(sa.commit(handed).message) == "0123456789abcdef"
-    assert gate.turn_age(sa.commit(handed).message, time.time()) < 1.0  # its time still reads
+    assert gate.turn_for(gate.turn_text(sa, gate.turn_value(sa))) is None
+    handed = gate.turn_value(sa, "0123456789abcdef")
+    assert gate.turn_for(gate.turn_text(sa, handed)) == "0123456789abcdef"
+    assert gate.turn_age(gate.turn_text(sa, handed), time.time()) < 1.0  # its time still reads
     assert gate.turn_for("storm turn\n\nStorm-Turn-For: ../../x\n") is None
-    assert gate.waiting_commit(sa, "0123456789abcdef") == gate.waiting_commit(sb, "0123456789abcdef")
-    assert gate.waiting_commit(sa, "0123456789abcdef") != gate.waiting_commit(sa, "fedcba9876543210")
+    assert gate.waiting_value(sa, "0123456789abcdef") == gate.waiting_value(sb, "0123456789abcdef")
+    assert gate.waiting_value(sa, "0123456789abcdef") != gate.waiting_value(sa, "fedcba9876543210")
 
 
 def test_a_clone_id_is_made_once_and_agreed_on_by_concurrent_processes(tmp_path):
@@ -171,9 +172,9 @@ def test_a_turn_handed_to_a_clone_that_never_uses_it_is_freed_and_that_clone_lea
     write(a, "eng_a", "README.md", "A0\n")
     dead = "0123456789abcdef"
     sb = _store(b)
-    handed = str(gate.turn_commit(sb, dead))
+    handed = str(gate.turn_value(sb, dead))
     out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
-                                        (str(gate.waiting_commit(sb, dead)), WAITING + dead, "")])
+                                        (str(gate.waiting_value(sb, dead)), WAITING + dead, "")])
     assert out.ok, out
     git(a, "config", "storm.remoteTurnIdle", "0.5")
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
@@ -183,7 +184,7 @@ def test_a_turn_handed_to_a_clone_that_never_uses_it_is_freed_and_that_clone_lea
     assert time.monotonic() - t0 >= 0.5  # it waited: a handed turn holds other clones up
     [landing] = [p for p in pushes(log) if any(ref == "refs/storm/workspace" for _o, _n, ref in p)]
     assert (handed, free_value(a), TURN) in landing
-    assert (str(gate.waiting_commit(sb, dead)), "0" * 40, WAITING + dead) in landing
+    assert (str(gate.waiting_value(sb, dead)), "0" * 40, WAITING + dead) in landing
     assert server_ref(srv, WAITING + dead) is None
 
 
@@ -198,13 +199,13 @@ def test_a_clone_handed_a_turn_with_nothing_to_write_passes_it_on_at_its_next_fe
     b = clone(tmp_path, f"file://{srv}", "b")
     write(a, "eng_a", "README.md", "A0\n")
     sb, ida = _store(b), cid(a)
-    handed = str(gate.turn_commit(sb, ida))
+    handed = str(gate.turn_value(sb, ida))
     out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
-                                        (str(gate.waiting_commit(sb, ida)), WAITING + ida, "")])
+                                        (str(gate.waiting_value(sb, ida)), WAITING + ida, "")])
     assert out.ok, out
     log = landing_log(srv)
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
-    assert pushes(log) == [[(handed, free_value(a), TURN), (str(gate.waiting_commit(sb, ida)), "0" * 40, WAITING + ida)]]
+    assert pushes(log) == [[(handed, free_value(a), TURN), (str(gate.waiting_value(sb, ida)), "0" * 40, WAITING + ida)]]
     assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
 
 
@@ -239,3 +240,30 @@ def test_a_clone_out_of_the_line_is_never_handed_a_turn(tmp_path, edit):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()
     assert git(srv, "for-each-ref", WAITING).stdout.decode() == ""
+
+
+def test_a_server_left_with_the_free_commit_of_older_clones_is_free(tmp_path):
+    """Older clones left the turn free as a fixed root commit (gate.legacy_free): to
+    this version it is free too -- a write neither waits for it nor joins a line --
+    and its landing push replaces it with the free blob. Turn values are blobs: a
+    fetch does not negotiate a root commit's history for them."""
+    from storm_git.remote import gate, transport
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    assert git(srv, "cat-file", "-t", TURN).stdout.decode().strip() == "blob"
+    sb = _store(b)
+    legacy = str(gate.legacy_free(sb))
+    assert git(b, "cat-file", "-t", legacy).stdout.decode().strip() == "commit"
+    assert transport.push(sb, "origin", [(legacy, TURN, free_value(b))]).ok
+    git(a, "config", "storm.remoteTurnIdle", "60")  # were it a turn held, it would be waited for
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    assert "turn: free" in storm(a, "status").stdout
+    log = landing_log(srv)
+    write(a, "eng_a", "src/api.py", "A1\n")
+    [landing] = pushes(log)
+    assert (legacy, free_value(a), TURN) in landing
+    assert not any(ref.startswith(WAITING) for _o, _n, ref in landing)
+    assert server_ref(srv, TURN) == free_value(a)

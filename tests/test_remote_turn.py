@@ -33,7 +33,7 @@ def server_ref(srv: Path, ref: str) -> str | None:
 def free_value(repo: Path) -> str:
     from storm_git.remote import gate
 
-    return str(gate.free_commit(_store(repo)))
+    return str(gate.free_value(_store(repo)))
 
 
 def take_turn(repo: Path, srv: Path) -> str:
@@ -42,7 +42,7 @@ def take_turn(repo: Path, srv: Path) -> str:
     from storm_git.remote import gate, transport
 
     store = _store(repo)
-    oid = str(gate.turn_commit(store))
+    oid = str(gate.turn_value(store))
     now = server_ref(srv, TURN)
     out = transport.push(store, "origin", [(oid, TURN, now or "")])
     assert out.ok, out
@@ -181,8 +181,8 @@ def test_a_clone_that_loses_twice_in_a_row_takes_the_turn_and_frees_it_as_its_pr
     taken = updates[1][1]
     assert seq[-1] == [(taken, free, TURN)]  # ... and freed it as its process ended, alone
     assert any(WS in {ref for _o, _n, ref in p} and TURN not in {ref for _o, _n, ref in p} for p in seq[2:-1])
-    msg = git(a, "cat-file", "commit", taken).stdout.decode()
-    assert "storm turn" in msg and "parent " not in msg
+    assert git(a, "cat-file", "-t", taken).stdout.decode().strip() == "blob"
+    assert "Storm-Turn: " in git(a, "cat-file", "blob", taken).stdout.decode()
     assert server_ref(srv, TURN) == free and server_log(srv)[0] == r["commit"]
     assert gate.read_gate(_store(a)).held == ""
 
@@ -260,7 +260,7 @@ def test_a_holder_whose_turn_was_taken_over_stops_and_waits_for_the_new_holder(t
     gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic()))
     from storm_git.remote import transport
 
-    theirs = str(gate.turn_commit(_store(b)))
+    theirs = str(gate.turn_value(_store(b)))
     assert transport.push(_store(b), "origin", [(theirs, TURN, mine)]).ok  # b takes it over
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
     git(a, "config", "storm.remoteTurnIdle", "60")

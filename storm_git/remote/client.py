@@ -65,8 +65,8 @@ from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
                    TURN_SECONDS, TURNS_KEY, WAITING_PREFIX, Gate, after_fetch, after_push, clone_busy, clone_id,
-                   free_commit, next_in_line, read_gate, turn_age, turn_commit, turn_for, turn_update,
-                   waiting_commit, write_gate)
+                   free_value, legacy_free, next_in_line, read_gate, turn_age, turn_for, turn_text, turn_update,
+                   turn_value, waiting_value, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -108,6 +108,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._kept_turn = False  # this process's last landing push kept the clone's turn
         self._exit_hook = False  # _free_turn_at_exit is registered
         self._free_oid: pygit2.Oid | None = None
+        self._legacy_oid: pygit2.Oid | None = None
         self._cid: str | None = None
 
     # -- keeping the local copies current ------------------------------------------
@@ -131,8 +132,8 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         gate = read_gate(store)
         turn, turns = self._turn(), self._turns()
-        new = turns and turn is not None and str(turn) not in (gate.held, gate.seen) and turn != self._free()
-        message = store.commit(turn).message if new else ""
+        new = turns and turn is not None and str(turn) not in (gate.held, gate.seen) and not self._is_free(turn)
+        message = turn_text(store, turn) if new and turn is not None else ""
         handed = new and turn_for(message) is not None and turn_for(message) == self._id()  # handed to this clone
         elsewhere = turns and not handed and self._held_elsewhere(gate)
         age = turn_age(message, time.time()) if new else 0.0
@@ -292,7 +293,7 @@ class RemoteWorkspace(SharedWorkspace):
         if not self._turns():
             return "not taken here (storm.remoteTurns false)"
         turn = self._turn()
-        if turn is None or turn == self._free():
+        if turn is None or self._is_free(turn):
             state = "free"
         else:
             state = "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
@@ -305,10 +306,19 @@ class RemoteWorkspace(SharedWorkspace):
         return self.store.ref_target(tracking_ref(self.remote, TURN_REF))
 
     def _free(self) -> pygit2.Oid:
-        """The turn ref's value when nobody holds it (gate.free_commit), made once per process."""
+        """The turn ref's value when nobody holds it (gate.free_value), made once per process."""
         if self._free_oid is None:
-            self._free_oid = free_commit(self.store)
+            self._free_oid = free_value(self.store)
         return self._free_oid
+
+    def _legacy(self) -> pygit2.Oid:
+        """The free value older clones left (gate.legacy_free), made once per process."""
+        if self._legacy_oid is None:
+            self._legacy_oid = legacy_free(self.store)
+        return self._legacy_oid
+
+    def _is_free(self, turn: pygit2.Oid) -> bool:
+        return turn == self._free() or turn == self._legacy()
 
     def _id(self) -> str | None:
         """This clone's id in the server's line (gate.clone_id), read once per process."""
@@ -325,7 +335,7 @@ class RemoteWorkspace(SharedWorkspace):
         ref = WAITING_PREFIX + cid
         if self.store.ref_target(tracking_ref(self.remote, ref)) is not None:
             return  # in the line already, as last fetched
-        oid = waiting_commit(self.store, cid)
+        oid = waiting_value(self.store, cid)
         try:
             out = transport.push(self.store, self.remote, [(str(oid), ref, None)])
         except Unreachable:
@@ -345,12 +355,12 @@ class RemoteWorkspace(SharedWorkspace):
         if cid:
             out.append(cid)
         current = self._turn()
-        if turn is not None and current is not None and current != self._free() and turn[2] == str(current) \
+        if turn is not None and current is not None and not self._is_free(current) and turn[2] == str(current) \
                 and turn[0] == str(self._free()) and str(current) != read_gate(store).held:
-            other = turn_for(store.commit(current).message)
+            other = turn_for(turn_text(store, current))
             if other and other != cid:
                 out.append(other)
-        return [("", WAITING_PREFIX + c, str(waiting_commit(store, c))) for c in out
+        return [("", WAITING_PREFIX + c, str(waiting_value(store, c))) for c in out
                 if store.ref_target(tracking_ref(self.remote, WAITING_PREFIX + c)) is not None]
 
     def _let_go(self) -> tuple[str, bool]:
@@ -364,7 +374,7 @@ class RemoteWorkspace(SharedWorkspace):
         to = next_in_line([r[len(WAITING_PREFIX):] for r in waiting], self._id() or "")
         if to is None:
             return str(self._free()), False
-        return str(turn_commit(self.store, to)), True
+        return str(turn_value(self.store, to)), True
 
     def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
         """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
@@ -377,7 +387,7 @@ class RemoteWorkspace(SharedWorkspace):
     def _held_elsewhere(self, gate: Gate) -> bool:
         """Whether the turn ref, as last fetched, is another clone's turn."""
         turn = self._turn()
-        return turn is not None and turn != self._free() and str(turn) != gate.held
+        return turn is not None and not self._is_free(turn) and str(turn) != gate.held
 
     def _lost_round(self, may_take: bool = True) -> None:
         """After a stale lease, or with another clone's turn in the way (remote lock
@@ -408,7 +418,7 @@ class RemoteWorkspace(SharedWorkspace):
             # again, most of them rejected, and a turn taken for them would only hold the
             # other clones up (4 clones on one shared file: 33 writes in 6 s, 58 without).
             # Leased on free: refused while another clone holds it.
-            oid = turn_commit(store)
+            oid = turn_value(store)
             try:
                 took = transport.push(store, self.remote, [(str(oid), TURN_REF, str(self._free()))]).ok
             except Unreachable:
@@ -474,7 +484,8 @@ class RemoteWorkspace(SharedWorkspace):
         writers = held_count(store.commondir, write_lock("")) if gate.held else 0
         turns = self._turns()  # off: the push leaves the turn ref alone
         turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
-                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers)) if turns else None
+                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers),
+                           self._legacy()) if turns else None
         if turns and turn is None:  # another clone's turn: the server would refuse this push
             self.stale_leases += 1
             self._stale_now += 1

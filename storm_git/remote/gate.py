@@ -14,8 +14,8 @@ move its queue and push, and by then the winner has landed again. Measured befor
 the turn existed (8 clones x 32 writers): one clone landed every write of a 6 s
 window while the others' writers waited. So a clone that lost ``TURN_AFTER`` leases
 in a row, with writes that survived the move onto the new head, takes the turn: it
-moves ``refs/storm/turn`` from the *free* value (:func:`free_commit`, the same commit
-in every clone) to a commit of its own, leased on free (the server's compare-and-
+moves ``refs/storm/turn`` from the *free* value (:func:`free_value`, the same blob
+in every clone) to a value of its own, leased on free (the server's compare-and-
 swap: one clone wins, nobody takes it from a holder). Every push of a queue carries
 the ref unchanged and leased on free (git sends nothing for it but checks the lease
 against the server's advertisement), so while one clone holds the turn every other
@@ -31,10 +31,10 @@ neither takes turns nor waits for them.
 **The line.** Freed, a turn went to whichever waiting clone pushed first, and a clone
 could lose every handover of a run (writes waiting 30-42 s in 20-30 s windows, with
 others landing every slice). So a clone blocked by another's turn puts its name in
-the line (``refs/storm/waiting/<clone id>``, :func:`waiting_commit`: one push per
+the line (``refs/storm/waiting/<clone id>``, :func:`waiting_value`: one push per
 wait), and a holder that lets its turn go *hands* it to the next clone in the line
-after its own id, cyclically (:func:`next_in_line`): a turn commit that names that
-clone (``Storm-Turn-For``, :func:`turn_commit`). That clone adopts it at its next
+after its own id, cyclically (:func:`next_in_line`): a turn value that names that
+clone (``Storm-Turn-For``, :func:`turn_value`). That clone adopts it at its next
 fetch, without a push of its own, and leaves the line with its first push; every
 other clone sees a turn held and waits. Round robin by id, not by time: no clock
 of another machine orders anything, and each waiting clone is served within one
@@ -83,7 +83,7 @@ class Gate:
 
     streak: int = 0  # stale leases in a row
     until: float = 0.0  # no push before
-    held: str = ""  # the turn commit this clone put on the server (it holds the turn)
+    held: str = ""  # the turn value this clone put on the server (it holds the turn)
     taken: float = 0.0  # when it took it
     seen: str = ""  # another clone's turn, as last fetched
     since: float = 0.0  # when this clone first saw ``seen``
@@ -183,7 +183,8 @@ def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head:
 
 
 def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: float,
-                idle: float = TURN_IDLE, busy: bool = True) -> tuple[str, str, str] | None:
+                idle: float = TURN_IDLE, busy: bool = True,
+                legacy: pygit2.Oid | None = None) -> tuple[str, str, str] | None:
     """What every push of a queue does to ``TURN_REF`` (source, ref, lease). Free (the
     ref at ``free``, or absent on a server that never had it): leave it free, with a
     lease that it is (the server's advertisement shows a turn taken since this clone
@@ -192,7 +193,7 @@ def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: f
     beside those this push carries (``busy``), or free it: once held for TURN_SLICE,
     or when this push carries all there is (the clone would then hold the turn idle,
     and every other clone wait TURN_IDLE to see that).
-    Another clone's turn: free it when this clone has seen it for ``expire`` seconds,
+    (``legacy``: the free value of older clones, free too.) Another clone's turn: free it when this clone has seen it for ``expire`` seconds,
     or for ``idle`` seconds with the server's head unchanged (its holder writes nothing);
     otherwise None: do not push."""
     if gate.held:
@@ -201,7 +202,7 @@ def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: f
     if turn is None:
         return (str(free), TURN_REF, "")
     now = time.monotonic()
-    if turn == free or (gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)):
+    if turn == free or (legacy is not None and turn == legacy) or (gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)):
         return (str(free), TURN_REF, str(turn))
     return None
 
@@ -215,17 +216,42 @@ def clone_busy(gate: Gate, writers: int) -> bool:
     return bool(gate.held) and (writers >= 2 or time.monotonic() - gate.landed < TURN_BURST)
 
 
-def free_commit(store: Store) -> pygit2.Oid:
-    """The value of ``TURN_REF`` when nobody holds the turn: the same commit in every
+# The turn's values are blobs, not commits. A ref's new value that is a commit with
+# no history in common with the fetching clone (each turn taken was a root commit)
+# keeps the server's upload-pack from ever answering "ready": the clone then sends
+# every commit of every ref it holds as a "have", in rounds, each waiting on a
+# delayed ACK over git:// -- 38-67 haves and 110-170 ms for a fetch after a handover
+# in an aged 8 x 32 clone. A blob is not negotiated at all.
+def free_value(store: Store) -> pygit2.Oid:
+    """The value of ``TURN_REF`` when nobody holds the turn: the same blob in every
     clone of a repository (fixed bytes), so that a clone knows it without a fetch."""
+    return store.repo.create_blob(f"{TURN_MESSAGE}: free\n".encode("ascii"))
+
+
+def legacy_free(store: Store) -> pygit2.Oid:
+    """The free value of clones from before the turn's values were blobs (a fixed root
+    commit): still free to this version, so that a server they left it on is not
+    taken for a turn held."""
     repo = store.repo
     sig = pygit2.Signature("git storm", "storm@localhost", 0, 0)
     return repo.create_commit(None, sig, sig, f"{TURN_MESSAGE}: free\n", repo.TreeBuilder().write(), [])
 
 
+def turn_text(store: Store, oid: pygit2.Oid) -> str:
+    """What a turn value says (a blob's text; a commit's message for the values older
+    clones wrote); "" for anything else or a missing object."""
+    try:
+        obj = store.repo[oid]
+    except (KeyError, ValueError):
+        return ""
+    if isinstance(obj, pygit2.Blob):
+        return obj.data.decode("utf-8", "replace")
+    return obj.message if isinstance(obj, pygit2.Commit) else ""
+
+
 def turn_age(message: str, now: float) -> float:
     """How long ago (seconds, by ``now``, this machine's ``time.time()``) the turn whose
-    commit message is ``message`` was taken, by its holder's clock, within 0 and
+    text is ``message`` was taken, by its holder's clock, within 0 and
     TURN_SLICE: a hint for when its slice ends, so that a clone that first saw the
     turn late does not look again late every time (it would lose every handover).
     Clocks of two machines disagree: bounded, a wrong hint costs a look too early or
@@ -237,21 +263,19 @@ def turn_age(message: str, now: float) -> float:
     return min(max(now - taken, 0.0), TURN_SLICE)
 
 
-def turn_commit(store: Store, to: str | None = None) -> pygit2.Oid:
-    """A commit of its own for this clone's turn (an empty tree, no parent): its id
-    is the holder's name, unique to one taking. ``to``: the clone id it is handed to
+def turn_value(store: Store, to: str | None = None) -> pygit2.Oid:
+    """A value of its own for this clone's turn (a blob), unique to one taking (host,
+    pid, time, random bits). ``to``: the clone id it is handed to
     (``Storm-Turn-For``: that clone holds it from its next fetch)."""
-    repo = store.repo
-    sig = pygit2.Signature("git storm", "storm@localhost", int(time.time()), 0)
     stamp = f"{socket.gethostname()} {os.getpid()} {time.time_ns()} {random.getrandbits(32):08x}"
-    msg = f"{TURN_MESSAGE}\n\nStorm-Turn: {stamp}\n"  # turn_age reads the time (third field)
+    text = f"{TURN_MESSAGE}\n\nStorm-Turn: {stamp}\n"  # turn_age reads the time (third field)
     if to is not None:
-        msg += f"Storm-Turn-For: {to}\n"
-    return repo.create_commit(None, sig, sig, msg, repo.TreeBuilder().write(), [])
+        text += f"Storm-Turn-For: {to}\n"
+    return store.repo.create_blob(text.encode("utf-8", "replace"))
 
 
 def turn_for(message: str) -> str | None:
-    """The clone id a turn commit was handed to (None: taken, not handed)."""
+    """The clone id a turn was handed to (None: taken, not handed)."""
     for line in message.splitlines():
         if line.startswith("Storm-Turn-For: "):
             cid = line.split(": ", 1)[1].strip()
@@ -259,12 +283,10 @@ def turn_for(message: str) -> str | None:
     return None
 
 
-def waiting_commit(store: Store, cid: str) -> pygit2.Oid:
-    """The value of ``WAITING_PREFIX + cid``: fixed bytes (time 0), so that any clone
-    knows it without a fetch and can lease on it when it takes a dead clone out."""
-    repo = store.repo
-    sig = pygit2.Signature("git storm", "storm@localhost", 0, 0)
-    return repo.create_commit(None, sig, sig, f"{TURN_MESSAGE}: {cid} waits\n", repo.TreeBuilder().write(), [])
+def waiting_value(store: Store, cid: str) -> pygit2.Oid:
+    """The value of ``WAITING_PREFIX + cid``: fixed bytes, so that any clone knows it
+    without a fetch and can lease on it when it takes a dead clone out of the line."""
+    return store.repo.create_blob(f"{TURN_MESSAGE}: {cid} waits\n".encode("ascii"))
 
 
 def next_in_line(waiting: list[str], own: str) -> str | None:
