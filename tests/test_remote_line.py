@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import git, start_write, storm
 from test_remote import bare, clone, seed, server_log
-from test_remote_turn import (TURN, _store, free_value, landing_log, pushes, server_ref, take_turn, turn_updates,
-                              write)
+from test_remote_turn import (TURN, _store, free_turn, free_value, landing_log, pushes, server_ref, take_turn,
+                              turn_updates, write)
 
 WAITING = "refs/storm/waiting/"
 
@@ -267,3 +267,67 @@ def test_a_server_left_with_the_free_commit_of_older_clones_is_free(tmp_path):
     assert (legacy, free_value(a), TURN) in landing
     assert not any(ref.startswith(WAITING) for _o, _n, ref in landing)
     assert server_ref(srv, TURN) == free_value(a)
+
+
+def _move_server_head(repo: Path, srv: Path, n: int) -> None:
+    """Another clone's landing, as the server sees it: a commit on the shared head
+    (docs/b<n>.md added), pushed with a lease."""
+    ws = "refs/storm/workspace"
+    head = server_ref(srv, ws)
+    git(repo, "fetch", "-q", "origin", f"+{ws}:refs/test/ws")
+    blob = git(repo, "hash-object", "-w", "--stdin", input=f"b {n}\n".encode()).stdout.decode().strip()
+    index = str(repo / ".git" / "test-index")
+    env = dict(os.environ, GIT_INDEX_FILE=index)
+    subprocess.run(["git", "read-tree", head], cwd=repo, env=env, check=True)
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},docs/b{n}.md"], cwd=repo, env=env,
+                   check=True)
+    tree = subprocess.run(["git", "write-tree"], cwd=repo, env=env, check=True, capture_output=True).stdout.decode()
+    new = git(repo, "-c", "user.name=b", "-c", "user.email=b@x", "commit-tree", "-p", head, "-m", f"b {n}",
+              tree.strip()).stdout.decode().strip()
+    git(repo, "push", "-q", f"--force-with-lease={ws}:{head}", "origin", f"{new}:{ws}")
+
+
+def test_a_blocked_clone_looks_without_fetching_until_it_is_served(tmp_path, monkeypatch):
+    """While another clone holds the turn and lands writes, a blocked clone looks at the
+    server's refs (ls-remote) without fetching their objects or moving its queue onto
+    a head it may not push to yet; the fetch comes once the turn is free (or handed to
+    it). The server's upload-pack runs a logging hook in place of pack-objects for
+    every fetch of the blocked clone's process that sends objects."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    git(a, "config", "storm.remoteTurnIdle", "60")  # b's turn is neither idle ...
+    git(a, "config", "storm.remoteTurnSeconds", "60")  # ... nor expired within the test
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    log = tmp_path / "packs.log"
+    hook = tmp_path / "pack-hook"
+    hook.write_text(f'#!/bin/sh\necho fetch >> "{log}"\nexec "$@"\n')
+    hook.chmod(0o755)
+    held = take_turn(b, srv)
+    t0 = time.monotonic()
+    # upload-pack honours the hook from protected (global) config only, and a local
+    # transport hands the server side no config of the client's command line
+    user = os.environ.get("GIT_CONFIG_GLOBAL") or os.path.expanduser("~/.gitconfig")
+    glob = tmp_path / "global.gitconfig"
+    glob.write_text(f'[include]\n\tpath = "{user}"\n[uploadpack]\n\tpackObjectsHook = "{hook}"\n')
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(glob))
+    p = start_write(a, "eng_a", "src/api.py", "A1\n", "--json")
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL")
+    if user != os.path.expanduser("~/.gitconfig"):
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", user)
+    wait_for(lambda: server_ref(srv, WAITING + cid(a)) is not None)  # blocked, in the line
+    fetched = len(log.read_text().splitlines()) if log.exists() else 0
+    for n in range(2):  # b lands writes during its slice
+        _move_server_head(b, srv, n)
+    time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))  # a's looks: from the slice's end (~2.2 s), every 0.1-0.2 s
+    assert p.poll() is None
+    assert (len(log.read_text().splitlines()) if log.exists() else 0) == fetched  # looked, fetched nothing
+    from storm_git.remote import gate
+
+    assert gate.read_gate(_store(a)).head == server_ref(srv, "refs/storm/workspace")  # it did look
+    free_turn(b, held)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert len(log.read_text().splitlines()) > fetched  # served: one fetch brought b's writes
+    assert git(srv, "show", "refs/storm/workspace:src/api.py").stdout == b"A1\n"

@@ -132,11 +132,13 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         gate = read_gate(store)
         turn, turns = self._turn(), self._turns()
-        new = turns and turn is not None and str(turn) not in (gate.held, gate.seen) and not self._is_free(turn)
-        message = turn_text(store, turn) if new and turn is not None else ""
-        handed = new and turn_for(message) is not None and turn_for(message) == self._id()  # handed to this clone
+        # another clone's turn, or one handed to this clone (read even when already seen: a
+        # blocked clone's look without a fetch, _still_blocked, may have named it before)
+        other = turns and turn is not None and str(turn) != gate.held and not self._is_free(turn)
+        message = turn_text(store, turn) if other and turn is not None else ""
+        handed = other and turn_for(message) is not None and turn_for(message) == self._id()  # handed to this clone
         elsewhere = turns and not handed and self._held_elsewhere(gate)
-        age = turn_age(message, time.time()) if new else 0.0
+        age = turn_age(message, time.time()) if other and str(turn) != gate.seen else 0.0
         seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age, handed)
         if seen != gate:
             write_gate(store, seen)
@@ -363,18 +365,53 @@ class RemoteWorkspace(SharedWorkspace):
         return [("", WAITING_PREFIX + c, str(waiting_value(store, c))) for c in out
                 if store.ref_target(tracking_ref(self.remote, WAITING_PREFIX + c)) is not None]
 
-    def _let_go(self) -> tuple[str, bool]:
-        """The value a holder gives the turn as it lets it go: handed to the next clone in
-        the line after this one (a turn commit naming it), or free when nobody waits
-        (or the line cannot be read). Second: whether it was handed."""
+    def _let_go(self, held: str) -> tuple[list[tuple[str, str, str]], bool]:
+        """What a holder's push does as it lets its turn (``held``) go: hands it to the
+        next clone in the line after this one (a turn value naming it) and takes that
+        clone out of the line in the same atomic push -- a blocked clone learns it is
+        served by its entry gone, without a fetch (_still_blocked) -- or sets it free
+        when nobody waits (or the line cannot be read). Second: whether it was handed."""
+        free = [(str(self._free()), TURN_REF, held)]
         try:
             waiting = transport.list_refs(self.store, self.remote, WAITING_PREFIX + "*")
         except Unreachable:
-            return str(self._free()), False
+            return free, False
         to = next_in_line([r[len(WAITING_PREFIX):] for r in waiting], self._id() or "")
         if to is None:
-            return str(self._free()), False
-        return str(turn_value(self.store, to)), True
+            return free, False
+        served = WAITING_PREFIX + to
+        return [(str(turn_value(self.store, to)), TURN_REF, held), ("", served, waiting[served])], True
+
+    def _still_blocked(self) -> bool:
+        """A clone blocked by another clone's turn, its wait over (remote lock held):
+        whether it still is, asked with one ``git ls-remote`` of the turn, the server's
+        head and its own place in the line -- no objects, and its queue not moved onto a
+        head it may not push to for seconds yet (a fetch at every look moved each
+        queued write at every handover: 3.45 moves per write at 8 x 32). Still blocked:
+        the turn is another clone's and this clone is still in the line (a holder that
+        hands the turn to it takes it out in the same push), and neither the expiry nor
+        the idle rule (its holder landed nothing since storm.remoteTurnIdle) frees it.
+        Anything else (free, handed here, taken out, a holder to free, no id, the server
+        unreachable): False, and the caller fetches."""
+        cid, store = self._id(), self.store
+        if cid is None:
+            return False
+        mine = WAITING_PREFIX + cid
+        try:
+            refs = transport.list_refs(store, self.remote, TURN_REF, WORKSPACE_REF, mine)
+        except Unreachable:
+            return False  # the fetch says why
+        turn, head = refs.get(TURN_REF), refs.get(WORKSPACE_REF, "")
+        if turn is None or mine not in refs or turn in (str(self._free()), str(self._legacy())):
+            return False
+        gate, now = read_gate(store), time.monotonic()
+        if turn != gate.seen:  # another handover, not to this clone: a new slice from now
+            gate = replace(gate, seen=turn, since=now, head=head, still=now)
+        elif head != gate.head:  # its holder landed: not idle
+            gate = replace(gate, head=head, still=now)
+        write_gate(store, gate)
+        expire = store.config_float(TURN_KEY, TURN_SECONDS)
+        return now - gate.since < expire and now - gate.still < store.config_float(IDLE_KEY, TURN_IDLE)
 
     def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
         """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
@@ -403,6 +440,8 @@ class RemoteWorkspace(SharedWorkspace):
             # (handed this clone's turn, or free: taken below, after that fetch)
             self._join_line()
             self._gate_wait()
+            if self._still_blocked():
+                return  # nothing fetched, nothing of the queue moved: the next round looks again
             gate = read_gate(store)
         taking = (not gate.held and gate.streak >= TURN_AFTER and may_take and self._turns()
                   and (gate.seen or not self._held_elsewhere(gate)))
@@ -443,9 +482,9 @@ class RemoteWorkspace(SharedWorkspace):
             idle = _queue(store, self.remote)[0] is None
         if not idle:
             return
-        value, handed = self._let_go()
-        turn = (value, TURN_REF, gate.held)
-        pushed = [turn, *self._line_exits(turn)]
+        let, handed = self._let_go(gate.held)
+        turn, value = let[0], let[0][0]
+        pushed = [*let, *self._line_exits(turn)]
         try:
             out = transport.push(store, self.remote, pushed)
         except Unreachable:
@@ -472,9 +511,6 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         with flocked(store.commondir, "workspace"):
             tip, base, agents, count = _queue(store, self.remote)
-        for a in _to_fold(store, tip, base) if tip is not None else ():
-            readsets.fold(store, a)  # the journal reads each queued write names travel with it
-        updates = _updates(store, self.remote, tip, base, agents) if tip is not None else []
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
             self._fetch_adopt()
             self._fresh = True
@@ -491,11 +527,14 @@ class RemoteWorkspace(SharedWorkspace):
             self._stale_now += 1
             self._lost_round()
             return
-        handed = False
+        for a in _to_fold(store, tip, base):
+            readsets.fold(store, a)  # the journal reads each queued write names travel with it
+        updates = _updates(store, self.remote, tip, base, agents)
+        handed, let = False, [turn] if turn else []
         if turn is not None and gate.held and turn[0] != gate.held:  # letting it go: to the next in line?
-            value, handed = self._let_go()
-            turn = (value, TURN_REF, gate.held)
-        pushed = [*updates, turn, *self._line_exits(turn)] if turn else updates
+            let, handed = self._let_go(gate.held)
+            turn = let[0]
+        pushed = [*updates, *let, *self._line_exits(turn)] if turn else updates
         out = transport.push(store, self.remote, pushed)
         self.pushes += 1
         if out.ok:

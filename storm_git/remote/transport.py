@@ -118,13 +118,14 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
                           hint="check that the server is up and reachable, then retry; nothing was changed")
 
 
-def list_refs(store: Store, remote: str, pattern: str) -> dict[str, str]:
-    """The server's refs matching ``pattern`` (``git ls-remote``): name -> oid. One
-    round trip, no objects: what a holder asks before it hands its turn on."""
+def list_refs(store: Store, remote: str, *patterns: str) -> dict[str, str]:
+    """The server's refs matching ``patterns`` (``git ls-remote``): name -> oid. One
+    round trip, no objects: what a holder asks before it hands its turn on, and a
+    clone blocked by a turn asks instead of a fetch."""
     url = check_remote(store, remote)
-    r = _git(store, ["ls-remote", remote, pattern], FETCH_TIMEOUT, protocol_args(store, url))
+    r = _git(store, ["ls-remote", remote, *patterns], FETCH_TIMEOUT, protocol_args(store, url))
     if r.returncode != 0:
-        raise Unreachable(f"cannot list {pattern} on {remote} ({url}): {_first_line(r.stderr)}",
+        raise Unreachable(f"cannot list {' '.join(patterns)} on {remote} ({url}): {_first_line(r.stderr)}",
                           hint="check that the server is up and reachable, then retry; nothing was changed")
     out: dict[str, str] = {}
     for line in r.stdout.decode("utf-8", "replace").splitlines():
