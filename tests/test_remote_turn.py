@@ -376,10 +376,10 @@ def test_a_clone_blocked_by_a_turn_looks_again_as_its_slice_ends(monkeypatch):
     monkeypatch.setattr(gate.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi)
     seen = gate.Gate(streak=5, seen="2" * 40, since=99.5, head="4" * 40, still=99.5)
-    g = gate.after_push(seen, stale=True)  # window 2 s; the slice ends at 101.5 (+0.15 + 0.2 / streak)
-    assert g.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 6 and g.streak == 6
+    g = gate.after_push(seen, stale=True)  # window 2 s; the slice ends at 101.5 (+ 0.05 / streak)
+    assert g.until == 99.5 + gate.TURN_SLICE + 0.05 / 6 and g.streak == 6
     longer = gate.after_push(replace(seen, streak=11), stale=True)  # losing longer: it looks sooner
-    assert longer.until == 99.5 + gate.TURN_SLICE + 0.15 + 0.2 / 12 < g.until
+    assert longer.until == 99.5 + gate.TURN_SLICE + 0.05 / 12 < g.until
     now[0] = 101.8  # past that: soon, not the 2 s window
     assert gate.after_push(seen, stale=True).until == 101.8 + gate.TURN_POLL[1] < 101.8 + gate.BACKOFF_CAP
     fresh = gate.Gate(streak=1, seen="2" * 40, since=101.7)  # window 0.4 s: earlier than the slice's end

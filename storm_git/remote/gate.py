@@ -73,7 +73,7 @@ TURN_SECONDS = 5.0  # storm.remoteTurnSeconds: a turn seen that long unchanged i
 TURN_KEY = "storm.remoteTurnSeconds"
 TURN_MESSAGE = "storm turn"
 WAITING_PREFIX = "refs/storm/waiting/"  # + clone id: that clone waits for a turn
-TURN_POLL = (0.1, 0.2)  # blocked past the slice's end (the handover is due): look again this often
+TURN_POLL = (0.04, 0.08)  # blocked past the slice's end (the handover is due): look again this often
 _CLONE_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -148,9 +148,11 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
     until = now + random.uniform(0, window)
     if gate.seen:  # another clone's turn: look again as its slice ends, if that comes first
-        # the longer a clone has been losing, the sooner it looks: it is first to take the turn
-        # (the holder frees it with its first landing after the slice, then pauses TURN_PAUSE)
-        ends = gate.since + TURN_SLICE + 0.15 + random.uniform(0, 0.2 / streak)
+        # (``since`` is this clone's first sight of the turn, never before its holder took it:
+        # the holder lets it go at its first landing after TURN_SLICE, so this look comes as
+        # that landing is due, and the looks after it every TURN_POLL until the handover.
+        # The longer a clone has been losing, the sooner it looks: first to take a free turn)
+        ends = gate.since + TURN_SLICE + random.uniform(0, 0.05 / streak)
         if now < ends < until:
             until = ends
         elif ends <= now:  # the slice is over: its holder hands the turn on at its next landing
