@@ -30,18 +30,22 @@ neither takes turns nor waits for them.
 
 **The line.** Freed, a turn went to whichever waiting clone pushed first, and a clone
 could lose every handover of a run (writes waiting 30-42 s in 20-30 s windows, with
-others landing every slice). So a clone blocked by another's turn puts its name in
-the line (``refs/storm/waiting/<clone id>``, :func:`waiting_value`: one push per
-wait), and a holder that lets its turn go *hands* it to the next clone in the line
-after its own id, cyclically (:func:`next_in_line`): a turn value that names that
-clone (``Storm-Turn-For``, :func:`turn_value`). That clone adopts it at its next
-fetch, without a push of its own, and leaves the line with its first push; every
-other clone sees a turn held and waits. Round robin by id, not by time: no clock
-of another machine orders anything, and each waiting clone is served within one
-slice of each other waiting clone. A clone handed a turn that it never uses (dead,
-or gone quiet) is freed by the idle rule, and leaves the line with that push. The turn is advice between storm clients,
-never correctness: the lease on ``refs/storm/workspace`` is what keeps writes valid.
-See docs/remote.md, "Busy clones take turns".
+others landing every slice). So a clone blocked by another's turn puts its id in the
+line (``refs/storm/waiting/<clone id>``, :func:`waiting_value`: one push per wait),
+and a holder that lets its turn go *hands* it to the next clone in the line after its
+own id, cyclically (:func:`next_in_line`): a turn value that names that clone
+(``Storm-Turn-For``, :func:`turn_value`), with that clone's entry deleted in the same
+atomic push. A blocked clone looks with ``git ls-remote`` (the turn, the head, its
+entry: no objects, its queue not moved) and fetches only when its entry is gone (it
+was served), the turn is free, or the idle rule frees it; a clone handed the turn
+adopts it at that fetch, without a push of its own. Round robin by id, not by time:
+no clock of another machine orders anything, and each waiting clone is served once
+before any is served twice. A clone handed a turn that it never uses (dead, or gone
+quiet) is freed by the idle rule, and taken out of the line by that push.
+
+The turn is advice between storm clients, never correctness: the lease on
+``refs/storm/workspace`` is what keeps writes valid. See docs/remote.md, "Busy
+clones take turns".
 """
 from __future__ import annotations
 
