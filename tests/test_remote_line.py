@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import git, start_write, storm
+from helpers import git, start_write, storm, storm_json
 from test_remote import bare, clone, seed, server_log
 from test_remote_turn import (TURN, _store, free_turn, free_value, landing_log, pushes, server_ref, take_turn,
                               turn_updates, write)
@@ -331,3 +331,29 @@ def test_a_blocked_clone_looks_without_fetching_until_it_is_served(tmp_path, mon
     assert p.returncode == 0, err.decode()
     assert len(log.read_text().splitlines()) > fetched  # served: one fetch brought b's writes
     assert git(srv, "show", "refs/storm/workspace:src/api.py").stdout == b"A1\n"
+
+
+def test_a_push_whose_line_entry_was_taken_out_meanwhile_is_retried_not_failed(tmp_path):
+    """A clone's landing push takes its own entry out of the line, leased on what its
+    last fetch showed. Another clone took it out meanwhile (as the idle rule does for
+    a clone it took for dead): the lease is stale, the push is refused whole, and the
+    write is not failed for it -- the clone fetches (the entry is gone there too) and
+    lands the write once."""
+    from storm_git.remote import gate, transport
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    ida, sa = cid(a), _store(a)
+    entry = str(gate.waiting_value(sa, ida))
+    assert transport.push(sa, "origin", [(entry, WAITING + ida, "")]).ok  # a in the line
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0  # its fetch shows the entry
+    assert git(a, "rev-parse", "--verify", "-q", "refs/storm-remote/origin/storm/waiting/" + ida).returncode == 0
+    assert transport.push(_store(b), "origin", [("", WAITING + ida, entry)]).ok  # taken out by b
+    before = len(server_log(srv))
+    code, r = storm_json(a, "write", "src/util.py", input="A1\n", agent="eng_a")
+    assert code == 0 and r["accepted"], r
+    assert len(server_log(srv)) == before + 1 and server_ref(srv, WAITING + ida) is None
+    assert git(a, "rev-parse", "--verify", "-q", "refs/storm-remote/origin/storm/waiting/" + ida,
+               check=False).returncode != 0
