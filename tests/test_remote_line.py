@@ -357,3 +357,26 @@ def test_a_push_whose_line_entry_was_taken_out_meanwhile_is_retried_not_failed(t
     assert len(server_log(srv)) == before + 1 and server_ref(srv, WAITING + ida) is None
     assert git(a, "rev-parse", "--verify", "-q", "refs/storm-remote/origin/storm/waiting/" + ida,
                check=False).returncode != 0
+
+
+def test_a_process_whose_write_did_not_keep_the_turn_still_frees_it_at_exit_when_the_clone_is_idle(tmp_path):
+    """The clone holds the turn; the process whose push kept it may end while another
+    writer of the clone is still under way, and leave the turn to it. That writer's
+    write did not keep the turn (it landed in the other's push, or, here, pushed
+    nothing: it wrote what the file already held). Ending with no writer of the clone
+    under way, it frees the turn, so that the other clones do not wait for the idle
+    rule (nobody else of this clone is left to free it)."""
+    from storm_git.remote import gate
+
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    write(a, "eng_a", "README.md", "A0\n")
+    mine = take_turn(a, srv)
+    gate.write_gate(_store(a), gate.Gate(held=mine, taken=time.monotonic(), landed=time.monotonic()))
+    assert storm(a, "read", "README.md", agent="eng_a").returncode == 0
+    log = landing_log(srv)
+    code, r = storm_json(a, "write", "README.md", input="A0\n", agent="eng_a", fresh=True)  # a process of its own
+    assert code == 0 and r["commit"] is None, r  # nothing to push
+    assert [p for p in pushes(log) if any(ref == "refs/storm/workspace" for _o, _n, ref in p)] == []
+    assert turn_updates(log) == [(mine, free_value(a))]  # freed as the process ended
+    assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""

@@ -545,11 +545,10 @@ class RemoteWorkspace(SharedWorkspace):
             self._fresh = True
             kept = bool(gate.held) and turn is not None and turn[0] == gate.held
             self._kept_turn = kept and writers >= 2  # see _free_turn_if_idle_after
-            if kept and not self._exit_hook:
+            if kept:
                 # a lone writer kept it (writing back to back); a process that ends holding
                 # the clone's turn (a CLI write, a script's last write) frees it as it goes
-                self._exit_hook = True
-                atexit.register(self._free_turn_at_exit)
+                self._hook_exit()
             after = after_push(gate, stale=False, kept=kept)
             if handed:  # the next clone's turn: seen from now (this clone waits like the others)
                 now = time.monotonic()
@@ -689,7 +688,20 @@ class RemoteWorkspace(SharedWorkspace):
             res = self._apply(agent, changes, **kw)
         if self._kept_turn:
             self._free_turn_if_idle_after()
+        elif read_gate(self.store).held:
+            # the clone holds the turn and this write did not keep it: its landing came in
+            # another process's push (group commit), or it pushed nothing. The process whose
+            # push kept it may end first, while this write was still under way (it then
+            # leaves the turn to the writers still going); whichever process ends last,
+            # with no writer of the clone under way, frees it -- so every one may
+            self._hook_exit()
         return res
+
+    def _hook_exit(self) -> None:
+        """Free the clone's turn, if it still holds it idle, when this process ends."""
+        if not self._exit_hook:
+            self._exit_hook = True
+            atexit.register(self._free_turn_at_exit)
 
     def _free_turn_at_exit(self) -> None:
         """At the exit of a process whose landing kept the clone's turn (best effort: a
