@@ -39,6 +39,15 @@ def handed_to(repo: Path, oid: str) -> str | None:
     return gate.turn_for(message(repo, oid))
 
 
+def two_clones(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A server and clones a and b of it, after a first write of a's (the turn exists, free)."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, f"file://{srv}")
+    b = clone(tmp_path, f"file://{srv}", "b")
+    write(a, "eng_a", "README.md", "A0\n")
+    return srv, a, b
+
+
 def wait_for(predicate, seconds: float = 20.0) -> None:
     end = time.monotonic() + seconds
     while not predicate():
@@ -166,10 +175,7 @@ def test_a_turn_handed_to_a_clone_that_never_uses_it_is_freed_and_that_clone_lea
     hand it the turn again)."""
     from storm_git.remote import gate, transport
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     dead = "0123456789abcdef"
     sb = _store(b)
     handed = str(gate.turn_value(sb, dead))
@@ -194,10 +200,7 @@ def test_a_clone_handed_a_turn_with_nothing_to_write_passes_it_on_at_its_next_fe
     queued, lets it go at once -- free, nobody else waiting -- and leaves the line."""
     from storm_git.remote import gate, transport
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     sb, ida = _store(b), cid(a)
     handed = str(gate.turn_value(sb, ida))
     out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
@@ -216,10 +219,7 @@ def test_a_clone_out_of_the_line_is_never_handed_a_turn(tmp_path, edit):
     them), so a holder letting go frees the turn instead of handing it over."""
     from storm_git.remote import gate
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     if edit == "turns-off":
         git(a, "config", "storm.remoteTurns", "false")
     else:
@@ -249,10 +249,7 @@ def test_a_server_left_with_the_free_commit_of_older_clones_is_free(tmp_path):
     fetch does not negotiate a root commit's history for them."""
     from storm_git.remote import gate, transport
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     assert git(srv, "cat-file", "-t", TURN).stdout.decode().strip() == "blob"
     sb = _store(b)
     legacy = str(gate.legacy_free(sb))
@@ -293,10 +290,7 @@ def test_a_blocked_clone_looks_without_fetching_until_it_is_served(tmp_path, mon
     a head it may not push to yet; the fetch comes once the turn is free (or handed to
     it). The server's upload-pack runs a logging hook in place of pack-objects for
     every fetch of the blocked clone's process that sends objects."""
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     git(a, "config", "storm.remoteTurnIdle", "60")  # b's turn is neither idle ...
     git(a, "config", "storm.remoteTurnSeconds", "60")  # ... nor expired within the test
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
@@ -341,10 +335,7 @@ def test_a_push_whose_line_entry_was_taken_out_meanwhile_is_retried_not_failed(t
     lands the write once."""
     from storm_git.remote import gate, transport
 
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
-    write(a, "eng_a", "README.md", "A0\n")
+    srv, a, b = two_clones(tmp_path)
     ida, sa = cid(a), _store(a)
     entry = str(gate.waiting_value(sa, ida))
     assert transport.push(sa, "origin", [(entry, WAITING + ida, "")]).ok  # a in the line
