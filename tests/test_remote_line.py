@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import git, start_write, storm, storm_json
-from test_remote import bare, clone, seed, server_log
+from test_remote import bare, clone, remote, seed, server_log  # noqa: F401 (remote: a fixture)
 from test_remote_turn import (TURN, _store, free_turn, free_value, landing_log, pushes, server_ref, take_turn,
                               turn_updates, write)
 
@@ -39,11 +39,13 @@ def handed_to(repo: Path, oid: str) -> str | None:
     return gate.turn_for(message(repo, oid))
 
 
-def two_clones(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A server and clones a and b of it, after a first write of a's (the turn exists, free)."""
-    srv = bare(tmp_path / "proj.git")
-    a = seed(tmp_path, f"file://{srv}")
-    b = clone(tmp_path, f"file://{srv}", "b")
+def two_clones(tmp_path: Path, served: tuple[Path, str] | None = None) -> tuple[Path, Path, Path]:
+    """A server and clones a and b of it, after a first write of a's (the turn exists,
+    free); ``served``: (server, URL) from test_remote's ``remote`` fixture, else file://."""
+    srv, url = served or (bare(tmp_path / "proj.git"), "")
+    url = url or f"file://{srv}"
+    a = seed(tmp_path, url)
+    b = clone(tmp_path, url, "b")
     write(a, "eng_a", "README.md", "A0\n")
     return srv, a, b
 
@@ -194,18 +196,21 @@ def test_a_turn_handed_to_a_clone_that_never_uses_it_is_freed_and_that_clone_lea
     assert server_ref(srv, WAITING + dead) is None
 
 
-def test_a_clone_handed_a_turn_with_nothing_to_write_passes_it_on_at_its_next_fetch(tmp_path):
+def test_a_clone_handed_a_turn_with_nothing_to_write_passes_it_on_at_its_next_fetch(tmp_path, remote):
     """A clone in the line whose writes were given up or landed meanwhile is handed the
     turn: the next fetch of any of its commands (here a read) adopts it and, nothing
-    queued, lets it go at once -- free, nobody else waiting -- and leaves the line."""
+    queued, lets it go at once -- free, nobody else waiting -- and leaves the line.
+    Over a git daemon, file:// and a plain path: the line is read with ls-remote."""
     from storm_git.remote import gate, transport
 
-    srv, a, b = two_clones(tmp_path)
+    srv, a, b = two_clones(tmp_path, remote)
     sb, ida = _store(b), cid(a)
     handed = str(gate.turn_value(sb, ida))
     out = transport.push(sb, "origin", [(handed, TURN, free_value(b)),
                                         (str(gate.waiting_value(sb, ida)), WAITING + ida, "")])
     assert out.ok, out
+    line = transport.list_refs(_store(a), "origin", WAITING + "*", TURN)
+    assert line == {WAITING + ida: str(gate.waiting_value(sb, ida)), TURN: handed}, line
     log = landing_log(srv)
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
     assert pushes(log) == [[(handed, free_value(a), TURN), (str(gate.waiting_value(sb, ida)), "0" * 40, WAITING + ida)]]
