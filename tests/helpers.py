@@ -250,6 +250,22 @@ def hold(repo: str | Path, *names: str, seconds: float = 120) -> subprocess.Pope
     return proc
 
 
+def flock_waiters(path: str | Path, pid: int | None = None) -> int:
+    """Processes (or only ``pid``) blocked in flock() on ``path``, from /proc/locks,
+    matched on the whole device:inode field (an inode number alone also matches files
+    of other filesystems: with the suite's workers locking files on several, a waiter
+    counted that way was another test's)."""
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    n = 0
+    with open("/proc/locks") as fh:
+        for line in fh:
+            parts = line.split()  # "N: -> FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
+            if len(parts) >= 7 and parts[1] == "->" and parts[2] == "FLOCK" and parts[6] == dev:
+                n += pid is None or parts[5] == str(pid)
+    return n
+
+
 def start_write(repo: str | Path, agent: str, path: str, content: str | bytes, *args: str) -> subprocess.Popen:
     """``git storm write PATH ARGS…`` started in the background with ``content`` on its
     stdin (already closed): a writer to race, kill or hold at a lock."""

@@ -149,11 +149,9 @@ def test_conftest_target_covers_the_tests_below_it(repo):
 
 def _waiters(lock: str) -> int:
     """Processes blocked in flock() on ``lock`` (from /proc/locks)."""
-    import os
+    from helpers import flock_waiters
 
-    ino = os.stat(lock).st_ino
-    with open("/proc/locks") as fh:
-        return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
+    return flock_waiters(lock)
 
 
 def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(repo):

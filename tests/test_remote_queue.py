@@ -26,9 +26,7 @@ def hold(repo: Path) -> subprocess.Popen:
 def waiters(repo: Path) -> int:
     """Writers asleep on the clone's landing lock, waiting for the push in progress
     (from /proc/locks)."""
-    ino = os.stat(repo / LOCKS / "remote-landing").st_ino
-    with open("/proc/locks") as fh:
-        return sum(1 for ln in fh if "->" in ln and f":{ino} " in ln)
+    return helpers.flock_waiters(repo / LOCKS / "remote-landing")
 
 
 def wait_queued(repo: Path, n: int) -> None:
@@ -145,11 +143,9 @@ def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_change
 def blocked_on(repo: Path, lock: str, pid: int) -> bool:
     """Whether process ``pid`` waits for the flock on ``storm/locks/<lock>`` (/proc/locks)."""
     try:
-        ino = os.stat(repo / LOCKS / lock).st_ino
+        return helpers.flock_waiters(repo / LOCKS / lock, pid) > 0
     except FileNotFoundError:
         return False
-    with open("/proc/locks") as fh:
-        return any("->" in ln and f" {pid} " in ln and f":{ino} " in ln for ln in fh)
 
 
 def wait_blocked(repo: Path, lock: str, p: subprocess.Popen, what: str) -> None:
