@@ -65,8 +65,8 @@ from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import transport
 from .gate import (BACKOFF_CAP, IDLE_KEY, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY, TURN_PAUSE, TURN_REF,
                    TURN_SECONDS, TURNS_KEY, WAITING_PREFIX, Gate, after_fetch, after_push, clone_busy, clone_id,
-                   free_value, legacy_free, next_in_line, read_gate, turn_age, turn_for, turn_text, turn_update,
-                   turn_value, waiting_value, write_gate)
+                   free_value, legacy_free, next_in_line, read_gate, seen_now, turn_age, turn_for, turn_text,
+                   turn_update, turn_value, waiting_value, write_gate)
 from .transport import RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -136,7 +136,8 @@ class RemoteWorkspace(SharedWorkspace):
         # blocked clone's look without a fetch, _still_blocked, may have named it before)
         other = turns and turn is not None and str(turn) != gate.held and not self._is_free(turn)
         message = turn_text(store, turn) if other and turn is not None else ""
-        handed = other and turn_for(message) is not None and turn_for(message) == self._id()  # handed to this clone
+        to = turn_for(message)
+        handed = other and to is not None and to == self._id()  # handed to this clone
         elsewhere = turns and not handed and self._held_elsewhere(gate)
         age = turn_age(message, time.time()) if other and str(turn) != gate.seen else 0.0
         seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age, handed)
@@ -299,8 +300,7 @@ class RemoteWorkspace(SharedWorkspace):
             state = "free"
         else:
             state = "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
-        prefix = tracking_ref(self.remote, WAITING_PREFIX)
-        line = sum(1 for r in self.store.repo.references if r.startswith(prefix))
+        line = len(self.store.refs_under(tracking_ref(self.remote, WAITING_PREFIX)))
         return f"{state}; {line} clone{'s' if line != 1 else ''} waiting" if line else state
 
     def _turn(self) -> pygit2.Oid | None:
@@ -402,11 +402,11 @@ class RemoteWorkspace(SharedWorkspace):
         except Unreachable:
             return False  # the fetch says why
         turn, head = refs.get(TURN_REF), refs.get(WORKSPACE_REF, "")
-        if turn is None or mine not in refs or turn in (str(self._free()), str(self._legacy())):
+        if turn is None or mine not in refs or self._is_free(pygit2.Oid(hex=turn)):
             return False
         gate, now = read_gate(store), time.monotonic()
         if turn != gate.seen:  # another handover, not to this clone: a new slice from now
-            gate = replace(gate, seen=turn, since=now, head=head, still=now)
+            gate = seen_now(gate, turn, head)
         elif head != gate.head:  # its holder landed: not idle
             gate = replace(gate, head=head, still=now)
         write_gate(store, gate)
@@ -495,9 +495,7 @@ class RemoteWorkspace(SharedWorkspace):
         if out.ok or out.stale(TURN_REF):
             gate = replace(read_gate(store), held="", taken=0.0)
             if out.ok and handed:  # the next clone's turn: seen from now, as if fetched
-                now = time.monotonic()
-                gate = replace(gate, seen=value, since=now, head=str(_tracked_head(store, self.remote) or ""),
-                               still=now)
+                gate = seen_now(gate, value, str(_tracked_head(store, self.remote) or ""))
             write_gate(store, gate)
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
@@ -551,8 +549,7 @@ class RemoteWorkspace(SharedWorkspace):
                 self._hook_exit()
             after = after_push(gate, stale=False, kept=kept)
             if handed:  # the next clone's turn: seen from now (this clone waits like the others)
-                now = time.monotonic()
-                after = replace(after, seen=turn[0], since=now, head=str(tip), still=now)
+                after = seen_now(after, turn[0], str(tip))
             write_gate(store, after)
             if gate.held and not kept and not handed and clone_busy(gate, writers):
                 # the slice is over (not the clone's work): a waiting clone takes the turn and

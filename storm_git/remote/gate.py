@@ -140,9 +140,10 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     """The gate after a push: a landed push resets the back-off (and ended this clone's
     turn, unless it ``kept`` it); a stale lease doubles the window (none while this
     clone holds the turn: its pushes go first). Blocked by another clone's turn, the
-    clone looks again just after that turn's slice ends (timed from when it was taken:
-    ``since``, see after_fetch), if that comes before its window does: the handover
-    then happens when the turn is freed, not up to BACKOFF_CAP later."""
+    clone looks again as that turn's slice ends (timed from when it was taken:
+    ``since``, see after_fetch), if that comes before its window does, and past it
+    every TURN_POLL: the handover is noticed as it happens, not up to BACKOFF_CAP
+    later."""
     if not stale:
         now = time.monotonic()
         return Gate(held=gate.held, taken=gate.taken, landed=now) if kept and gate.held else \
@@ -186,6 +187,14 @@ def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head:
     since = g.since if g.seen == value else now - age
     still = g.still if g.seen == value and g.head == where else now
     return replace(g, seen=value, since=since, head=where, still=still)
+
+
+def seen_now(gate: Gate, turn: str, head: str) -> Gate:
+    """The gate once this clone knows, without a fetch, that ``turn`` is another clone's
+    from now (it handed it on, or a look by ls-remote showed a new one), the server's
+    head at ``head``: timed from this moment, as after_fetch times a first sight."""
+    now = time.monotonic()
+    return replace(gate, seen=turn, since=now, head=head, still=now)
 
 
 def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: float,
