@@ -158,6 +158,10 @@ def test_a_holder_hands_its_turn_along_the_line_and_the_last_frees_it(tmp_path):
     assert updates[0] == (mine, updates[0][1]) and handed_to(srv, updates[0][1]) == first, updates
     assert updates[1][0] == updates[0][1] and handed_to(srv, updates[1][1]) == second, updates
     assert updates[2] == (updates[1][1], free_value(b)) and len(updates) == 3, updates
+    # each handing push names the clone next in line after the new holder: it fetches ahead
+    nexts = [new for push in pushes(log) for _old, new, ref in push if ref == gate.NEXT_REF]
+    sb = _store(b)
+    assert nexts == [str(gate.deck_value(sb, second)), str(gate.deck_value(sb, None))], nexts
     assert len(server_log(srv)) == before + 3  # b's, then the first's, then the second's write
     subjects = [message(srv, x) for x in server_log(srv)[:3]]
     order = {"a": "eng_a", "c": "eng_c"}
@@ -376,3 +380,48 @@ def test_a_process_whose_write_did_not_keep_the_turn_still_frees_it_at_exit_when
     assert [p for p in pushes(log) if any(ref == "refs/storm/workspace" for _o, _n, ref in p)] == []
     assert turn_updates(log) == [(mine, free_value(a))]  # freed as the process ended
     assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
+
+
+@pytest.mark.parametrize("named", ["this clone", "another clone"])
+def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, named):
+    """A handing push names the clone next in line after the new holder
+    (refs/storm/next). That clone, blocked, fetches the server's head at its looks
+    into its ``ahead`` ref -- objects only: its copy of the server's head and its
+    queue stay where they were until it is served -- so that the fetch after the
+    handover carries only the last writes. A clone the ref does not name fetches
+    nothing while blocked."""
+    from storm_git.remote import gate, transport
+
+    srv, a, b = two_clones(tmp_path)
+    git(a, "config", "storm.remoteTurnIdle", "60")  # b's turn is neither idle ...
+    git(a, "config", "storm.remoteTurnSeconds", "60")  # ... nor expired within the test
+    assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
+    held = take_turn(b, srv)
+    sb = _store(b)
+    on_deck = cid(a) if named == "this clone" else "0123456789abcdef"
+    out = transport.push(sb, "origin", [(str(gate.deck_value(sb, on_deck)), gate.NEXT_REF, transport.FORCE)])
+    assert out.ok, out  # forced: whatever the ref held
+    tracked = git(a, "rev-parse", "refs/storm-remote/origin/storm/workspace").stdout.decode().strip()
+    local = git(a, "rev-parse", "refs/storm/workspace").stdout.decode().strip()
+    p = start_write(a, "eng_a", "src/api.py", "A1\n", "--json")
+    wait_for(lambda: server_ref(srv, WAITING + cid(a)) is not None)  # blocked, in the line
+    for n in range(2):  # b lands writes during its slice
+        _move_server_head(b, srv, n)
+    head = server_ref(srv, "refs/storm/workspace")
+    ahead = ["git", "rev-parse", "-q", "--verify", "refs/storm-remote/origin/ahead"]
+    if named == "this clone":
+        wait_for(lambda: subprocess.run(ahead, cwd=a, capture_output=True).stdout.decode().strip() == head)
+    else:
+        wait_for(lambda: gate.read_gate(_store(a)).head == head)  # it looked at the moved head
+        time.sleep(0.3)  # and again (every 40-80 ms past the slice's end)
+        assert subprocess.run(ahead, cwd=a, capture_output=True).returncode != 0  # fetched nothing ahead
+    assert p.poll() is None  # still blocked
+    # objects only: what it adopts and its queue move only once it is served
+    assert git(a, "rev-parse", "refs/storm-remote/origin/storm/workspace").stdout.decode().strip() == tracked
+    assert git(a, "rev-parse", "refs/storm/workspace^").stdout.decode().strip() == local
+    assert gate.read_gate(_store(a)).deck is (named == "this clone")
+    free_turn(b, held)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert git(srv, "show", "refs/storm/workspace:src/api.py").stdout == b"A1\n"
+    assert git(srv, "show", "refs/storm/workspace^:docs/b1.md").stdout == b"b 1\n"  # on b's writes

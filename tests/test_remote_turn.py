@@ -433,13 +433,15 @@ def test_a_fifo_in_place_of_the_gate_file_stops_no_write(tmp_path):
 
 
 @pytest.mark.parametrize("raw, expect", [
-    (b"3 12.5\n", (3, 12.5, "", 0.0, "", 0.0, "", 0.0, 0.0)),  # the format before the turn
-    (b"2 1.0 abc 5.0 - 0.0 - 0.0 7.0\n", (2, 1.0, "abc", 5.0, "", 0.0, "", 0.0, 7.0)),
-    (b"1 2.0 - 0.0 def 3.0 h 4.0 0.0\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0, 0.0)),
-    (b"", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
-    (b"x y\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
-    (b"1 2.0 - 0.0 def\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),  # torn
-    (b"\xff\xfe", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0)),
+    (b"3 12.5\n", (3, 12.5, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),  # the format before the turn
+    (b"2 1.0 abc 5.0 - 0.0 - 0.0 7.0\n", (2, 1.0, "abc", 5.0, "", 0.0, "", 0.0, 7.0, False, 0.0)),
+    (b"1 2.0 - 0.0 def 3.0 h 4.0 0.0\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0, 0.0, False, 0.0)),  # before next
+    (b"1 2.0 - 0.0 def 3.0 h 4.0 0.0 1 8.5\n", (1, 2.0, "", 0.0, "def", 3.0, "h", 4.0, 0.0, True, 8.5)),
+    (b"", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),
+    (b"x y\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),
+    (b"1 2.0 - 0.0 def\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),  # torn
+    (b"1 2.0 - 0.0 def 3.0 h 4.0 0.0 1\n", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),  # torn
+    (b"\xff\xfe", (0, 0.0, "", 0.0, "", 0.0, "", 0.0, 0.0, False, 0.0)),
 ])
 def test_the_gate_record_reads_old_new_and_torn_forms(raw, expect):
     from dataclasses import astuple
@@ -487,3 +489,24 @@ def test_what_a_push_does_to_the_turn(monkeypatch):
     assert gate.turn_update(idle, other, free, 5.0) == (str(free), TURN, str(other))  # its holder is idle
     assert gate.after_fetch(gate.Gate(held="3" * 40), other, True, h1).held == ""  # taken over: lost
     assert gate.after_fetch(gate.Gate(held="3" * 40), pygit2.Oid(hex="3" * 40), False, h1).held == "3" * 40
+
+
+def test_the_clone_next_in_line_knows_its_name_without_a_fetch_and_looks_early(monkeypatch):
+    """refs/storm/next holds fixed bytes per clone id: a clone recognises its own value
+    from ls-remote's oid without fetching or writing it. Named, it looks DECK_LEAD
+    before the holder's slice ends (to fetch the slice's writes ahead)."""
+    import pygit2
+
+    from storm_git.remote import gate
+
+    me, other = "0123456789abcdef", "fedcba9876543210"
+    mine = str(pygit2.hash(gate.deck_bytes(me)))
+    assert gate.on_deck(mine, me) and not gate.on_deck(mine, other)
+    assert not gate.on_deck(None, me) and not gate.on_deck(mine, None)
+    assert not gate.on_deck(str(pygit2.hash(gate.deck_bytes(None))), me)  # nobody next
+    # the back-off window at its widest (BACKOFF_CAP), the slice's jitter none
+    monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi if hi >= gate.BACKOFF_CAP else lo)
+    monkeypatch.setattr(gate.time, "monotonic", lambda: 100.0)
+    seen = gate.Gate(streak=5, seen="2" * 40, since=99.0, head="4" * 40, still=99.0)
+    assert gate.after_push(seen, stale=True).until == 99.0 + gate.TURN_SLICE
+    assert gate.after_push(replace(seen, deck=True), stale=True).until == 99.0 + gate.TURN_SLICE - gate.DECK_LEAD

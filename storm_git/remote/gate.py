@@ -43,6 +43,13 @@ no clock of another machine orders anything, and each waiting clone is served on
 before any is served twice. A clone handed a turn that it never uses (dead, or gone
 quiet) is freed by the idle rule, and taken out of the line by that push.
 
+**Next in line.** A handing push also names the clone after the new holder in the
+line (``NEXT_REF``, :func:`deck_value`: fixed bytes per clone id, so a clone knows its
+own value from ``ls-remote`` without a fetch, :func:`on_deck`). That clone fetches the
+server's head ahead, objects only, at its looks while blocked (and looks DECK_LEAD
+before the slice's end): the fetch after the handover, on the way to its first push,
+then carries the last few pushes, not a round of turns' writes.
+
 The turn is advice between storm clients, never correctness: the lease on
 ``refs/storm/workspace`` is what keeps writes valid. See docs/remote.md, "Busy
 clones take turns".
@@ -78,6 +85,9 @@ TURN_KEY = "storm.remoteTurnSeconds"
 TURN_MESSAGE = "storm turn"
 WAITING_PREFIX = "refs/storm/waiting/"  # + clone id: that clone waits for a turn
 TURN_POLL = (0.04, 0.08)  # blocked past the slice's end (the handover is due): look again this often
+NEXT_REF = "refs/storm/next"  # the clone a handing push put next in line after the turn's new holder (deck_value)
+DECK_LEAD = 0.3  # the clone next in line looks this long before the slice's end, and fetches ahead
+AHEAD_EVERY = 0.5  # a clone next in line fetches ahead at most this often (seconds)
 _CLONE_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -94,23 +104,27 @@ class Gate:
     head: str = ""  # the server's head when it last saw ``seen``
     still: float = 0.0  # since when it has seen ``seen`` and ``head`` both unchanged
     landed: float = 0.0  # when a push of this clone last landed
+    deck: bool = False  # the server names this clone next in line after ``seen``'s holder (NEXT_REF)
+    ahead: float = 0.0  # when it last fetched ahead, next in line
 
     def encode(self) -> bytes:
         return (f"{self.streak} {self.until} {self.held or '-'} {self.taken} {self.seen or '-'} {self.since} "
-                f"{self.head or '-'} {self.still} {self.landed}\n").encode("ascii")
+                f"{self.head or '-'} {self.still} {self.landed} {int(self.deck)} {self.ahead}\n").encode("ascii")
 
     @classmethod
     def decode(cls, raw: bytes) -> Gate:
         """A gate from the file's bytes; the two-field form of older versions reads as
-        a streak and a time; anything unreadable is no back-off and no turn."""
+        a streak and a time, the nine-field form (before the line's next) without ``deck``;
+        anything unreadable is no back-off and no turn."""
         try:
             p = raw.decode("ascii").split()
             if len(p) == 2:
                 return cls(int(p[0]), float(p[1]))
-            if len(p) == 9:
+            if len(p) in (9, 11):
                 held, seen, head = ("" if x == "-" else x for x in (p[2], p[4], p[6]))
+                deck, ahead = (p[9] == "1", float(p[10])) if len(p) == 11 else (False, 0.0)
                 return cls(int(p[0]), float(p[1]), held, float(p[3]), seen, float(p[5]), head, float(p[7]),
-                           float(p[8]))
+                           float(p[8]), deck, ahead)
         except (UnicodeDecodeError, ValueError):
             pass
         return cls()
@@ -157,7 +171,8 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
         # the holder lets it go at its first landing after TURN_SLICE, so this look comes as
         # that landing is due, and the looks after it every TURN_POLL until the handover.
         # The longer a clone has been losing, the sooner it looks: first to take a free turn)
-        ends = gate.since + TURN_SLICE + random.uniform(0, 0.05 / streak)
+        # (next in line: DECK_LEAD sooner, to fetch the slice's writes ahead of the handover)
+        ends = gate.since + TURN_SLICE - (DECK_LEAD if gate.deck else 0.0) + random.uniform(0, 0.05 / streak)
         if now < ends < until:
             until = ends
         elif ends <= now:  # the slice is over: its holder hands the turn on at its next landing
@@ -302,6 +317,22 @@ def waiting_value(store: Store, cid: str) -> pygit2.Oid:
     """The value of ``WAITING_PREFIX + cid``: fixed bytes, so that any clone knows it
     without a fetch and can lease on it when it takes a dead clone out of the line."""
     return store.repo.create_blob(f"{TURN_MESSAGE}: {cid} waits\n".encode("ascii"))
+
+
+def deck_bytes(cid: str | None) -> bytes:
+    """The content of NEXT_REF naming ``cid`` (None: nobody waits after the new holder)."""
+    return f"{TURN_MESSAGE}: {cid or 'nobody'} is next\n".encode("ascii")
+
+
+def deck_value(store: Store, cid: str | None) -> pygit2.Oid:
+    """NEXT_REF's value naming ``cid``, written where a handing push can send it."""
+    return store.repo.create_blob(deck_bytes(cid))
+
+
+def on_deck(value: str | None, cid: str | None) -> bool:
+    """Whether NEXT_REF's ``value`` (from ``git ls-remote``) names clone ``cid``: fixed
+    bytes, so a clone knows its own value without a fetch and without writing it."""
+    return bool(value and cid) and value == str(pygit2.hash(deck_bytes(cid)))
 
 
 def next_in_line(waiting: list[str], own: str) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import NoSpace, RepoStateError, Unreachable, UsageError
 from ..core.files import NO_SPACE_TEXT
-from ..core.store import AGENTS_PREFIX, REMOTE_TRACKING_PREFIX, Store, git_env
+from ..core.store import AGENTS_PREFIX, REMOTE_TRACKING_PREFIX, WORKSPACE_REF, Store, git_env
 
 ZERO = "0" * 40
 # Connection failures: nothing reached the server (the write did not happen).
@@ -38,6 +38,7 @@ FETCH_TIMEOUT = 60.0
 PROTOCOL_KEY = "storm.remoteProtocol"
 LOCAL_LOCK_TRIES = 5
 PUSH_TIMEOUT = 120.0
+FORCE = "+"  # a push update's lease meaning: no lease, forced (advice only another clone may overwrite)
 
 
 class RemoteRefused(RepoStateError):
@@ -115,6 +116,23 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
             raise NoSpace(f"cannot fetch the shared workspace from {remote}: this disk refused the objects "
                           f"({_first_line(r.stderr)})")
         raise Unreachable(f"cannot fetch the shared workspace from {remote} ({url}): {_first_line(r.stderr)}",
+                          hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+def ahead_ref(remote: str) -> str:
+    """Where a clone next in line keeps the server's head it fetched ahead: a local ref
+    (a fetch's ``have``), outside the tracking refs the clone adopts from."""
+    return f"{REMOTE_TRACKING_PREFIX}{remote}/ahead"
+
+
+def fetch_ahead(store: Store, remote: str) -> None:
+    """Fetch the objects of the server's ``refs/storm/workspace`` into ``ahead_ref``
+    only: nothing is adopted and no queue moves; the clone's next fetch then carries
+    only what landed after this one (gate.py, "Next in line")."""
+    url = check_remote(store, remote)
+    r = _fetch_once(store, remote, url, [f"+{WORKSPACE_REF}:{ahead_ref(remote)}"])
+    if r.returncode != 0:
+        raise Unreachable(f"cannot fetch ahead from {remote} ({url}): {_first_line(r.stderr)}",
                           hint="check that the server is up and reachable, then retry; nothing was changed")
 
 
@@ -226,12 +244,13 @@ class PushOutcome:
 def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]]) -> PushOutcome:
     """One ``git push --atomic --porcelain``: ``updates`` are (source oid, destination
     ref, lease). A lease is the oid the server must still have ("" = must be absent);
-    None pushes without force (the server refuses a non-fast-forward)."""
+    None pushes without force (the server refuses a non-fast-forward); FORCE forces
+    the update whatever the server has (advice, never a write's ref)."""
     check_remote(store, remote)
     args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
-    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
+    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease not in (None, FORCE)]
     args.append(remote)
-    args += [f"{src}:{dst}" for src, dst, _lease in updates]
+    args += [f"{'+' if lease == FORCE else ''}{src}:{dst}" for src, dst, lease in updates]
     r = _git(store, args, PUSH_TIMEOUT)
     out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
     for line in r.stdout.decode("utf-8", "replace").splitlines():
