@@ -382,14 +382,15 @@ def test_a_process_whose_write_did_not_keep_the_turn_still_frees_it_at_exit_when
     assert server_ref(srv, TURN) == free_value(a) and gate.read_gate(_store(a)).held == ""
 
 
-@pytest.mark.parametrize("named", ["this clone", "another clone"])
+@pytest.mark.parametrize("named", ["this clone", "this clone, a killed fetch's lock left", "another clone"])
 def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, named):
     """A handing push names the clone next in line after the new holder
     (refs/storm/next). That clone, blocked, fetches the server's head at its looks
     into its ``ahead`` ref -- objects only: its copy of the server's head and its
     queue stay where they were until it is served -- so that the fetch after the
-    handover carries only the last writes. A clone the ref does not name fetches
-    nothing while blocked."""
+    handover carries only the last writes (a fetch ahead killed before it renamed
+    its ref lock leaves ``ahead.lock``: the next one clears it as stale). A clone
+    the ref does not name fetches nothing while blocked."""
     from storm_git.remote import gate, transport
 
     srv, a, b = two_clones(tmp_path)
@@ -398,7 +399,12 @@ def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, name
     assert storm(a, "read", "src/api.py", agent="eng_a").returncode == 0
     held = take_turn(b, srv)
     sb = _store(b)
-    on_deck = cid(a) if named == "this clone" else "0123456789abcdef"
+    on_deck = cid(a) if named.startswith("this clone") else "0123456789abcdef"
+    lock = a / ".git" / "refs" / "storm-remote" / "origin" / "ahead.lock"
+    if "killed" in named:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text("0" * 40 + "\n")
+        os.utime(lock, (time.time() - 3600, time.time() - 3600))
     out = transport.push(sb, "origin", [(str(gate.deck_value(sb, on_deck)), gate.NEXT_REF, transport.FORCE)])
     assert out.ok, out  # forced: whatever the ref held
     tracked = git(a, "rev-parse", "refs/storm-remote/origin/storm/workspace").stdout.decode().strip()
@@ -409,8 +415,9 @@ def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, name
         _move_server_head(b, srv, n)
     head = server_ref(srv, "refs/storm/workspace")
     ahead = ["git", "rev-parse", "-q", "--verify", "refs/storm-remote/origin/ahead"]
-    if named == "this clone":
+    if named.startswith("this clone"):
         wait_for(lambda: subprocess.run(ahead, cwd=a, capture_output=True).stdout.decode().strip() == head)
+        assert not lock.exists()
     else:
         wait_for(lambda: gate.read_gate(_store(a)).head == head)  # it looked at the moved head
         time.sleep(0.3)  # and again (every 40-80 ms past the slice's end)
@@ -419,7 +426,7 @@ def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, name
     # objects only: what it adopts and its queue move only once it is served
     assert git(a, "rev-parse", "refs/storm-remote/origin/storm/workspace").stdout.decode().strip() == tracked
     assert git(a, "rev-parse", "refs/storm/workspace^").stdout.decode().strip() == local
-    assert gate.read_gate(_store(a)).deck is (named == "this clone")
+    assert gate.read_gate(_store(a)).deck is named.startswith("this clone")
     free_turn(b, held)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()
