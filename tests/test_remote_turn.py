@@ -510,3 +510,11 @@ def test_the_clone_next_in_line_knows_its_name_without_a_fetch_and_looks_early(m
     seen = gate.Gate(streak=5, seen="2" * 40, since=99.0, head="4" * 40, still=99.0)
     assert gate.after_push(seen, stale=True).until == 99.0 + gate.TURN_SLICE
     assert gate.after_push(replace(seen, deck=True), stale=True).until == 99.0 + gate.TURN_SLICE - gate.DECK_LEAD
+    # named for one turn only: a new turn (seen by a fetch or a look) or a turn handed here forgets it
+    on = replace(seen, deck=True)
+    turn, other = pygit2.Oid(hex="2" * 40), pygit2.Oid(hex="6" * 40)
+    assert gate.after_fetch(on, turn, True, pygit2.Oid(hex="4" * 40)).deck
+    assert not gate.after_fetch(on, other, True, pygit2.Oid(hex="4" * 40)).deck
+    assert not gate.after_fetch(on, None, False, None).deck
+    assert not gate.after_fetch(on, other, False, None, handed=True).deck
+    assert not gate.seen_now(on, "6" * 40, "4" * 40).deck

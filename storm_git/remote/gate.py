@@ -194,14 +194,15 @@ def after_fetch(gate: Gate, turn: pygit2.Oid | None, held_elsewhere: bool, head:
     now = time.monotonic()
     if handed and gate.held != value:  # (it takes the turn to write: a burst starts, as at a take)
         return replace(gate, until=0.0, held=value, taken=now - age, seen="", since=0.0, head="", still=0.0,
-                       landed=now)
+                       landed=now, deck=False)
     g = gate if gate.held and gate.held == value else replace(gate, held="", taken=0.0)
     if not held_elsewhere:
-        return replace(g, seen="", since=0.0, head="", still=0.0)
+        return replace(g, seen="", since=0.0, head="", still=0.0, deck=False)
     where = str(head or "")
     since = g.since if g.seen == value else now - age
     still = g.still if g.seen == value and g.head == where else now
-    return replace(g, seen=value, since=since, head=where, still=still)
+    # next in line or not is known for the turn it was read with (a look reads it again)
+    return replace(g, seen=value, since=since, head=where, still=still, deck=g.deck and g.seen == value)
 
 
 def seen_now(gate: Gate, turn: str, head: str) -> Gate:
@@ -209,7 +210,7 @@ def seen_now(gate: Gate, turn: str, head: str) -> Gate:
     from now (it handed it on, or a look by ls-remote showed a new one), the server's
     head at ``head``: timed from this moment, as after_fetch times a first sight."""
     now = time.monotonic()
-    return replace(gate, seen=turn, since=now, head=head, still=now)
+    return replace(gate, seen=turn, since=now, head=head, still=now, deck=False)
 
 
 def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: float,
