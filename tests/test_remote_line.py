@@ -427,6 +427,11 @@ def test_the_clone_named_next_in_line_fetches_ahead_while_blocked(tmp_path, name
     assert git(a, "rev-parse", "refs/storm-remote/origin/storm/workspace").stdout.decode().strip() == tracked
     assert git(a, "rev-parse", "refs/storm/workspace^").stdout.decode().strip() == local
     assert gate.read_gate(_store(a)).deck is named.startswith("this clone")
+    code, st = storm_json(a, "status")  # (its fetch adopts b's head: after the checks above)
+    assert code == 0, st
+    turn = st["turn"]
+    assert turn.startswith("held by another clone; 1 clone waiting")
+    assert turn.endswith("; this clone is next") is named.startswith("this clone"), turn
     free_turn(b, held)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()

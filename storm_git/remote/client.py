@@ -291,8 +291,8 @@ class RemoteWorkspace(SharedWorkspace):
         return self.store.config_bool(TURNS_KEY, True)
 
     def _turn_state(self) -> str:
-        """Who holds the server's turn, and how many clones wait in line, as last
-        fetched (for status)."""
+        """Who holds the server's turn, how many clones wait in line, and whether this
+        clone is named next, as last fetched (for status)."""
         if not self._turns():
             return "not taken here (storm.remoteTurns false)"
         turn = self._turn()
@@ -301,7 +301,11 @@ class RemoteWorkspace(SharedWorkspace):
         else:
             state = "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
         line = len(self.store.refs_under(tracking_ref(self.remote, WAITING_PREFIX)))
-        return f"{state}; {line} clone{'s' if line != 1 else ''} waiting" if line else state
+        out = f"{state}; {line} clone{'s' if line != 1 else ''} waiting" if line else state
+        named = self.store.ref_target(tracking_ref(self.remote, NEXT_REF))
+        if state == "held by another clone" and on_deck(str(named) if named else None, self._id()):
+            out += "; this clone is next"  # the holder hands the turn here (this clone fetches ahead)
+        return out
 
     def _turn(self) -> pygit2.Oid | None:
         """The server's turn ref as last fetched."""
