@@ -18,7 +18,8 @@ without storm's pre-receive guard), it prints medians of:
   (20), last (the workspace aged by every point before): the issue's target. Busy
   clones take turns of 2 s (docs/remote.md), so a window shorter than a round of
   eight turns (~18 s) holds the start-up race and three or four clones' turns, not
-  eight clones' work.
+  eight clones' work. It also says in how many clones storm's maintenance ran during
+  it (their loose objects fell): on two cores, eight at once cost a window ~10 %.
 
     python3 benchmarks/bench_remote.py                 # guard installed: docs/remote.md's table
     python3 benchmarks/bench_remote.py --no-guard      # its other column
@@ -156,6 +157,13 @@ def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon",
         if not turns:
             git(c, "config", "storm.remoteTurns", "false")
     return proc, srv, out
+
+
+def loose_objects(repo: str) -> int:
+    """The loose objects of a clone (``git count-objects``): they fall only when storm's
+    maintenance packs them, so a fall across a window says that it ran there."""
+    out = git(repo, "count-objects", "-v")
+    return int(dict(line.split(": ", 1) for line in out.splitlines() if ": " in line).get("count", 0))
 
 
 def cpu_busy() -> float:
@@ -407,7 +415,9 @@ def main() -> int:
             if args.sustained > 0:
                 n, per = max(counts), max(int(x) for x in args.per_clone.split(","))
                 h0 = git(srv, "rev-parse", WS)
+                loose0 = [loose_objects(c) for c in clones[:n]]
                 res = run_workers(clones[:n], args.sustained, shared=False, per_clone=per)
+                loose1 = [loose_objects(c) for c in clones[:n]]
                 acc = sum(r["accepted"] for r in res)
                 late = sum(r["late"] for r in res)
                 landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
@@ -419,11 +429,20 @@ def main() -> int:
                                        "writes_per_s": (acc - late) / args.sustained, "late": late,
                                        "median_write_ms": round(statistics.median(lat) * 1000, 1),
                                        "longest_write_ms": round(max(lat) * 1000, 1),
-                                       "window_writes_by_clone": by_clone}
+                                       "window_writes_by_clone": by_clone,
+                                       # a clone's writes only add loose objects; storm's maintenance
+                                       # (its loose step) is what takes them away: a fall says it ran
+                                       # (at its 6,700 bound, more than a window of 8 x 32 adds)
+                                       "maintenance_ran_in_at_least": sum(b < a for a, b in zip(loose0, loose1)),
+                                       "loose_objects_before_after": list(zip(loose0, loose1))}
                 print(f"sustained, {n} clones x {per} writers, {args.sustained:.0f} s (after the points above): "
                       f"{(acc - late) / args.sustained:.1f} writes/s; {sum(1 for x in by_clone if x)} of {n} clones "
                       f"landed writes ({' / '.join(map(str, by_clone))}); median write {statistics.median(lat) * 1000:.0f}"
                       f" ms, longest {max(lat) * 1000:.0f} ms", file=log)
+                print(f"    storm's maintenance ran in at least {result['sustained']['maintenance_ran_in_at_least']} of "
+                      f"{n} clones during it (loose objects before -> after: "
+                      f"{', '.join(f'{a}->{b}' for a, b in zip(loose0, loose1))}; on two cores eight clones' runs "
+                      "at once cost a window ~10 %, docs/remote.md)", file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
