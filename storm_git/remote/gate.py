@@ -167,11 +167,11 @@ def after_push(gate: Gate, stale: bool, kept: bool = False) -> Gate:
     window = 0.0 if gate.held else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(streak, 16))
     until = now + random.uniform(0, window)
     if gate.seen:  # another clone's turn: look again as its slice ends, if that comes first
-        # (``since`` is this clone's first sight of the turn, never before its holder took it:
+        # ``since`` is this clone's first sight of the turn, never before its holder took it:
         # the holder lets it go at its first landing after TURN_SLICE, so this look comes as
         # that landing is due, and the looks after it every TURN_POLL until the handover.
-        # The longer a clone has been losing, the sooner it looks: first to take a free turn)
-        # (next in line: DECK_LEAD sooner, to fetch the slice's writes ahead of the handover)
+        # The longer a clone has been losing, the sooner it looks (first to take a free
+        # turn); the clone next in line looks DECK_LEAD sooner, to fetch the slice ahead.
         ends = gate.since + TURN_SLICE - (DECK_LEAD if gate.deck else 0.0) + random.uniform(0, 0.05 / streak)
         if now < ends < until:
             until = ends
@@ -223,17 +223,18 @@ def turn_update(gate: Gate, turn: pygit2.Oid | None, free: pygit2.Oid, expire: f
     git sends nothing but checks the lease) while writes of this clone are under way
     beside those this push carries (``busy``), or free it: once held for TURN_SLICE,
     or when this push carries all there is (the clone would then hold the turn idle,
-    and every other clone wait TURN_IDLE to see that).
-    (``legacy``: the free value of older clones, free too.) Another clone's turn: free it when this clone has seen it for ``expire`` seconds,
-    or for ``idle`` seconds with the server's head unchanged (its holder writes nothing);
-    otherwise None: do not push."""
+    and every other clone wait TURN_IDLE to see that). ``legacy``, the free value older
+    clones left, is free too. Another clone's turn: free it when this clone has seen it
+    for ``expire`` seconds, or for ``idle`` seconds with the server's head unchanged
+    (its holder writes nothing); otherwise None: do not push."""
     if gate.held:
         keep = busy and time.monotonic() - gate.taken < TURN_SLICE
         return (gate.held if keep else str(free), TURN_REF, gate.held)
     if turn is None:
         return (str(free), TURN_REF, "")
     now = time.monotonic()
-    if turn == free or (legacy is not None and turn == legacy) or (gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)):
+    given_up = gate.seen == str(turn) and (now - gate.since >= expire or now - gate.still >= idle)
+    if turn in (free, legacy) or given_up:
         return (str(free), TURN_REF, str(turn))
     return None
 
