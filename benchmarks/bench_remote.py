@@ -26,6 +26,7 @@ without storm's pre-receive guard), it prints medians of:
     python3 benchmarks/bench_remote.py --no-guard --seconds 3 --per-clone 1,4,8 --clones 8 --json
     python3 benchmarks/bench_remote.py --no-guard --transport file   # the same, without the network
     python3 benchmarks/bench_remote.py --no-guard --sustained 0      # without the last, 20 s point
+    python3 benchmarks/bench_remote.py --no-guard --no-relay         # storm's git commands without the relay
     TMPDIR=/dev/shm python3 benchmarks/bench_remote.py --no-guard     # server and clones in memory (tmpfs)
 
 The server and the clones are made under TMPDIR (Python's tempfile): on this project's
@@ -129,7 +130,7 @@ print(json.dumps({"accepted": acc, "late": late, "rejected": rej, "retries": ret
 
 
 def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon",
-          turns: bool = True) -> tuple[subprocess.Popen, str, list[str]]:
+          turns: bool = True, relay: bool = True) -> tuple[subprocess.Popen, str, list[str]]:
     """The served bare repository and ``clones`` clones of it. ``transport``: the clones
     reach it through a ``git daemon`` on loopback (``daemon``), or by ``file://`` (no
     network: git runs the server's side as a local process, as over ssh)."""
@@ -143,6 +144,8 @@ def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon",
     url = f"git://127.0.0.1:{port}/proj.git" if transport == "daemon" else f"file://{srv}"
     seed = os.path.join(tmp, "c0")
     make_project(seed)
+    if not relay:  # before storm's first command, which would start one
+        git(seed, "config", "storm.remoteRelay", "false")
     git(seed, "remote", "add", "origin", url)
     git(seed, "push", "-q", "origin", "main")
     storm(seed, "init", "--remote", "origin")
@@ -150,6 +153,8 @@ def setup(tmp: str, guard: bool, clones: int, transport: str = "daemon",
     for i in range(1, clones):
         c = os.path.join(tmp, f"c{i}")
         git(tmp, "clone", "-q", url, c)
+        if not relay:
+            git(c, "config", "storm.remoteRelay", "false")
         storm(c, "join", "origin")
         out.append(c)
     for c in out:
@@ -335,15 +340,19 @@ def main() -> int:
     ap.add_argument("--sustained", type=float, default=20.0,
                     help="seconds of the last point: the most clones x the most writers each, after the others "
                          "(0: skip); the target is 100 writes/s with 8 clones")
+    ap.add_argument("--no-relay", action="store_true",
+                    help="storm.remoteRelay false in every clone: storm's git commands connect to the git daemon "
+                         "themselves, and wait on Nagle's algorithm (git storm relay --help)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.clones.split(",")]
     result: dict = {"guard": not args.no_guard, "seconds": args.seconds, "transport": args.transport,
-                    "turns": not args.no_turns}
+                    "turns": not args.no_turns, "relay": not args.no_relay and args.transport == "daemon"}
     log = sys.stderr if args.json else sys.stdout
     # a server gc --auto that receive-pack detached may still be writing when the run ends
     with tempfile.TemporaryDirectory(prefix="bench-remote-", ignore_cleanup_errors=True) as tmp:
-        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport, not args.no_turns)
+        proc, srv, clones = setup(tmp, not args.no_guard, max(counts + [4]), args.transport, not args.no_turns,
+                                  not args.no_relay)
         try:
             lat = latency(tmp, clones, args.latency_n, srv)
             result["latency_ms"] = {k: round(v * 1000, 1) for k, v in lat.items()}
