@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
 from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
+from storm_git.core.errors import UsageError
 
 
 @cli.command(context_settings=CONTEXT)
@@ -50,10 +52,15 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
         sys.exit(3)
 
 
+HISTORY_SHOWN = 20
+
+
 @cli.command(context_settings=CONTEXT)
 @json_option
 @click.option("--auto", is_flag=True, help="Run only if the loose objects passed storm.autoMaintenance.")
-def maintenance(as_json: bool, auto: bool) -> None:
+@click.option("--history", "show_history", is_flag=True,
+              help="Run nothing: show the recorded runs (when, how long, git's CPU, counts before and after).")
+def maintenance(as_json: bool, auto: bool, show_history: bool) -> None:
     """Pack loose objects and refs, safely beside running writers.
 
     Runs git maintenance's loose-objects task twice (loose objects packed, then
@@ -68,16 +75,34 @@ def maintenance(as_json: bool, auto: bool) -> None:
     storm.autoMaintenance (default 6700, like git's gc.auto; 0 turns that off).
     --auto runs only when that bound is passed and no other maintenance runs; it
     rolls the packs up only when there are more than 4 and no roll-up runs.
+    Every run is recorded in .git/storm/maintenance-runs; --history shows it.
 
     \b
     Example:
       git storm maintenance
+      git storm maintenance --history --json
       git config storm.autoMaintenance 2000    # start it sooner
     """
-    from storm_git.core.maintenance import run, run_auto
+    from storm_git.core.maintenance import history, run, run_auto
     from storm_git.core.store import Store
 
     store = Store.discover()
+    if show_history:
+        if auto:
+            raise UsageError("--history runs nothing: it cannot be combined with --auto",
+                             hint="git storm maintenance --history")
+        runs = history(store)
+        if as_json:
+            _emit_json({"runs": [r.to_dict() for r in runs]})
+        elif not runs:
+            click.echo("storm maintenance: no run recorded in this repository")
+        for r in ([] if as_json else runs[-HISTORY_SHOWN:]):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
+            click.echo(f"{when} {r.task}{' (auto)' if r.auto else ''}: {r.seconds:.2f} s, git's CPU {r.cpu_s:.2f} s; "
+                       f"loose objects {r.before.loose} -> {r.after.loose}, packs {r.before.packs} -> {r.after.packs}")
+        if not as_json and len(runs) > HISTORY_SHOWN:
+            click.echo(f"({len(runs) - HISTORY_SHOWN} earlier run(s): --json shows all)")
+        return
     res = run_auto(store) if auto else run(store)
     if res is None:
         if as_json:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import fsck, git, make_repo, storm
+from helpers import fsck, git, make_repo, storm, storm_json
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
 
@@ -215,6 +215,10 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
         time.sleep(0.1)
     final = maintenance.count_objects(store)
     assert ran and final.packs >= 1
+    # and each background run is recorded, by the process that ran it
+    runs = maintenance.history(store)
+    assert runs and all(r.auto for r in runs) and {r.task for r in runs} <= {maintenance.LOOSE, maintenance.ROLLUP}
+    assert any(r.task == maintenance.LOOSE and r.before.loose > 500 and r.after.loose < r.before.loose for r in runs)
     # without the trigger: ~1500 writes x 6 objects; with it, a few batches above the bound
     # (the estimate samples one fan-out directory, as git's does)
     assert peak <= 3000 and final.loose <= 2000, (peak, final)
@@ -331,3 +335,49 @@ def test_a_roll_up_keeps_the_packs_few(tmp_path):
     assert out["after"]["packs"] <= 3 and out["after"]["loose"] <= 5, out
     assert out["after"]["packed"] >= before.packed
     assert fsck(repo).returncode == 0
+
+
+def test_each_run_is_recorded_and_history_reads_the_record(tmp_path):
+    """Record state rather than infer it: every task run leaves a line (when, how
+    long, git's CPU, counts before and after); a torn line is skipped; past
+    RECORD_MAX the record moves to .1 and both are read; --history runs nothing."""
+    from storm_git import open_workspace
+    from storm_git.core import maintenance
+
+    repo = make_repo(tmp_path / "repo", {"f.txt": "x\n"})
+    git(repo, "config", "storm.autoMaintenance", "0")
+    ws = open_workspace(str(repo))
+    for k in range(40):
+        ws.read(["f.txt"], agent="e1")
+        assert ws.write("f.txt", f"{k}\n".encode(), agent="e1").accepted
+    code, out = storm_json(repo, "maintenance", "--history")
+    assert code == 0 and out == {"runs": []}
+    t0 = time.time()
+    code, res = storm_json(repo, "maintenance")
+    assert code == 0
+    code, out = storm_json(repo, "maintenance", "--history")
+    runs = out["runs"]
+    assert [r["task"] for r in runs] == ["loose-objects", "geometric-rollup"], runs
+    loose = runs[0]
+    assert loose["auto"] is False and loose["started"] >= t0 - 1 and loose["seconds"] > 0 and loose["cpu_s"] > 0
+    assert loose["before"]["loose"] == res["before"]["loose"] >= 120 and loose["after"]["loose"] < 20
+    assert runs[1]["after"]["packs"] == res["after"]["packs"]
+    text = storm(repo, "maintenance", "--history").stdout
+    assert "loose-objects:" in text and f"loose objects {loose['before']['loose']} -> " in text
+    # a torn last line (a full disk mid-append) is skipped; the next run still appends
+    rec = repo / ".git" / "storm" / maintenance.RECORD
+    with open(rec, "a") as f:
+        f.write('{"task": "loose-obj')
+    assert len(maintenance.history(ws.store)) == 2
+    # past RECORD_MAX the record moves aside, one generation kept, and both are read
+    with open(rec, "a") as f:
+        f.write("\n" + "x" * (maintenance.RECORD_MAX + 1) + "\n")
+    assert storm(repo, "maintenance").returncode == 0
+    assert (rec.parent / (maintenance.RECORD + ".1")).exists() and rec.stat().st_size < 2048
+    assert [r.task for r in maintenance.history(ws.store)] == ["loose-objects", "geometric-rollup"] * 2
+    assert [r.task for r in maintenance.history(ws.store, since=time.time() + 60)] == []
+    # --history changes nothing and is not combined with --auto
+    before = rec.read_bytes()
+    r = storm(repo, "maintenance", "--history", "--auto")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--history" in r.stderr
+    assert rec.read_bytes() == before

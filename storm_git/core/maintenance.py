@@ -44,6 +44,11 @@ kept it under the bound, but ran twice as many maintenance processes and made
 10,000 writes take 55-62 s instead of 45 s on 2 cores, so the trigger stays at
 the bound, as git's does.
 
+Each task run is recorded (``.git/storm/maintenance-runs``, a JSON line per run:
+when, how long, git's CPU in it, the counts before and after), so that
+``git storm maintenance --history`` and the benchmarks say when maintenance ran
+instead of inferring it from falling loose counts.
+
 It never prunes. ``git gc --prune=now`` (or ``git prune`` with a short
 ``--expire``) deletes unreferenced objects at once, and a storm writer's commit is
 unreferenced between being written and the CAS that publishes it: GIT-FACTS saw
@@ -53,9 +58,12 @@ advises it; ``git gc`` with the default two-week grace period is safe.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import resource
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -90,6 +98,92 @@ class MaintenanceResult:
 
     def to_dict(self) -> dict:
         return {"before": self.before.to_dict(), "after": self.after.to_dict(), "tasks": self.tasks}
+
+
+RECORD = "maintenance-runs"  # in .git/storm: one JSON line per task run
+RECORD_MAX = 256 * 1024  # bytes: past it the record moves to RECORD.1 (one generation kept)
+
+
+@dataclass
+class RunRecord:
+    """One run of a task (the loose step or the roll-up), as recorded."""
+
+    task: str  # LOOSE or ROLLUP
+    started: float  # unix time
+    seconds: float
+    cpu_s: float  # git's CPU in it (its processes' user + system time)
+    auto: bool  # started by a write (maintenance --auto), not by hand
+    before: ObjectCounts
+    after: ObjectCounts
+    pid: int = 0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["before"], d["after"] = self.before.to_dict(), self.after.to_dict()
+        return d
+
+
+def _record_path(store: Store) -> str:
+    return os.path.join(store.commondir, "storm", RECORD)
+
+
+def _record(store: Store, rec: RunRecord) -> None:
+    """Append ``rec`` (one line, one ``write`` with O_APPEND: the loose step and a
+    roll-up may append at once). A failure to record never fails the maintenance."""
+    path = _record_path(store)
+    line = (json.dumps(rec.to_dict(), separators=(",", ":")) + "\n").encode()
+    try:
+        if os.path.getsize(path) > RECORD_MAX:
+            os.replace(path, path + ".1")
+    except OSError:
+        pass
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def history(store: Store, since: float = 0.0) -> list[RunRecord]:
+    """The recorded runs that started at or after ``since``, oldest first (a line
+    that does not parse, such as one cut by a full disk, is skipped)."""
+    out: list[RunRecord] = []
+    for path in (_record_path(store) + ".1", _record_path(store)):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                d = json.loads(line)
+                rec = RunRecord(str(d["task"]), float(d["started"]), float(d["seconds"]), float(d["cpu_s"]),
+                                bool(d["auto"]), ObjectCounts(**d["before"]), ObjectCounts(**d["after"]),
+                                int(d.get("pid", 0)))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if rec.started >= since:
+                out.append(rec)
+    return sorted(out, key=lambda r: r.started)
+
+
+@contextlib.contextmanager
+def _recorded(store: Store, task: str, auto: bool) -> Iterator[None]:
+    """Time the task's block and record it (not when it raised: nothing was done)."""
+    before = count_objects(store)
+    t0, wall, cpu0 = time.time(), time.monotonic(), _children_cpu()
+    yield
+    _record(store, RunRecord(task, t0, round(time.monotonic() - wall, 3), round(_children_cpu() - cpu0, 3),
+                             auto, before, count_objects(store), os.getpid()))
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _git(store: Store, *args: str) -> subprocess.CompletedProcess:
@@ -157,8 +251,8 @@ def run_auto(store: Store) -> MaintenanceResult | None:
         if not taken or not due(store):
             return None
         before = count_objects(store)
-        done = _loose(store)
-    done += _rollup(store, wait=False)
+        done = _loose(store, auto=True)
+    done += _rollup(store, wait=False, auto=True)
     return MaintenanceResult(before, count_objects(store), done)
 
 
@@ -166,23 +260,24 @@ def run(store: Store) -> MaintenanceResult:
     """Run the safe maintenance tasks; returns loose/packed counts before and after."""
     with flocked(store.commondir, LOCK, patient=True):  # behind a background run, however long
         before = count_objects(store)
-        done = _loose(store)
-    done += _rollup(store, wait=True)
+        done = _loose(store, auto=False)
+    done += _rollup(store, wait=True, auto=False)
     return MaintenanceResult(before, count_objects(store), done)
 
 
-def _loose(store: Store) -> list[str]:
+def _loose(store: Store, *, auto: bool) -> list[str]:
     """The loose step and pack-refs (the ``maintenance`` lock held)."""
     from . import readsets
 
-    readsets.fold_all(store)  # journals into notes first, so the pack holds them
-    for _ in range(2):  # the first pass packs them, the second deletes the loose copies
-        _check(_git(store, "maintenance", "run", f"--task={LOOSE}"), LOOSE)
-    _check(_git(store, "maintenance", "run", f"--task={PACK_REFS}"), PACK_REFS)
+    with _recorded(store, LOOSE, auto):
+        readsets.fold_all(store)  # journals into notes first, so the pack holds them
+        for _ in range(2):  # the first pass packs them, the second deletes the loose copies
+            _check(_git(store, "maintenance", "run", f"--task={LOOSE}"), LOOSE)
+        _check(_git(store, "maintenance", "run", f"--task={PACK_REFS}"), PACK_REFS)
     return [LOOSE, LOOSE, PACK_REFS]
 
 
-def _rollup(store: Store, *, wait: bool) -> list[str]:
+def _rollup(store: Store, *, wait: bool, auto: bool) -> list[str]:
     """The geometric roll-up, under its own lock, once there are more than ROLLUP_AT
     packs (always for an explicit run, which waits for a running roll-up)."""
     partial = promisor.remote_of(store.repo) is not None  # its fetched packs stay (storm_git.core.packs)
@@ -193,10 +288,11 @@ def _rollup(store: Store, *, wait: bool) -> list[str]:
           try_flocked(store.commondir, ROLLUP_LOCK)) as taken:
         if taken is False:
             return []
-        if partial:
-            packs.rollup(store.commondir, git_env())
-        else:
-            _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
+        with _recorded(store, ROLLUP, auto):
+            if partial:
+                packs.rollup(store.commondir, git_env())
+            else:
+                _check(_git(store, "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"), ROLLUP)
     return [ROLLUP]
 
 
