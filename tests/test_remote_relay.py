@@ -283,6 +283,11 @@ def test_relay_off_and_bad_settings(tmp_path, daemon):
     r = storm(a, "write", "two.txt", input="2\n", agent="eng_a")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "storm.remoteRelay" in r.stderr, r.stderr
     assert rev(a, "refs/storm/workspace") == before
+    git(a, "config", "storm.remoteRelay", "auto")
+    git(a, "config", "storm.remoteRelayIdle", "soon")
+    r = storm(a, "write", "two.txt", input="2\n", agent="eng_a")
+    assert r.returncode not in (0, 1) and r.stderr.count("\n") == 1 and "storm.remoteRelayIdle" in r.stderr, r.stderr
+    assert rev(a, "refs/storm/workspace") == before
 
 
 def test_other_transports_have_no_relay(tmp_path):
