@@ -19,7 +19,7 @@ without storm's pre-receive guard), it prints medians of:
   clones take turns of 2 s (docs/remote.md), so a window shorter than a round of
   eight turns (~18 s) holds the start-up race and three or four clones' turns, not
   eight clones' work. It also says in how many clones storm's maintenance ran during
-  it (their loose objects fell): on two cores, eight at once cost a window ~10 %.
+  it, and git's CPU in those runs (as storm records them: git storm maintenance --history).
 
     python3 benchmarks/bench_remote.py                 # guard installed: docs/remote.md's table
     python3 benchmarks/bench_remote.py --no-guard      # its other column
@@ -169,6 +169,13 @@ def loose_objects(repo: str) -> int:
     maintenance packs them, so a fall across a window says that it ran there."""
     out = git(repo, "count-objects", "-v")
     return int(dict(line.split(": ", 1) for line in out.splitlines() if ": " in line).get("count", 0))
+
+
+def maintenance_runs(repo: str, t0: float, t1: float) -> list[dict]:
+    """The maintenance runs storm recorded in ``repo`` that started between ``t0`` and ``t1``."""
+    out = subprocess.run([sys.executable, "-m", "storm_git", "maintenance", "--history", "--json"], cwd=repo,
+                         capture_output=True, text=True, check=True).stdout
+    return [r for r in json.loads(out)["runs"] if t0 <= r["started"] < t1]
 
 
 def cpu_busy() -> float:
@@ -425,8 +432,11 @@ def main() -> int:
                 n, per = max(counts), max(int(x) for x in args.per_clone.split(","))
                 h0 = git(srv, "rev-parse", WS)
                 loose0 = [loose_objects(c) for c in clones[:n]]
+                t0 = time.time()
                 res = run_workers(clones[:n], args.sustained, shared=False, per_clone=per)
+                t1 = t0 + res[0]["wall_s"]
                 loose1 = [loose_objects(c) for c in clones[:n]]
+                runs = [maintenance_runs(c, t0, t1) for c in clones[:n]]
                 acc = sum(r["accepted"] for r in res)
                 late = sum(r["late"] for r in res)
                 landed = int(git(srv, "rev-list", "--count", f"{h0}..{WS}"))
@@ -439,19 +449,25 @@ def main() -> int:
                                        "median_write_ms": round(statistics.median(lat) * 1000, 1),
                                        "longest_write_ms": round(max(lat) * 1000, 1),
                                        "window_writes_by_clone": by_clone,
-                                       # a clone's writes only add loose objects; storm's maintenance
-                                       # (its loose step) is what takes them away: a fall says it ran
-                                       # (at its 6,700 bound, more than a window of 8 x 32 adds)
-                                       "maintenance_ran_in_at_least": sum(b < a for a, b in zip(loose0, loose1)),
+                                       # storm records each maintenance run (git storm maintenance --history)
+                                       "maintenance": {
+                                           "clones_with_loose_step": sum(any(r["task"] == "loose-objects" for r in rs)
+                                                                         for rs in runs),
+                                           "clones_with_rollup": sum(any(r["task"] != "loose-objects" for r in rs)
+                                                                     for rs in runs),
+                                           "git_cpu_s": round(sum(r["cpu_s"] for rs in runs for r in rs), 2),
+                                           "runs_by_clone": [[(r["task"], round(r["started"] - t0, 1), r["cpu_s"])
+                                                              for r in rs] for rs in runs]},
                                        "loose_objects_before_after": list(zip(loose0, loose1))}
                 print(f"sustained, {n} clones x {per} writers, {args.sustained:.0f} s (after the points above): "
                       f"{(acc - late) / args.sustained:.1f} writes/s; {sum(1 for x in by_clone if x)} of {n} clones "
                       f"landed writes ({' / '.join(map(str, by_clone))}); median write {statistics.median(lat) * 1000:.0f}"
                       f" ms, longest {max(lat) * 1000:.0f} ms", file=log)
-                print(f"    storm's maintenance ran in at least {result['sustained']['maintenance_ran_in_at_least']} of "
-                      f"{n} clones during it (loose objects before -> after: "
-                      f"{', '.join(f'{a}->{b}' for a, b in zip(loose0, loose1))}; on two cores eight clones' runs "
-                      "at once cost a window ~10 %, docs/remote.md)", file=log)
+                m = result["sustained"]["maintenance"]
+                print(f"    storm's maintenance during it (as recorded): the loose step in {m['clones_with_loose_step']} "
+                      f"of {n} clones, a roll-up in {m['clones_with_rollup']}, {m['git_cpu_s']:.1f} s of git's CPU "
+                      f"(loose objects before -> after: {', '.join(f'{a}->{b}' for a, b in zip(loose0, loose1))})",
+                      file=log)
             res = run_workers(clones[:4], args.seconds, shared=True)
             acc = sum(r["accepted"] for r in res)
             result["shared"] = {"clones": 4, "accepted": acc, "rejected": sum(r["rejected"] for r in res),
