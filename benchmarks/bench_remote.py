@@ -172,10 +172,11 @@ def loose_objects(repo: str) -> int:
 
 
 def maintenance_runs(repo: str, t0: float, t1: float) -> list[dict]:
-    """The maintenance runs storm recorded in ``repo`` that started between ``t0`` and ``t1``."""
+    """The maintenance runs storm recorded in ``repo`` that ran at some time between
+    ``t0`` and ``t1`` (one that started before ``t0`` and ended after it included)."""
     out = subprocess.run([sys.executable, "-m", "storm_git", "maintenance", "--history", "--json"], cwd=repo,
                          capture_output=True, text=True, check=True).stdout
-    return [r for r in json.loads(out)["runs"] if t0 <= r["started"] < t1]
+    return [r for r in json.loads(out)["runs"] if r["started"] < t1 and r["started"] + r["seconds"] > t0]
 
 
 def cpu_busy() -> float:
@@ -208,11 +209,12 @@ def run_workers(clones: list[str], seconds: float, shared: bool, per_clone: int 
         if any(p.poll() is not None for p in procs):
             raise SystemExit("a writer failed to start")
         time.sleep(0.02)
-    c0, t0 = cpu_busy(), time.monotonic()
+    c0, t0, opened = cpu_busy(), time.monotonic(), time.time()
     open(go, "w").close()
     out = [json.loads(p.communicate()[0]) for p in procs]
     out[0]["cpu_s"] = cpu_busy() - c0  # the whole machine, from the window's start until the last writer ended
     out[0]["wall_s"] = time.monotonic() - t0  # the same span (the writers' start-up is not in it)
+    out[0]["opened"] = opened  # when the window opened (unix time)
     return out
 
 
@@ -432,9 +434,9 @@ def main() -> int:
                 n, per = max(counts), max(int(x) for x in args.per_clone.split(","))
                 h0 = git(srv, "rev-parse", WS)
                 loose0 = [loose_objects(c) for c in clones[:n]]
-                t0 = time.time()
                 res = run_workers(clones[:n], args.sustained, shared=False, per_clone=per)
-                t1 = t0 + res[0]["wall_s"]
+                t0 = res[0]["opened"]
+                t1 = t0 + args.sustained  # the window (the writes that land after it are not counted)
                 loose1 = [loose_objects(c) for c in clones[:n]]
                 runs = [maintenance_runs(c, t0, t1) for c in clones[:n]]
                 acc = sum(r["accepted"] for r in res)
