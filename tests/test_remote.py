@@ -906,3 +906,27 @@ def test_writers_a_fetch_brought_are_learnt_even_when_that_fetch_stopped_before_
     assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
     assert (b / ".git/storm/agents-seen").read_text().split() == ["eng_a"]
     assert rev(b, WS) == ra["commit"]
+
+
+def test_a_tracking_ref_locked_for_a_moment_by_git_is_waited_out(tmp_path):
+    """``git pack-refs --prune`` (storm's maintenance runs it) locks each loose ref it
+    packs for a moment; a write that lands meanwhile waits that lock out instead of
+    dying with libgit2's "failed to lock file" (a writer did, on this VM's disk, while
+    its clone's maintenance ran: 2026-11-27). The lock is held here by a file that a
+    background process removes after 0.5 s."""
+    srv = bare(tmp_path / "proj.git")
+    a = seed(tmp_path, str(srv))
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert code == 0 and res["accepted"], res
+    tracking = "refs/storm-remote/origin/storm/workspace"  # every write's push moves it
+    assert rev(a, tracking) == rev(srv, WS)
+    lock = a / ".git" / f"{tracking}.lock"
+    lock.write_text("")
+    remover = subprocess.Popen(["sh", "-c", f"sleep 0.5; rm -f '{lock}'"])
+    try:
+        code, res = storm_json(a, "write", "src/util.py", input="B\n", agent="eng_a")
+    finally:
+        remover.wait()
+    assert code == 0 and res["accepted"], res
+    assert server_log(srv)[0] == res["commit"] and rev(a, tracking) == res["commit"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pygit2
@@ -227,13 +227,38 @@ class Store:
         dead writer is removed once it is older than STALE_REF_LOCK_SECONDS; the
         caller must hold the storm flock that guards ``name``.
         """
+        def attempt() -> None:
+            if ref is None:
+                self.repo.create_reference_direct(name, new, False, message=message)
+            else:
+                ref.set_target(new, message)
+
+        return self._patiently(name, attempt)
+
+    def force(self, name: str, new: pygit2.Oid) -> None:
+        """Set ``name`` to ``new`` whatever it holds (the caller holds the storm flock
+        that guards it), waiting out another git process's brief ``<ref>.lock``:
+        ``git pack-refs --prune`` (storm's maintenance runs it) locks each loose ref it
+        packs, and libgit2 gives up at once where git would wait (a remote writer died
+        of that on this VM's disk, 2026-11-27)."""
+        self._patiently(name, lambda: self.repo.references.create(name, new, force=True))
+
+    def delete_ref(self, name: str) -> None:
+        """Delete ``name`` if it exists, waiting out a brief lock as :meth:`force` does."""
+        def attempt() -> None:
+            if self.ref(name) is not None:
+                self.repo.references.delete(name)
+
+        self._patiently(name, attempt)
+
+    def _patiently(self, name: str, attempt: Callable[[], object]) -> bool:
+        """Run the ref update ``attempt`` until it is done (True) or finds the ref moved
+        (False), clearing a dead writer's ``<ref>.lock`` and waiting up to
+        REF_LOCK_PATIENCE_SECONDS for a live one (then Busy)."""
         deadline = time.monotonic() + REF_LOCK_PATIENCE_SECONDS
         while True:
             try:
-                if ref is None:
-                    self.repo.create_reference_direct(name, new, False, message=message)
-                else:
-                    ref.set_target(new, message)
+                attempt()
                 return True
             except pygit2.AlreadyExistsError:
                 return False

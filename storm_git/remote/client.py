@@ -443,8 +443,8 @@ class RemoteWorkspace(SharedWorkspace):
         for src, dst, _lease in pushed:
             if src:
                 _force(self.store, tracking_ref(self.remote, dst), pygit2.Oid(hex=src))
-            elif self.store.ref(tracking_ref(self.remote, dst)) is not None:
-                self.store.repo.references.delete(tracking_ref(self.remote, dst))
+            else:
+                self.store.delete_ref(tracking_ref(self.remote, dst))
 
     def _held_elsewhere(self, gate: Gate) -> bool:
         """Whether the turn ref, as last fetched, is another clone's turn."""
@@ -1273,8 +1273,8 @@ def _learn_writers(store: Store, remote: str) -> None:
 
 
 def _force(store: Store, name: str, oid: pygit2.Oid) -> None:
-    """Set ``name`` (caller holds the lock that guards it)."""
-    store.repo.references.create(name, oid, force=True)
+    """Set ``name`` (caller holds the lock that guards it; a brief lock of git's is waited out)."""
+    store.force(name, oid)
 
 
 def adopt_tracking(store: Store, remote: str) -> None:
