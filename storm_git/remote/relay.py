@@ -126,19 +126,9 @@ def read_state(commondir: str, dest: Destination) -> RelayState | None:
 
 def alive(commondir: str, dest: Destination) -> bool:
     """Whether a relay for ``dest`` runs now: its lock is held (held for its life)."""
-    try:
-        fd = os.open(lock_path(commondir, dest), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
+    from ..core.locks import is_locked  # here, not at the top: the relay's own process imports no storm
+
+    return is_locked(commondir, LOCK_PREFIX + dest.key)
 
 
 def running(commondir: str, dest: Destination) -> RelayState | None:
