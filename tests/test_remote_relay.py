@@ -67,6 +67,18 @@ def test_destinations_and_settings():
         relay.enabled("sometimes")
 
 
+def test_a_record_that_is_not_one_reads_as_none(tmp_path):
+    d = relay.destination("git://127.0.0.1:9/p.git")
+    path = Path(relay.state_path(str(tmp_path), d))
+    path.parent.mkdir(parents=True)
+    for text in ("{not json", "[1, 2]", '"text"', '{"port": "x"}', "", "\x00\xff"):
+        path.write_text(text)
+        assert relay.read_state(str(tmp_path), d) is None, text
+    path.write_text('{"port": 5, "pid": 7, "unknown": 1}')
+    assert relay.read_state(str(tmp_path), d) == relay.RelayState(pid=7, port=5)
+    assert relay.running(str(tmp_path), d) is None  # nobody holds its lock
+
+
 def test_a_git_url_clone_starts_a_relay_and_its_commands_go_through_it(tmp_path, daemon):
     srv = bare(daemon.base / "proj.git")
     a = seed(tmp_path, daemon.url("proj.git"))
@@ -127,6 +139,10 @@ def test_a_held_lock_with_a_record_naming_a_dead_port_falls_back_to_git(tmp_path
         assert server_log(srv, h0) == [res["commit"]]
         assert storm(a, "read", "dead.txt", agent="eng_b").returncode == 0  # a fetch, the same way
         assert relay.read_state(commondir(a), d).port == dead  # nobody replaced the holder's record
+        # --stop signals only the lock's holder: the record's pid is not it, so nobody is
+        r = storm(a, "relay", "--stop")
+        assert r.returncode == 3 and r.stderr.count("\n") == 1 and "not stopped" in r.stderr, r.stderr
+        assert holder.poll() is None
     finally:
         holder.kill()
         holder.wait()
@@ -263,7 +279,7 @@ def test_a_recent_start_that_never_came_up_is_not_retried_at_every_command(tmp_p
     assert not relay.alive(commondir(a), d)
     # a record too old (or unreadable) starts one again
     with open(relay.state_path(commondir(a), d), "w") as f:
-        f.write("{not json")
+        f.write("[1, 2]")  # JSON, not a record
     write(a, "three.txt", "3\n")
     assert wait_for(lambda: running(a))
 

@@ -120,7 +120,7 @@ def read_state(commondir: str, dest: Destination) -> RelayState | None:
             raw = json.load(f)
         fields = RelayState.__dataclass_fields__
         return RelayState(**{k: type(getattr(RelayState, k))(v) for k, v in raw.items() if k in fields})
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: JSON, but not an object
         return None
 
 
@@ -171,9 +171,23 @@ def start(commondir: str, dest: Destination, idle: float) -> bool:
 def stop(commondir: str, dest: Destination, timeout: float = 5.0) -> RelayState | None:
     """Ask the running relay for ``dest`` to exit (SIGTERM: it stops listening, lets
     its connections finish, then exits) and wait until its lock is free. Returns the
-    state it had, or None when none ran."""
+    state it had, or None when none ran. Only the process that holds the lock is
+    signalled: a record whose pid is not the holder's (a reused pid, a hand-made
+    record) names no relay, and nobody is killed for it."""
+    from ..core.locks import holder  # (see alive)
+
     st = running(commondir, dest)
     if st is None:
+        return None
+    try:
+        fd = os.open(lock_path(commondir, dest), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        pid, _cmd = holder(fd)
+    finally:
+        os.close(fd)
+    if pid != st.pid:
         return None
     try:
         os.kill(st.pid, signal.SIGTERM)

@@ -123,10 +123,16 @@ def relay_info(store: Store, remote: str, *, stop: bool = False) -> RelayInfo:
     if dest is None:
         return info
     info.server = f"{dest.host}:{dest.port}"
-    st = relay.stop(store.commondir, dest) if stop else relay.running(store.commondir, dest)
+    st = relay.running(store.commondir, dest)
     if st is not None:
-        info.running, info.stopped = not stop, stop
+        info.running = True
         info.pid, info.port, info.served, info.started, info.last = st.pid, st.port, st.served, st.started, st.last
+        if stop:
+            if relay.stop(store.commondir, dest) is None:
+                raise RepoStateError(f"not stopped: the relay's record names pid {st.pid}, which does not hold "
+                                     f"its lock ({relay.lock_path(store.commondir, dest)})",
+                                     hint="another process holds it; nothing was signalled")
+            info.running, info.stopped = False, True
     return info
 
 
