@@ -176,18 +176,26 @@ dropped = False
 while True:
     c, _ = ls.accept()
     u = socket.create_connection((host, port))
-    first = c.recv(65536)
+    first = b""
+    while b"\0" not in first:  # the request line: "git-upload-pack /p.git\0host=...\0"
+        more = c.recv(65536)
+        if not more:
+            break
+        first += more
     u.sendall(first)
-    victim = not dropped and b"git-receive-pack" in first
+    push = b"git-receive-pack" in first
+    victim = not dropped and push
     packed = threading.Event()
     def up(c=c, u=u, packed=packed):
+        tail = b""
         try:
             while True:
                 d = c.recv(65536)
                 if not d:
                     break
-                if b"PACK" in d:
+                if b"PACK" in tail + d:  # (the signature may straddle two reads)
                     packed.set()
+                tail = d[-3:]
                 u.sendall(d)
             u.shutdown(socket.SHUT_WR)
         except OSError:
@@ -199,9 +207,9 @@ while True:
             break
         if victim and packed.is_set():  # the server's answer to the pushed pack: lost
             dropped = True
-            print("dropped", flush=True)
             break
         c.sendall(d)
+    print(f"{'push' if push else 'fetch'} packed={packed.is_set()} dropped={victim and dropped}", flush=True)
     for s in (c, u):  # shutdown first: it wakes the other thread's recv and sends the FIN
         try:
             s.shutdown(socket.SHUT_RDWR)
@@ -209,6 +217,31 @@ while True:
             pass
         s.close()
 '''
+
+
+def lines_until(proc: subprocess.Popen, wanted: str, seconds: float = 60) -> list[str]:
+    """The lines ``proc`` prints until one starts with ``wanted`` (that one last), or
+    until ``seconds`` pass (then the test fails with what it printed): a forwarder
+    that never drops must not hang the suite. Read from the pipe's descriptor itself
+    (a buffered reader would hold lines that select() no longer sees)."""
+    import select
+
+    fd = proc.stdout.fileno()
+    buf: bytes = getattr(proc, "pending", b"")
+    out: list[str] = []
+    deadline = time.monotonic() + seconds
+    while True:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            out.append(line.decode().strip())
+            if out[-1].startswith(wanted):
+                proc.pending = buf  # what came after it, for the next call
+                return out
+        left = deadline - time.monotonic()
+        assert left > 0 and select.select([fd], [], [], left)[0], f"no {wanted!r} line in {seconds} s; printed: {out}"
+        chunk = os.read(fd, 4096)
+        assert chunk, f"the forwarder ended; printed: {out}"
+        buf += chunk
 
 
 def test_a_push_whose_answer_the_relay_lost_lands_once(tmp_path, daemon):
@@ -225,13 +258,14 @@ def test_a_push_whose_answer_the_relay_lost_lands_once(tmp_path, daemon):
     script.write_text(FORWARDER)
     fw = subprocess.Popen([sys.executable, str(script), relay.lock_path(commondir(a), d),
                            relay.state_path(commondir(a), d), d.host, str(d.port)],
-                          stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE)
     try:
-        assert fw.stdout.readline().strip() == "ready"
+        assert lines_until(fw, "ready", 30) == ["ready"]
         assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
         h0 = rev(srv, "refs/storm/workspace")
         res = write(a, "src/util.py", "def clamp(x, lo, hi):\n    return x\n")
-        assert fw.stdout.readline().strip() == "dropped"  # the window was opened
+        seen = lines_until(fw, "push packed=True dropped=True", 5)  # the window was opened
+        assert seen[-1] == "push packed=True dropped=True", seen
         assert server_log(srv, h0) == [res["commit"]]  # applied once
         assert rev(a, "refs/storm/workspace") == res["commit"]
         assert (a / "src/util.py").read_text() == "def clamp(x, lo, hi):\n    return x\n"
