@@ -289,6 +289,28 @@ def test_the_server_down_behind_a_running_relay_is_the_usual_one_line_error(tmp_
     assert "cannot push the write to origin" in r.stderr and "unable to connect" in r.stderr, r.stderr
 
 
+def test_a_relay_started_while_another_holds_the_lock_leaves_at_once(tmp_path):
+    """Two commands that start a relay at the same moment: the second finds the lock
+    held (here by flock, deterministically) and exits without listening or touching
+    the record of the first."""
+    d = relay.destination("git://127.0.0.1:9/p.git")
+    lock = Path(relay.lock_path(str(tmp_path), d))
+    lock.parent.mkdir(parents=True)
+    record = Path(relay.state_path(str(tmp_path), d))
+    record.parent.mkdir(parents=True)
+    record.write_text('{"pid": 1, "port": 5}')
+    holder = subprocess.Popen(["flock", "-o", str(lock), "sleep", "60"])
+    try:
+        wait_for(lambda: relay.alive(str(tmp_path), d))
+        r = subprocess.run([sys.executable, "-I", relay.__file__, str(tmp_path), d.host, str(d.port), "30", d.key],
+                           capture_output=True, timeout=20)
+        assert r.returncode == 0 and r.stderr == b"", r.stderr
+        assert record.read_text() == '{"pid": 1, "port": 5}'
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_an_idle_relay_exits_and_removes_its_record(tmp_path, daemon):
     bare(daemon.base / "proj.git")
     a = seed(tmp_path, daemon.url("proj.git"))

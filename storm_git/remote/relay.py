@@ -105,23 +105,42 @@ def enabled(value: str | None) -> bool:
     raise ValueError(text)
 
 
+def _state_file(commondir: str, key: str) -> str:
+    return os.path.join(commondir, "storm", "relay", f"{key}.json")
+
+
+def _lock_file(commondir: str, key: str) -> str:
+    return os.path.join(commondir, "storm", "locks", LOCK_PREFIX + key)
+
+
 def state_path(commondir: str, dest: Destination) -> str:
-    return os.path.join(commondir, "storm", "relay", f"{dest.key}.json")
+    return _state_file(commondir, dest.key)
 
 
 def lock_path(commondir: str, dest: Destination) -> str:
-    return os.path.join(commondir, "storm", "locks", LOCK_PREFIX + dest.key)
+    return _lock_file(commondir, dest.key)
 
 
 def read_state(commondir: str, dest: Destination) -> RelayState | None:
     """The recorded state, or None (absent, unreadable, not storm's)."""
-    try:
-        with open(state_path(commondir, dest), encoding="utf-8") as f:
-            raw = json.load(f)
-        fields = RelayState.__dataclass_fields__
-        return RelayState(**{k: type(getattr(RelayState, k))(v) for k, v in raw.items() if k in fields})
-    except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: JSON, but not an object
+    raw = _read_json(state_path(commondir, dest))
+    if raw is None:
         return None
+    fields = RelayState.__dataclass_fields__
+    try:
+        return RelayState(**{k: type(getattr(RelayState, k))(v) for k, v in raw.items() if k in fields})
+    except (ValueError, TypeError):
+        return None
+
+
+def _read_json(path: str) -> dict | None:
+    """A JSON object from ``path``, or None (absent, unreadable, not an object)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def alive(commondir: str, dest: Destination) -> bool:
@@ -143,11 +162,9 @@ def route(commondir: str, dest: Destination, idle: float) -> list[str]:
     """The ``git -c`` arguments that send a command to the running relay, or nothing
     (no relay yet: one is started for the commands after this one, unless a start
     was asked for less than RESPAWN_AFTER ago)."""
-    st = running(commondir, dest)
-    if st is not None:
-        return ["-c", f"url.git://127.0.0.1:{st.port}/.insteadOf={dest.prefix}"]
     if alive(commondir, dest):
-        return []  # starting: its state is not written yet
+        st = read_state(commondir, dest)  # none yet while it starts: this command goes direct
+        return ["-c", f"url.git://127.0.0.1:{st.port}/.insteadOf={dest.prefix}"] if st and st.port > 0 else []
     old = read_state(commondir, dest)  # a dead relay's record has no spawn time: started again at once
     if old is None or abs(time.time() - old.spawned) > RESPAWN_AFTER:
         start(commondir, dest, idle)
@@ -249,7 +266,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 class _Relay:
     def __init__(self, commondir: str, host: str, port: int, idle: float, key: str) -> None:
         self.commondir, self.host, self.port, self.idle = commondir, host, port, idle
-        self.path = os.path.join(commondir, "storm", "relay", f"{key}.json")
+        self.path = _state_file(commondir, key)
         self.mutex = threading.Lock()
         self.active = 0
         self.quit = False
@@ -307,7 +324,7 @@ class _Relay:
             threading.Thread(target=self.carry, args=(conn,), daemon=True).start()
         listener.close()  # no new connection: a command that finds it refused goes direct
         try:  # the recorded state names a port nobody listens on any more
-            if (read_json(self.path) or {}).get("pid") == os.getpid():
+            if (_read_json(self.path) or {}).get("pid") == os.getpid():
                 os.unlink(self.path)
         except OSError:
             pass
@@ -318,20 +335,10 @@ class _Relay:
             time.sleep(0.05)
 
 
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        return value if isinstance(value, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def main(argv: list[str]) -> int:
     """``relay.py COMMONDIR HOST PORT IDLE KEY``: serve until idle, then exit."""
     commondir, host, port, idle, key = argv[0], argv[1], int(argv[2]), float(argv[3]), argv[4]
-    lock = os.path.join(commondir, "storm", "locks", LOCK_PREFIX + key)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = os.open(_lock_file(commondir, key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
