@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import click
 
@@ -136,58 +135,6 @@ def push_reads(agent: str | None, as_json: bool) -> None:
     else:
         click.echo(f"pushed the reads of {res['agent']} to {remote}" if res["pushed"]
                    else f"{remote} already has the reads of {res['agent']}: nothing to push")
-
-
-def relay_lines(info) -> list[str]:
-    if not info.relayed:
-        return [f"{info.remote} is {info.url}: only git:// servers are relayed (git sets TCP_NODELAY itself "
-                "on the others, or their own program carries the connection)"]
-    if info.stopped:
-        return [f"stopped the relay for {info.remote} (pid {info.pid}, {info.served} connection(s) carried)"]
-    if not info.running:
-        return [f"no relay runs for {info.remote} ({info.url}): "
-                + ("the next command that reaches the server starts one" if info.enabled
-                   else "storm.remoteRelay is false")]
-    ago = f"last {time.time() - info.last:.1f} s ago" if info.last else "none finished yet"
-    return [f"relay for {info.remote}: pid {info.pid}, 127.0.0.1:{info.port} -> {info.server}, "
-            f"{info.served} connection(s) carried, {ago}"
-            + ("" if info.enabled else " (storm.remoteRelay is false: no command uses it)")]
-
-
-@cli.command("relay", context_settings=CONTEXT)
-@click.option("--stop", "stop_it", is_flag=True,
-              help="Stop it (it lets connections in flight finish); the next command that reaches the server "
-                   "starts another unless storm.remoteRelay is false.")
-@json_option
-def relay_cmd(stop_it: bool, as_json: bool) -> None:
-    """Show this clone's relay to its git:// server, or stop it.
-
-    Over git://, storm's fetches, pushes and ls-remote go through a relay: one
-    process per clone that listens on 127.0.0.1 and forwards to the server with
-    TCP_NODELAY and TCP_QUICKACK set on both sockets. git sets neither on a
-    git:// socket, and each push otherwise waits ~40 ms on Nagle's algorithm, each
-    fetch ~85 ms. The first command that reaches the server starts it (that
-    command goes direct); it exits after storm.remoteRelayIdle seconds without a
-    connection (default 30), or when the repository is gone. A command it cannot
-    carry runs again on git's own connection, so a dead relay never fails a
-    command. storm.remoteRelay=false turns it off; ssh, https and file remotes
-    are not relayed. Exit 2 outside a shared workspace on a remote.
-
-    \b
-    Example:
-      git storm relay --json
-      git storm relay --stop
-      git config storm.remoteRelay false
-    """
-    from storm_git.remote.transport import relay_info
-
-    store = _store()
-    info = relay_info(store, _require_remote(store), stop=stop_it)
-    if as_json:
-        _emit_json(info.to_dict())
-    else:
-        for line in relay_lines(info):
-            click.echo(line)
 
 
 @cli.group("server-hook", context_settings=CONTEXT)

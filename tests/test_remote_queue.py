@@ -444,7 +444,7 @@ def test_after_a_stale_lease_the_clone_backs_off_before_its_fetch_not_between_fe
     import sys
 
     from storm_git import open_workspace
-    from storm_git.remote import client, gate
+    from storm_git.remote import backoff, client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -462,8 +462,8 @@ def test_after_a_stale_lease_the_clone_backs_off_before_its_fetch_not_between_fe
     assert storm(b, "read", "src/util.py", agent="eng_b").returncode == 0
     code, rb = storm_json(b, "write", "src/util.py", input="B\n", agent="eng_b")
     assert code == 0 and rb["accepted"]  # a's copy of the server's head is now old
-    monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi)
-    monkeypatch.setattr(gate, "BACKOFF_BASE", 1.0)
+    monkeypatch.setattr(backoff.random, "uniform", lambda lo, hi: hi)
+    monkeypatch.setattr(backoff, "BACKOFF_BASE", 1.0)
     log.unlink()  # the read's fetch
     res = ws.write("src/api.py", b"A\n", agent="eng_a")
     assert res.accepted and res.cas_retries == 1, res
@@ -626,26 +626,26 @@ def test_the_back_off_window_doubles_with_each_stale_lease_in_a_row_up_to_its_ca
     needs); a push that lands starts over. The random draw is pinned to the window's
     top."""
     from storm_git.core.store import Store
-    from storm_git.remote import gate
+    from storm_git.remote import backoff
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))
     store = Store.discover(str(a))
-    monkeypatch.setattr(gate.random, "uniform", lambda lo, hi: hi)
+    monkeypatch.setattr(backoff.random, "uniform", lambda lo, hi: hi)
 
     def window() -> float:  # the one the stale lease just opened, read from the clone's record
         before = time.monotonic()
-        gate.write_gate(store, gate.after_push(gate.read_gate(store), stale=True))
+        backoff.write(store, backoff.after_push(backoff.read(store), stale=True))
         after = time.monotonic()
-        until = gate.read_gate(store).until
+        until = backoff.read(store).until
         for w in (0.2, 0.4, 0.8, 1.6, 2.0):
             if before + w <= until <= after + w:
                 return w
         raise AssertionError(f"window of {until - before:.3f}-{until - after:.3f} s")
 
-    assert [window() for _ in range(6)] == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0] and gate.read_gate(store).streak == 6
-    gate.write_gate(store, gate.after_push(gate.read_gate(store), stale=False))
-    assert (gate.read_gate(store).streak, gate.read_gate(store).until) == (0, 0.0)
+    assert [window() for _ in range(6)] == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0] and backoff.read(store).streak == 6
+    backoff.write(store, backoff.after_push(backoff.read(store), stale=False))
+    assert (backoff.read(store).streak, backoff.read(store).until) == (0, 0.0)
     assert window() == 0.2
 
 

@@ -65,6 +65,9 @@ What it looks for:
   their edits are neither validated nor recorded. The fix brings storm's groups to
   this version's matchers, keeping their command and every other hook
   (``git storm harness install`` again does the same).
+* ``unused_remote_state`` (harmless): copies of server refs and files that older
+  remote clients kept (a turn ref, a line of waiting clones, a relay's records);
+  nothing reads them. The fix deletes them.
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -73,6 +76,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -85,6 +89,7 @@ from ..core.agents import SEEN_FILE, validate_agent
 from ..core.remote_state import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
+from ..core.files import remove_quietly
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
@@ -179,8 +184,59 @@ def _one_ref_lock(store: Store, ref: str, full: str, guard: str | None, fix: boo
         f.fixed = store.clear_stale_ref_lock(ref)
 
 
+def _unused_remote_state(store: Store) -> tuple[list[str], list[str]]:
+    """Refs and files under storm's names that no version of the remote client uses any
+    more: copies of server refs other than the shared ones and the agents' notes
+    (``refs/storm-remote/<remote>/storm/turn``, ``…/waiting/*``, ``…/next``,
+    ``…/ahead``), the clone-id file, and the relay's records and locks."""
+    refs = []
+    for name in store.refs_under(REMOTE_TRACKING_PREFIX):
+        rest = name[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
+        if len(rest) == 2 and not rest[1].startswith("notes/storm/") \
+                and rest[1] not in {r[len("refs/"):] for r in (WORKSPACE_REF, RESERVATIONS_REF)}:
+            refs.append(name)
+    root = os.path.join(store.commondir, "storm")
+    files = [os.path.join(root, "remote-clone"), os.path.join(root, "relay")]
+    locks = os.path.join(root, "locks")
+    if os.path.isdir(locks):
+        files += [os.path.join(locks, n) for n in sorted(os.listdir(locks)) if n.startswith("relay-")]
+    return refs, [f for f in files if os.path.lexists(f)]
+
+
+def _unused_remote(store: Store, fix: bool, out: list[Finding]) -> None:
+    """``unused_remote_state`` (harmless): leftovers of remote clients that took turns
+    and ran a relay; the fix deletes them (under the remote lock: no fetch moves them)."""
+    refs, files = _unused_remote_state(store)
+    if not refs and not files:
+        return
+    shown = [*refs, *(os.path.relpath(f, store.commondir) for f in files)]
+    detail = "left by an older remote client; nothing reads it"
+    by_remote: dict[str, list[str]] = {}
+    for r in refs:  # a clone copies refs/storm/* as the server has them: they come back until deleted there
+        remote, rest = r[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
+        by_remote.setdefault(remote, []).append("refs/" + rest)
+    for remote, names in sorted(by_remote.items()):
+        detail += f"; {remote} has them too: git push {remote} --delete {' '.join(sorted(names))}"
+    f = Finding("unused_remote_state", ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
+                detail, True, harmless=True)
+    out.append(f)
+    if not fix:
+        return
+    with flocked(store.commondir, REMOTE_LOCK):
+        for ref in refs:
+            store.delete_ref(ref)
+        for path in files:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                remove_quietly(path)
+    f.fixed = True
+
+
 def _broken_refs(store: Store, out: list[Finding]) -> None:
-    names = [r for r in store.repo.references if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS))]
+    unused = set(_unused_remote_state(store)[0])
+    names = [r for r in store.repo.references
+             if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS)) and r not in unused]
     for name in names:
         try:
             ref = store.repo.lookup_reference(name)
@@ -381,6 +437,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
         return rep
     _ref_locks(store, fix, rep.findings)
     _broken_refs(store, rep.findings)
+    _unused_remote(store, fix, rep.findings)
     broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
     if not broken & {RESERVATIONS_REF}:
         _expired_reservations(store, fix, rep.findings)

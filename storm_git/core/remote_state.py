@@ -7,9 +7,8 @@ anything else there costs a remote write only speed (the queue's record) or make
 it wait or retry, and doctor moves it aside."""
 from __future__ import annotations
 
-GATE_FILE = "remote-gate"  # the back-off and the turn: storm_git.remote.gate.Gate (one line)
+GATE_FILE = "remote-gate"  # the clone's back-off: storm_git.remote.backoff.Backoff (one line)
 REBASED_FILE = "remote-rebased"  # lines "<queued commit> <the same write on a newer head> <time>"
 QUEUE_FILE = "remote-queue"  # "<tracked head> <local ref>", then "q <commit>" and "l <commit>" rows
-CLONE_FILE = "remote-clone"  # this clone's id among the server's clones: 16 hex digits (the turn's line)
 
-FILES = (GATE_FILE, REBASED_FILE, QUEUE_FILE, CLONE_FILE)
+FILES = (GATE_FILE, REBASED_FILE, QUEUE_FILE)

@@ -126,9 +126,6 @@ def status(st: Any) -> str:
                        f"workspace yet ({value['commits'][0]}{', …' if value['count'] > 1 else ''}); the manager's "
                        "next git storm commit merges them in first")
             continue
-        if key == "turn":  # a remote clone: who may push (docs/remote.md, "Busy clones take turns")
-            out.append(f"turn: {value}")
-            continue
         if key == "nested_repositories":
             out.append(f"not recorded, git repositories of their own: {', '.join(quoted(p + '/') for p in value[:10])}"
                        + (f" and {len(value) - 10} more" if len(value) > 10 else "")

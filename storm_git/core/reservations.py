@@ -79,13 +79,26 @@ def _tree(store: Store) -> tuple[pygit2.Reference | None, pygit2.Tree | None]:
     return ref, (store.commit(ref.target).tree if ref is not None else None)
 
 
+def _decode(data: bytes) -> Reservation:
+    d = json.loads(data)
+    return Reservation(str(d["path"]), str(d["holder"]), float(d["expires"]), float(d["since"]))
+
+
+def readable_blob(data: bytes) -> bool:
+    """Whether ``data`` is one reservation as storm writes it (the server's guard asks)."""
+    try:
+        _decode(data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def _parse(store: Store, oid: pygit2.Oid, name: str = "") -> Reservation:
     """One entry of the reservations tree; an entry storm cannot read (not storm's
     JSON, not a blob) is corrupt state: the next reservation change, or
     ``git storm doctor --fix``, drops it."""
     try:
-        d = json.loads(store.blob_bytes(oid))
-        return Reservation(str(d["path"]), str(d["holder"]), float(d["expires"]), float(d["since"]))
+        return _decode(store.blob_bytes(oid))
     except (ValueError, KeyError, TypeError, AttributeError, pygit2.GitError) as e:
         raise CorruptState(f"{RESERVATIONS_REF} holds an unreadable entry {name or oid} "
                            f"({type(e).__name__})", hint="git storm doctor --fix removes it") from None

@@ -20,8 +20,7 @@ new head did not change keeps its place, rebuilt on the new head; any other is
 dropped, its writer's journal and notes put back as they were, and it validates
 again on the new head — a real conflict becomes the usual rejection. The clone
 backs off (a jittered window that doubles with each stale lease in a row), bounded
-by ``storm.remoteRetrySeconds``; a clone that keeps losing takes the turn
-(``refs/storm/turn``, :mod:`.gate`), and the other clones wait while it holds it.
+by ``storm.remoteRetrySeconds`` (:mod:`.backoff`).
 A verdict that pushes nothing (a rejection, a write that changes nothing, a
 reservation to wait for) is given only once the write has fetched, so it is always
 the server's verdict. The server unreachable or refusing:
@@ -38,13 +37,12 @@ or with ``push_reads``; validation never needs another machine's read set.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
@@ -57,20 +55,15 @@ from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
-from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, held_count, try_flocked
+from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
-from ..core.remote_state import GATE_FILE, QUEUE_FILE, REBASED_FILE
+from ..core.remote_state import QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
-from . import transport
-from .gate import (AHEAD_EVERY, BACKOFF_CAP, IDLE_KEY, NEXT_REF, TURN_AFTER, TURN_GRACE, TURN_IDLE, TURN_KEY,
-                   TURN_PAUSE, TURN_REF, TURN_SECONDS, TURNS_KEY, WAITING_PREFIX, Gate, after_fetch, after_push,
-                   clone_busy, clone_id, deck_value, free_value, legacy_free, next_in_line, on_deck, read_gate,
-                   seen_now, turn_age, turn_for, turn_text, turn_update, turn_value, waiting_value, write_gate)
-from .transport import RemoteRefused, Unreachable, tracking_ref
+from . import backoff, transport
+from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
-SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)  # the refs copied from the remote as they are
 LANDED, QUEUED, DROPPED = "landed", "queued", "dropped"
 
 
@@ -102,14 +95,10 @@ class RemoteWorkspace(SharedWorkspace):
         self.batched = 0  # writes of other processes that landed in this object's pushes
         self.rebased = 0  # queued writes this object moved onto a newer server head
         self._stale_now = 0  # stale leases of the write in progress
+        self._unclear = 0  # pushes of the write in progress whose answer was lost
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
-        self._kept_turn = False  # this process's last landing push kept the clone's turn
-        self._exit_hook = False  # _free_turn_at_exit is registered
-        self._free_oid: pygit2.Oid | None = None
-        self._legacy_oid: pygit2.Oid | None = None
-        self._cid: str | None = None
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True, agent: str | None = None, notes: bool = False) -> pygit2.Oid:
@@ -130,26 +119,11 @@ class RemoteWorkspace(SharedWorkspace):
         ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
         transport.fetch(self.store, self.remote, agents)
         store = self.store
-        gate = read_gate(store)
-        turn, turns = self._turn(), self._turns()
-        # another clone's turn, or one handed to this clone (read even when already seen: a
-        # blocked clone's look without a fetch, _still_blocked, may have named it before)
-        other = turns and turn is not None and str(turn) != gate.held and not self._is_free(turn)
-        message = turn_text(store, turn) if other and turn is not None else ""
-        to = turn_for(message)
-        handed = other and to is not None and to == self._id()  # handed to this clone
-        elsewhere = turns and not handed and self._held_elsewhere(gate)
-        age = turn_age(message, time.time()) if other and str(turn) != gate.seen else 0.0
-        seen = after_fetch(gate, turn, elsewhere, _tracked_head(store, self.remote), age, handed)
-        if seen != gate:
-            write_gate(store, seen)
         with flocked(store.commondir, "workspace"):
             _learn_writers(store, self.remote)
             self.rebased += _rebase_queue(store, self.remote)
             adopt_tracking(store, self.remote)
             _put_queue_record(store, _tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
-        if handed:
-            self._release_turn_if_idle()  # handed a turn with nothing to write: on to the next in line
 
     def _own_notes(self, agent: str | None) -> list[str]:
         """Whose notes a read (or edit, rm, exec, adopt, release) of ``agent`` fetches:
@@ -231,7 +205,7 @@ class RemoteWorkspace(SharedWorkspace):
                 self._repair()
                 self._check_budget()
                 return None
-            if self._over_budget() and (self._stale_now or self._gate().streak):
+            if self._over_budget() and (self._stale_now or backoff.read(store).streak):
                 # still queued after losing for too long -- its own pushes, or those of the
                 # clone's other processes that pushed it (a writer that never took the remote
                 # lock counts none of its own, and waited without bound behind a clone that
@@ -240,7 +214,6 @@ class RemoteWorkspace(SharedWorkspace):
                 # carrying it, and would land it after its writer was told it failed.
                 with exchanging(store, wait=False) as idle:
                     if idle and self._unqueue(commit):
-                        self._release_turn_if_idle()
                         self._put_back(agent)
                         self._check_budget()
                 if idle:  # landed or dropped meanwhile: its state says which
@@ -249,7 +222,7 @@ class RemoteWorkspace(SharedWorkspace):
                 # a push in flight: wait for it below, then look again
             with exchanging(store, wait=False) as pusher:
                 if pusher:
-                    self._gate_wait()  # a back-off another process opened and has not waited out
+                    backoff.wait(store)  # a back-off another process opened and has not waited out
                     self._push_queue(agent)
                     continue
             t0 = time.monotonic()
@@ -271,172 +244,10 @@ class RemoteWorkspace(SharedWorkspace):
         """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
         if self._over_budget():
             lost = (f"moved {self._stale_now} times during one write" if self._stale_now else
-                    f"kept moving: this clone's pushes lost {self._gate().streak} leases in a row "
+                    f"kept moving: this clone's pushes lost {backoff.read(self.store).streak} leases in a row "
                     "while the write waited")
             raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
-
-    # -- the clone's back-off and turn (storm_git.remote.gate) ------------------------
-    def _gate(self) -> Gate:
-        return read_gate(self.store)
-
-    def _gate_wait(self) -> None:
-        """Sleep until the clone's back-off is over (remote lock held)."""
-        delay = read_gate(self.store).until - time.monotonic()
-        if delay > 0:
-            time.sleep(min(delay, BACKOFF_CAP))
-
-    def _turns(self) -> bool:
-        """``storm.remoteTurns`` (default true): this clone takes and respects turns."""
-        return self.store.config_bool(TURNS_KEY, True)
-
-    def _turn_state(self) -> str:
-        """Who holds the server's turn, how many clones wait in line, and whether this
-        clone is named next, as last fetched (for status)."""
-        if not self._turns():
-            return "not taken here (storm.remoteTurns false)"
-        turn = self._turn()
-        if turn is None or self._is_free(turn):
-            state = "free"
-        else:
-            state = "held by this clone" if str(turn) == read_gate(self.store).held else "held by another clone"
-        line = len(self.store.refs_under(tracking_ref(self.remote, WAITING_PREFIX)))
-        out = f"{state}; {line} clone{'s' if line != 1 else ''} waiting" if line else state
-        named = self.store.ref_target(tracking_ref(self.remote, NEXT_REF))
-        if state == "held by another clone" and on_deck(str(named) if named else None, self._id()):
-            out += "; this clone is next"  # the holder hands the turn here (this clone fetches ahead)
-        return out
-
-    def _turn(self) -> pygit2.Oid | None:
-        """The server's turn ref as last fetched."""
-        return self.store.ref_target(tracking_ref(self.remote, TURN_REF))
-
-    def _free(self) -> pygit2.Oid:
-        """The turn ref's value when nobody holds it (gate.free_value), made once per process."""
-        if self._free_oid is None:
-            self._free_oid = free_value(self.store)
-        return self._free_oid
-
-    def _legacy(self) -> pygit2.Oid:
-        """The free value older clones left (gate.legacy_free), made once per process."""
-        if self._legacy_oid is None:
-            self._legacy_oid = legacy_free(self.store)
-        return self._legacy_oid
-
-    def _is_free(self, turn: pygit2.Oid) -> bool:
-        return turn == self._free() or turn == self._legacy()
-
-    def _id(self) -> str | None:
-        """This clone's id in the server's line (gate.clone_id), read once per process."""
-        if self._cid is None:
-            self._cid = clone_id(self.store) or ""
-        return self._cid or None
-
-    def _join_line(self) -> None:
-        """Blocked by another clone's turn (remote lock held): put this clone in the line
-        once per wait (``refs/storm/waiting/<id>``: a holder hands its turn on along it)."""
-        cid = self._id()
-        if cid is None:
-            return
-        ref = WAITING_PREFIX + cid
-        if self.store.ref_target(tracking_ref(self.remote, ref)) is not None:
-            return  # in the line already, as last fetched
-        oid = waiting_value(self.store, cid)
-        try:
-            out = transport.push(self.store, self.remote, [(str(oid), ref, None)])
-        except Unreachable:
-            return
-        if out.ok:
-            with flocked(self.store.commondir, "workspace"):
-                _force(self.store, tracking_ref(self.remote, ref), oid)
-
-    def _line_exits(self, turn: tuple[str, str, str] | None) -> list[tuple[str, str, str]]:
-        """Deletions of waiting refs a push carries with its turn update ``turn``: this
-        clone's own (a push that lands serves it: it joins again when next blocked),
-        and, when the push frees a turn handed to a clone that never used it, that
-        clone's (leased on its fixed value: a clone that joined the line again
-        meanwhile is taken out all the same, and joins again when next blocked)."""
-        store, out = self.store, []
-        cid = self._id()
-        if cid:
-            out.append(cid)
-        current = self._turn()
-        if turn is not None and current is not None and not self._is_free(current) and turn[2] == str(current) \
-                and turn[0] == str(self._free()) and str(current) != read_gate(store).held:
-            other = turn_for(turn_text(store, current))
-            if other and other != cid:
-                out.append(other)
-        return [("", WAITING_PREFIX + c, str(waiting_value(store, c))) for c in out
-                if store.ref_target(tracking_ref(self.remote, WAITING_PREFIX + c)) is not None]
-
-    def _let_go(self, held: str) -> tuple[list[tuple[str, str, str]], bool]:
-        """What a holder's push does as it lets its turn (``held``) go: hands it to the
-        next clone in the line after this one (a turn value naming it) and takes that
-        clone out of the line in the same atomic push -- a blocked clone learns it is
-        served by its entry gone, without a fetch (_still_blocked) -- or sets it free
-        when nobody waits (or the line cannot be read). Second: whether it was handed."""
-        free = [(str(self._free()), TURN_REF, held)]
-        try:
-            waiting = transport.list_refs(self.store, self.remote, WAITING_PREFIX + "*")
-        except Unreachable:
-            return free, False
-        line = [r[len(WAITING_PREFIX):] for r in waiting]
-        to = next_in_line(line, self._id() or "")
-        if to is None:
-            return free, False
-        served = WAITING_PREFIX + to
-        after = next_in_line([c for c in line if c != to], to)  # next once ``to`` lets go: it fetches ahead
-        return [(str(turn_value(self.store, to)), TURN_REF, held), ("", served, waiting[served]),
-                (str(deck_value(self.store, after)), NEXT_REF, transport.FORCE)], True
-
-    def _still_blocked(self) -> bool:
-        """A clone blocked by another clone's turn, its wait over (remote lock held):
-        whether it still is, asked with one ``git ls-remote`` of the turn, the server's
-        head and its own place in the line -- no objects, and its queue not moved onto a
-        head it may not push to for seconds yet (a fetch at every look moved each
-        queued write at every handover: 3.45 moves per write at 8 x 32). Still blocked:
-        the turn is another clone's and this clone is still in the line (a holder that
-        hands the turn to it takes it out in the same push), and neither the expiry nor
-        the idle rule (its holder landed nothing since storm.remoteTurnIdle) frees it.
-        Anything else (free, handed here, taken out, a holder to free, no id, the server
-        unreachable): False, and the caller fetches."""
-        cid, store = self._id(), self.store
-        if cid is None:
-            return False
-        mine = WAITING_PREFIX + cid
-        try:
-            refs = transport.list_refs(store, self.remote, TURN_REF, WORKSPACE_REF, mine, NEXT_REF)
-        except Unreachable:
-            return False  # the fetch says why
-        turn, head = refs.get(TURN_REF), refs.get(WORKSPACE_REF, "")
-        if turn is None or mine not in refs or self._is_free(pygit2.Oid(hex=turn)):
-            return False
-        gate, now = read_gate(store), time.monotonic()
-        if turn != gate.seen:  # another handover, not to this clone: a new slice from now
-            gate = seen_now(gate, turn, head)
-        elif head != gate.head:  # its holder landed: not idle
-            gate = replace(gate, head=head, still=now)
-        gate = replace(gate, deck=on_deck(refs.get(NEXT_REF), cid))
-        expire = store.config_float(TURN_KEY, TURN_SECONDS)
-        blocked = now - gate.since < expire and now - gate.still < store.config_float(IDLE_KEY, TURN_IDLE)
-        if blocked and gate.deck and head and now - gate.ahead >= AHEAD_EVERY and not self._has(head):
-            # next in line: the writes that landed meanwhile are fetched now (objects only), so
-            # the fetch after the handover, on the way to this clone's first push, carries
-            # only the last few (0.15-0.44 s at 8 x 32 when it carried a round of turns)
-            gate = replace(gate, ahead=now)
-            try:
-                transport.fetch_ahead(store, self.remote)
-            except (Unreachable, RepoStateError):
-                pass  # only an optimisation: the fetch after the handover fetches it all
-        write_gate(store, gate)
-        return blocked
-
-    def _has(self, oid: str) -> bool:
-        """Whether this clone has the object ``oid`` (a fetched commit brings its history)."""
-        try:
-            return pygit2.Oid(hex=oid) in self.store.repo
-        except ValueError:
-            return False
 
     def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
         """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
@@ -446,82 +257,14 @@ class RemoteWorkspace(SharedWorkspace):
             else:
                 self.store.delete_ref(tracking_ref(self.remote, dst))
 
-    def _held_elsewhere(self, gate: Gate) -> bool:
-        """Whether the turn ref, as last fetched, is another clone's turn."""
-        turn = self._turn()
-        return turn is not None and not self._is_free(turn) and str(turn) != gate.held
-
-    def _lost_round(self, may_take: bool = True) -> None:
-        """After a stale lease, or with another clone's turn in the way (remote lock
-        held): back off (until that turn's slice ends, when blocked; not at all when
-        about to take the turn), then fetch, so that the fetch and the next push follow
-        each other at once; after TURN_AFTER losses in a row, with writes still queued
-        on the new head, take the turn."""
+    def _lost_round(self) -> None:
+        """After a stale lease (remote lock held): back off, then fetch, so that the
+        fetch and the next push follow each other at once."""
         store = self.store
-        gate = after_push(read_gate(store), stale=True)
-        write_gate(store, gate)
-        if gate.seen and not gate.held and self._turns():
-            # blocked by another clone's turn: join the line, look again once it may be over
-            # (handed this clone's turn, or free: taken below, after that fetch)
-            self._join_line()
-            self._gate_wait()
-            if self._still_blocked():
-                return  # nothing fetched, nothing of the queue moved: the next round looks again
-            gate = read_gate(store)
-        taking = (not gate.held and gate.streak >= TURN_AFTER and may_take and self._turns()
-                  and (gate.seen or not self._held_elsewhere(gate)))
-        if not taking:
-            self._gate_wait()  # (a blocked clone has waited above: nothing is left)
+        backoff.write(store, backoff.after_push(backoff.read(store), stale=True))
+        backoff.wait(store)
         self._fetch_adopt()
-        with flocked(store.commondir, "workspace"):
-            queued = _queue(store, self.remote)[0] is not None
-        after = read_gate(store)
-        if taking and queued and not after.held and not self._held_elsewhere(after):
-            # Taken after the fetch, only for writes that survived the move onto the new head:
-            # writes dropped there (another clone changed what they read) will be judged
-            # again, most of them rejected, and a turn taken for them would only hold the
-            # other clones up (4 clones on one shared file: 33 writes in 6 s, 58 without).
-            # Leased on free: refused while another clone holds it.
-            oid = turn_value(store)
-            try:
-                took = transport.push(store, self.remote, [(str(oid), TURN_REF, str(self._free()))]).ok
-            except Unreachable:
-                took = False
-            if took:
-                with flocked(store.commondir, "workspace"):
-                    _force(store, tracking_ref(self.remote, TURN_REF), oid)
-                now = time.monotonic()  # (it takes the turn to write: a burst starts)
-                write_gate(store, replace(read_gate(store), until=0.0, held=str(oid), taken=now,
-                                          seen="", since=0.0, head="", still=0.0, landed=now))
         self._fresh = True
-        self._release_turn_if_idle()  # the fetch dropped every write queued here
-
-    def _release_turn_if_idle(self) -> None:
-        """A turn this clone holds with nothing queued to push (its writes landed, were
-        dropped or given up) is freed now, not left for the other clones to find idle."""
-        store = self.store
-        gate = read_gate(store)
-        if not gate.held:
-            return
-        with flocked(store.commondir, "workspace"):
-            idle = _queue(store, self.remote)[0] is None
-        if not idle:
-            return
-        let, handed = self._let_go(gate.held)
-        turn, value = let[0], let[0][0]
-        pushed = [*let, *self._line_exits(turn)]
-        try:
-            out = transport.push(store, self.remote, pushed)
-        except Unreachable:
-            return
-        if out.ok:
-            with flocked(store.commondir, "workspace"):
-                self._after_landing(pushed)
-        if out.ok or out.stale(TURN_REF):
-            gate = replace(read_gate(store), held="", taken=0.0)
-            if out.ok and handed:  # the next clone's turn: seen from now, as if fetched
-                gate = seen_now(gate, value, str(_tracked_head(store, self.remote) or ""))
-            write_gate(store, gate)
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
         with flocked(self.store.commondir, "workspace"):
@@ -538,70 +281,39 @@ class RemoteWorkspace(SharedWorkspace):
             self._fetch_adopt()
             self._fresh = True
             return
-        gate = read_gate(store)
-        # each writer holds its agent's write lock from before it validates until it lands
-        writers = held_count(store.commondir, write_lock("")) if gate.held else 0
-        turns = self._turns()  # off: the push leaves the turn ref alone
-        turn = turn_update(gate, self._turn(), self._free(), store.config_float(TURN_KEY, TURN_SECONDS),
-                           store.config_float(IDLE_KEY, TURN_IDLE), clone_busy(gate, writers),
-                           self._legacy()) if turns else None
-        if turns and turn is None:  # another clone's turn: the server would refuse this push
+        for a in _to_fold(store, tip, base):
+            readsets.fold(store, a)  # the journal reads each queued write names travel with it
+        updates = _updates(store, self.remote, tip, base, agents)
+        out = transport.push(store, self.remote, updates)
+        self.pushes += 1
+        if out.ok:
+            with flocked(store.commondir, "workspace"):
+                self._after_landing(updates)
+                _record_landing(store, base, tip)
+            self.batched += count - 1
+            self._fresh = True
+            backoff.write(store, backoff.after_push(backoff.read(store), stale=False))
+            return
+        if out.stale(WORKSPACE_REF) or out.lost_race:
+            # another machine wrote: its head replaces the queue, every queued write is
+            # validated again
             self.stale_leases += 1
             self._stale_now += 1
             self._lost_round()
             return
-        for a in _to_fold(store, tip, base):
-            readsets.fold(store, a)  # the journal reads each queued write names travel with it
-        updates = _updates(store, self.remote, tip, base, agents)
-        handed, let = False, [turn] if turn else []
-        if turn is not None and gate.held and turn[0] != gate.held:  # letting it go: to the next in line?
-            let, handed = self._let_go(gate.held)
-            turn = let[0]
-        pushed = [*updates, *let, *self._line_exits(turn)] if turn else updates
-        out = transport.push(store, self.remote, pushed)
-        self.pushes += 1
-        if out.ok:
-            with flocked(store.commondir, "workspace"):
-                self._after_landing(pushed)
-                _record_landing(store, base, tip)
-            self.batched += count - 1
-            self._fresh = True
-            kept = bool(gate.held) and turn is not None and turn[0] == gate.held
-            self._kept_turn = kept and writers >= 2  # see _free_turn_if_idle_after
-            if kept:
-                # a lone writer kept it (writing back to back); a process that ends holding
-                # the clone's turn (a CLI write, a script's last write) frees it as it goes
-                self._hook_exit()
-            after = after_push(gate, stale=False, kept=kept)
-            if handed:  # the next clone's turn: seen from now (this clone waits like the others)
-                after = seen_now(after, turn[0], str(tip))
-            write_gate(store, after)
-            if gate.held and not kept and not handed and clone_busy(gate, writers):
-                # the slice is over (not the clone's work): a waiting clone takes the turn and
-                # fetches now; a push of this clone in flight meanwhile would land after that
-                # fetch and cost it another
-                time.sleep(TURN_PAUSE)
-            return
-        moved = out.stale(WORKSPACE_REF) or out.lost_race
-        line = any(out.stale(dst) for _src, dst, _lease in pushed if dst.startswith(WAITING_PREFIX))
-        if moved or out.stale(TURN_REF) or line:
-            # another machine wrote (or holds the turn): its head replaces the queue,
-            # every queued write is validated again. Refused by the turn alone: another
-            # clone has just taken it, this one does not take it over. (A waiting ref
-            # that another clone took out of the line meanwhile: the fetch shows it.)
-            self.stale_leases += 1
-            self._stale_now += 1
-            self._lost_round(may_take=moved)
-            return
         if not out.unreachable and not out.remote_rejected() and not _notes_refused(out, updates):
-            try:  # an unclear failure: the server may have taken it, only its answer was lost
-                self._fetch_adopt()
-            except Unreachable:
-                pass
-            else:
-                self._fresh = True
-                if self._state_of(tip)[0] == LANDED:
-                    return
+            # An unclear failure (the push died or lost its connection after sending): the
+            # server may have taken it, or may still be taking it (its hooks run after the
+            # pack arrived). A fetch now could see the old head and call the write lost,
+            # and it would land a moment later. The same queue is pushed again instead,
+            # leased on the same head: whatever became of the first copy, the write lands
+            # once, and the answer to a push that completes is the server's verdict.
+            self._unclear += 1
+            try:
+                self._lost_round()
+            except Unreachable as e:
+                raise Unreachable(e.message, hint=self._unreachable_hint()) from None
+            return
         self._drop_queue(base)
         if agent is not None:
             self._queued = None
@@ -618,8 +330,15 @@ class RemoteWorkspace(SharedWorkspace):
             raise RemoteRefused(f"{self.remote} refused the write: {why[0] if why else refused}",
                                 hint="nothing was changed; see docs/remote.md (the server's guard)")
         raise Unreachable(f"cannot push the write to {self.remote}: {transport.describe_failure(out)}",
-                          hint="check that the server is up and reachable, then retry the write; "
-                               "nothing was changed here")
+                          hint=self._unreachable_hint())
+
+    def _unreachable_hint(self) -> str:
+        """What a writer that could not reach the server may say of its write: nothing
+        landed, unless an earlier push of it was cut off (the server may have it)."""
+        if self._unclear:
+            return ("an earlier push of this write was cut off and the server may have taken it: "
+                    "run git storm sync when the server is back, then git storm log shows whether it landed")
+        return "check that the server is up and reachable, then retry the write; nothing was changed here"
 
     def _repair(self) -> None:
         """A local ref that is not on the server's head as last known (edited by hand,
@@ -707,54 +426,11 @@ class RemoteWorkspace(SharedWorkspace):
         back last) bring the dropped write's versions back as read."""
         # patient: the write ahead is this agent's own, bounded by storm.remoteRetrySeconds
         with flocked(self.store.commondir, write_lock(agent), patient=True):
-            res = self._apply(agent, changes, **kw)
-        if self._kept_turn:
-            self._free_turn_if_idle_after()
-        elif read_gate(self.store).held:
-            # the clone holds the turn and this write did not keep it: its landing came in
-            # another process's push (group commit), or it pushed nothing. The process whose
-            # push kept it may end first, while this write was still under way (it then
-            # leaves the turn to the writers still going); whichever process ends last,
-            # with no writer of the clone under way, frees it -- so every one may
-            self._hook_exit()
-        return res
-
-    def _hook_exit(self) -> None:
-        """Free the clone's turn, if it still holds it idle, when this process ends."""
-        if not self._exit_hook:
-            self._exit_hook = True
-            atexit.register(self._free_turn_at_exit)
-
-    def _free_turn_at_exit(self) -> None:
-        """At the exit of a process whose landing kept the clone's turn (best effort: a
-        process killed before this leaves the turn to the other clones' idle rule)."""
-        try:
-            self._free_turn_if_no_writer()
-        except (StormError, OSError, pygit2.GitError):
-            pass  # the process is ending: the turn is advice, the other clones free it when idle
-
-    def _free_turn_if_idle_after(self) -> None:
-        """This process's push landed and kept the clone's turn (other writers were under
-        way). If none still is TURN_GRACE later (the clone's agents stopped or paused, as
-        at the end of a batch), the turn is freed now: held idle, it would keep every
-        other clone waiting until they saw it idle (storm.remoteTurnIdle). A busy clone's
-        writers are back at their next write by then, and the turn stays."""
-        self._kept_turn = False
-        time.sleep(TURN_GRACE)
-        self._free_turn_if_no_writer()
-
-    def _free_turn_if_no_writer(self) -> None:
-        """Free the clone's turn if it holds one and no writer of the clone is under way
-        (nor a push of it in flight)."""
-        store = self.store
-        if not read_gate(store).held or held_count(store.commondir, write_lock("")):
-            return
-        with exchanging(store, wait=False) as idle:
-            if idle:
-                self._release_turn_if_idle()
+            return self._apply(agent, changes, **kw)
 
     def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
+        self._unclear = 0
         self._moves = 0
         self._take_snapshot(agent)
         try:
@@ -828,7 +504,6 @@ class RemoteWorkspace(SharedWorkspace):
         self.refresh(notes=True)  # status reports every agent's read set
         st = super().status(**kw)
         st.extra["remote"] = self.remote
-        st.extra["turn"] = self._turn_state()
         return st
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:

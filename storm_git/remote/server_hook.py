@@ -35,7 +35,8 @@ from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
-from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
+from ..core import reservations
+from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from ..core.trailers import provenance as parse_provenance_trailers
 
@@ -98,19 +99,51 @@ def parse_updates(text: str) -> list[Update]:
     return out
 
 
+# storm's namespaces on a server: a push may touch only the refs storm defines there
+STORM_NAMESPACES = ("refs/storm/", "refs/notes/storm/")
+
+
 def check(repo: pygit2.Repository, updates: list[Update]) -> Verdict:
-    """The guard's verdict on one push (every refused ref, with why)."""
+    """The guard's verdict on one push (every refused ref, with why). Refs outside
+    storm's namespaces (branches, tags) are the server's own business."""
     post = {u.ref: u.new for u in updates}
     v = Verdict()
     for u in updates:
         try:
             if u.ref == WORKSPACE_REF:
                 v.checked += _check_workspace(repo, u, post)
+            elif u.ref == RESERVATIONS_REF:
+                _check_reservations(repo, u)
             elif u.ref.startswith(AGENTS_PREFIX):
+                _check_agent_ref(u)
                 _check_forward(repo, u, "the journals provenance points into are never rewritten")
+            elif u.ref.startswith(STORM_NAMESPACES) and u.new != ZERO:  # deleting leftovers is allowed
+                raise Refused(f"not a ref storm defines (a server takes {WORKSPACE_REF}, {RESERVATIONS_REF} "
+                              f"and {AGENTS_PREFIX}<agent> under storm's names)")
         except Refused as exc:
             v.refused.append(f"{u.ref}: {exc}")
     return v
+
+
+def _check_agent_ref(u: Update) -> None:
+    try:
+        validate_agent(u.ref[len(AGENTS_PREFIX):])
+    except BadAgent as exc:
+        raise Refused(f"not an agent's notes ref: {exc.message}") from None
+
+
+def _check_reservations(repo: pygit2.Repository, u: Update) -> None:
+    """Reservations are a commit whose tree holds one storm JSON blob per reserved path
+    (storm_git.core.reservations); any clone may replace them (they are advice, and
+    every clone's push is leased), but nothing else may stand there."""
+    if u.new == ZERO:
+        raise Refused("deleting it is not allowed (every clone reads it)")
+    obj = repo.get(u.new)
+    if not isinstance(obj, pygit2.Commit):
+        raise Refused(f"{u.new[:10]} is not a commit")
+    for e in obj.tree:
+        if e.type_str != "blob" or not reservations.readable_blob(repo[e.id].data):
+            raise Refused(f"entry {e.name!r} of {u.new[:10]} is not a storm reservation")
 
 
 def _check_forward(repo: pygit2.Repository, u: Update, why: str) -> None:

@@ -1,6 +1,6 @@
 """The wire: ``git`` subprocesses that fetch only the storm refs and push atomically.
 
-GIT-FACTS: libgit2's push has no lease and over ``file://`` checks no old value,
+libgit2's push has no lease and over ``file://`` checks no old value,
 so pushes go through the git CLI, whose ``--force-with-lease=REF:<oid>`` is a
 real compare-and-swap done by the server under its ref lock. Fetched values land
 in a tracking namespace (:func:`tracking_ref`); :mod:`.client` copies them onto
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import NoSpace, RepoStateError, Unreachable, UsageError
 from ..core.files import NO_SPACE_TEXT
-from ..core.store import AGENTS_PREFIX, REMOTE_TRACKING_PREFIX, WORKSPACE_REF, Store, git_env
-from . import relay
+from ..core.store import AGENTS_PREFIX, REMOTE_TRACKING_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store, git_env
 
 ZERO = "0" * 40
 # Connection failures: nothing reached the server (the write did not happen).
@@ -39,7 +38,6 @@ FETCH_TIMEOUT = 60.0
 PROTOCOL_KEY = "storm.remoteProtocol"
 LOCAL_LOCK_TRIES = 5
 PUSH_TIMEOUT = 120.0
-FORCE = "+"  # a push update's lease meaning: no lease, forced (advice only another clone may overwrite)
 
 
 class RemoteRefused(RepoStateError):
@@ -73,95 +71,6 @@ def protocol_args(store: Store, url: str) -> list[str]:
     return ["-c", f"protocol.version={value}"]
 
 
-def relay_on(store: Store) -> bool:
-    """``storm.remoteRelay``: auto (the default) or true: on; false: off (exit 2 otherwise)."""
-    raw = store.config_get(relay.KEY)
-    try:
-        return relay.enabled(None if raw is None else str(raw))
-    except ValueError:
-        raise UsageError(f"{relay.KEY} is {raw!r}, not auto or false",
-                         hint=f"fix it with git config {relay.KEY} auto") from None
-
-
-def relay_args(store: Store, url: str) -> list[str]:
-    """``-c url.<relay>.insteadOf=<server>`` when this clone's relay for the ``git://``
-    server of ``url`` runs (one is started otherwise), or nothing (storm_git.remote.relay)."""
-    dest = relay.destination(url)
-    if dest is None or not relay_on(store):
-        return []
-    return relay.route(store.commondir, dest, store.config_float(relay.IDLE_KEY, relay.IDLE_DEFAULT))
-
-
-@dataclass
-class RelayInfo:
-    """``git storm relay``: this clone's relay to its remote's ``git://`` server."""
-
-    remote: str
-    url: str
-    enabled: bool  # storm.remoteRelay
-    relayed: bool  # a git:// URL (other transports are never relayed)
-    running: bool
-    stopped: bool = False  # --stop stopped it
-    pid: int = 0
-    port: int = 0
-    server: str = ""  # host:port it forwards to
-    served: int = 0  # connections carried
-    started: float = 0.0  # unix time
-    last: float = 0.0  # unix time the last connection ended (0: none yet)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def relay_info(store: Store, remote: str, *, stop: bool = False) -> RelayInfo:
-    """What runs for ``remote``'s server; with ``stop``, stop it first (it exits once
-    its connections in flight are done; the next command starts another)."""
-    url = check_remote(store, remote)
-    on = relay_on(store)
-    dest = relay.destination(url)
-    info = RelayInfo(remote, url, on, dest is not None, False)
-    if dest is None:
-        return info
-    info.server = f"{dest.host}:{dest.port}"
-    st = relay.running(store.commondir, dest)
-    if st is not None:
-        info.running = True
-        info.pid, info.port, info.served, info.started, info.last = st.pid, st.port, st.served, st.started, st.last
-        if stop:
-            if relay.stop(store.commondir, dest) is None:
-                raise RepoStateError(f"not stopped: the relay's record names pid {st.pid}, which does not hold "
-                                     f"its lock ({relay.lock_path(store.commondir, dest)})",
-                                     hint="another process holds it; nothing was signalled")
-            info.running, info.stopped = False, True
-    return info
-
-
-def _wire(store: Store, url: str, args: list[str], timeout: float,
-          pre: list[str] | None = None) -> subprocess.CompletedProcess:
-    """A ``git`` command that talks to the server: through this clone's relay when one
-    runs; when the relay could not carry it (stopped, killed, unable to reach the
-    server), once more on git's own connection, whose answer is the one that counts.
-    Running a command again is safe: a fetch or a listing changes nothing, and a push
-    is leased (a first copy that landed makes the second one's lease stale, and the
-    caller's fetch then finds the write on the server)."""
-    via = relay_args(store, url)
-    if via:
-        try:
-            r = _git(store, args, timeout, [*(pre or []), *via])
-        except Unreachable:
-            r = None  # it timed out: a stopped relay
-        if r is not None and (r.returncode == 0 or not _connection_failed(r.stderr)):
-            return r
-    return _git(store, args, timeout, pre)
-
-
-def _connection_failed(stderr: bytes) -> bool:
-    """Whether git lost its connection (refused, reset, closed early) rather than
-    hearing the server's answer."""
-    low = stderr.decode("utf-8", "replace").lower()
-    return any(u in low for u in (*_UNREACHABLE, "hung up", "connection reset", "read error", "broken pipe"))
-
-
 def _git(store: Store, args: list[str], timeout: float, pre: list[str] | None = None) -> subprocess.CompletedProcess:
     env = git_env(GIT_TERMINAL_PROMPT="0", GIT_SSH_COMMAND=git_env().get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"))
     try:
@@ -176,6 +85,10 @@ def _first_line(raw: bytes) -> str:
     lines = [ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
     fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
     return (fatal or lines or ["no output"])[0]
+
+
+# The refs storm defines on a server besides the agents' notes: a clone copies them.
+SHARED_REFS = (WORKSPACE_REF, RESERVATIONS_REF)
 
 
 def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> None:
@@ -209,40 +122,6 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
                           hint="check that the server is up and reachable, then retry; nothing was changed")
 
 
-def ahead_ref(remote: str) -> str:
-    """Where a clone next in line keeps the server's head it fetched ahead: a local ref
-    (a fetch's ``have``), outside the tracking refs the clone adopts from."""
-    return f"{REMOTE_TRACKING_PREFIX}{remote}/ahead"
-
-
-def fetch_ahead(store: Store, remote: str) -> None:
-    """Fetch the objects of the server's ``refs/storm/workspace`` into ``ahead_ref``
-    only: nothing is adopted and no queue moves; the clone's next fetch then carries
-    only what landed after this one (gate.py, "Next in line")."""
-    url = check_remote(store, remote)
-    r = _fetch_once(store, remote, url, [f"+{WORKSPACE_REF}:{ahead_ref(remote)}"])
-    if r.returncode != 0:
-        raise Unreachable(f"cannot fetch ahead from {remote} ({url}): {_first_line(r.stderr)}",
-                          hint="check that the server is up and reachable, then retry; nothing was changed")
-
-
-def list_refs(store: Store, remote: str, *patterns: str) -> dict[str, str]:
-    """The server's refs matching ``patterns`` (``git ls-remote``): name -> oid. One
-    round trip, no objects: what a holder asks before it hands its turn on, and a
-    clone blocked by a turn asks instead of a fetch."""
-    url = check_remote(store, remote)
-    r = _wire(store, url, ["ls-remote", remote, *patterns], FETCH_TIMEOUT, protocol_args(store, url))
-    if r.returncode != 0:
-        raise Unreachable(f"cannot list {' '.join(patterns)} on {remote} ({url}): {_first_line(r.stderr)}",
-                          hint="check that the server is up and reachable, then retry; nothing was changed")
-    out: dict[str, str] = {}
-    for line in r.stdout.decode("utf-8", "replace").splitlines():
-        oid, _tab, ref = line.partition("\t")
-        if ref:
-            out[ref.strip()] = oid.strip()
-    return out
-
-
 def _missing_ref(stderr: bytes) -> str | None:
     """The ref a fetch failed on because the server does not have it."""
     m = re.search(rb"couldn't find remote ref (\S+)", stderr)
@@ -255,7 +134,7 @@ def _fetch_once(store: Store, remote: str, url: str, specs: list[str]) -> subpro
     args = ["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", "--no-recurse-submodules",
             "--no-auto-gc", "--no-filter", remote, *specs]
     for attempt in range(LOCAL_LOCK_TRIES):
-        r = _wire(store, url, args, FETCH_TIMEOUT, protocol_args(store, url))
+        r = _git(store, args, FETCH_TIMEOUT, protocol_args(store, url))
         if r.returncode == 0 or b"cannot lock ref" not in r.stderr:
             break
         # every fetch runs under storm's remote flock: an old <ref>.lock here was left by a
@@ -334,14 +213,13 @@ class PushOutcome:
 def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]]) -> PushOutcome:
     """One ``git push --atomic --porcelain``: ``updates`` are (source oid, destination
     ref, lease). A lease is the oid the server must still have ("" = must be absent);
-    None pushes without force (the server refuses a non-fast-forward); FORCE forces
-    the update whatever the server has (advice, never a write's ref)."""
-    url = check_remote(store, remote)
+    None pushes without force (the server refuses a non-fast-forward)."""
+    check_remote(store, remote)
     args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
-    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease not in (None, FORCE)]
+    args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
     args.append(remote)
-    args += [f"{'+' if lease == FORCE else ''}{src}:{dst}" for src, dst, lease in updates]
-    r = _wire(store, url, args, PUSH_TIMEOUT)
+    args += [f"{src}:{dst}" for src, dst, _lease in updates]
+    r = _git(store, args, PUSH_TIMEOUT)
     out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
     for line in r.stdout.decode("utf-8", "replace").splitlines():
         parts = line.split("\t")
