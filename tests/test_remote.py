@@ -309,6 +309,57 @@ def test_lost_push_answer_is_not_applied_twice(tmp_path):
     assert storm(b, "sync").returncode == 0 and (b / "src/util.py").read_text() == "A\n"
 
 
+CUT_OFF = r"""#!{python}
+# pre-receive: the server has the push; kill the client's `git push` (its answer is lost)
+# and hold the update until the test says go: the server takes it after the client died.
+import os, signal, sys, time
+sys.stdin.read()
+marker, go, clone = {marker!r}, {go!r}, {clone!r}
+if os.path.exists(marker):
+    sys.exit(0)  # a later push: let it through
+open(marker, "w").close()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{{pid}}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+        if argv[:2] == [b"git", b"push"] and os.readlink(f"/proc/{{pid}}/cwd") == clone:
+            os.kill(int(pid), signal.SIGKILL)
+    except OSError:
+        pass
+deadline = time.monotonic() + 60
+while not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+
+
+def test_a_push_cut_off_before_the_server_decided_is_not_reported_failed(tmp_path, daemon):
+    """The writer's `git push` dies after the server received the pack and before its
+    pre-receive finished (the server takes the write a moment later). The writer must
+    not say the write failed: it pushes the same queue again on the same lease and
+    reports the server's verdict; the write lands exactly once. (Over git://: the
+    server's processes are not the client's children and hold none of its pipes.)"""
+    srv = bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    b = clone(tmp_path, url, "b")
+    h0 = rev(srv, WS)
+    marker, go = tmp_path / "cut", tmp_path / "go"
+    hook = srv / "hooks" / "pre-receive"
+    hook.write_text(CUT_OFF.format(python=sys.executable, marker=str(marker), go=str(go), clone=str(a.resolve())))
+    hook.chmod(0o755)
+    assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
+    code, res = storm_json(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert marker.exists()  # the first push was cut off
+    go.touch()  # the first copy's update may now run: its lease is stale if the second landed
+    assert code == 0 and res["accepted"], res
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(hook)], capture_output=True).returncode == 0:
+        time.sleep(0.05)
+    landed = server_log(srv, h0)
+    assert landed == [res["commit"]], landed  # once, and the one the writer reported
+    assert storm(b, "sync").returncode == 0 and (b / "src/util.py").read_text() == "A\n"
+
+
 def test_diverged_local_copy_is_repaired_by_fetch(tmp_path):
     """A clone whose local refs/storm/workspace points elsewhere (a crash, a hand edit):
     the next command takes the server's value; the write lands on the server's head."""
