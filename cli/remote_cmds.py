@@ -27,6 +27,27 @@ def _require_remote(store) -> str:
     return remote
 
 
+def branch_line(b: dict | None) -> str | None:
+    """One line for what following the server's branch did (storm_git.remote.branch_follow)."""
+    if not b:
+        return None
+    name, up, n = b["branch"], b["upstream"], b["commits"]
+    if b["state"] == "fast_forward":
+        held = "; the shared workspace holds it" if b["integrated"] else \
+            "; the manager's next git storm commit brings it into the shared workspace"
+        return f"branch {name}: fast-forwarded {n} commit(s) to {up} ({b['after'][:10]}){held}"
+    if b["state"] == "ahead":
+        return f"branch {name}: {n} commit(s) ahead of {up} (push them with git push)"
+    if b["state"] == "diverged":
+        return (f"branch {name}: diverged from {up} ({n} commit(s) here it lacks); "
+                "merge or rebase it with git, then git storm sync")
+    if b["state"] == "no_upstream":
+        return f"branch {name}: not on the server (push it with git push -u NAME {name})"
+    if b["state"] == "detached":
+        return "HEAD is detached: no branch followed"
+    return f"branch {name}: up to date with {up}"
+
+
 def join_lines(res) -> list[str]:
     what = "created the shared workspace on" if res.created else "joined the shared workspace on"
     out = [f"storm {what} {res.remote}: shared head {res.head[:10]} (refs/storm/workspace)"]
@@ -37,6 +58,9 @@ def join_lines(res) -> list[str]:
                    " (git storm status shows them)")
     if res.hooks:
         out.append(f"installed hooks: {', '.join(res.hooks)}")
+    line = branch_line(res.branch)
+    if line:
+        out.append(line)
     return out
 
 
@@ -63,13 +87,17 @@ def init_remote(base: str | None, remote: str, as_json: bool) -> None:
 def join(remote: str, as_json: bool) -> None:
     """Join the shared workspace that lives on the git remote NAME.
 
-    Fetches refs/storm/* and refs/notes/storm/* from NAME (never branches),
-    sets storm.mode=storm and storm.remote=NAME, installs the pre-commit guard
+    Fetches refs/storm/* and refs/notes/storm/* from NAME, puts a clone with
+    no commit yet on the server's branch (its own name there, the only one, or
+    the one the server's HEAD names), sets storm.mode=storm and storm.remote=NAME, installs the pre-commit guard
     and brings the working tree to the shared head; files edited here without
     storm are kept and listed. Every write then pushes with a lease (the server
     does the compare-and-swap) and fetches the storm refs when another machine
     wrote first; reads and writes fetch no other agent's notes ref, status and
-    log fetch them all. Exit 3 when NAME is unreachable or has no shared workspace.
+    log fetch them all. The checked-out branch then follows the server's as
+    git storm sync does. Exit 3 when NAME is unreachable or has no shared
+    workspace; exit 2 when the clone has no commit and the server's branch to
+    take is ambiguous.
 
     \b
     Example:
@@ -105,6 +133,9 @@ def sync_remote(as_json: bool) -> None:
                    f"{len(written)} file(s) written on disk")
         if kept:
             click.echo(f"kept {len(kept)} local edit(s) storm did not make: {', '.join(sorted(kept)[:5])}")
+        line = branch_line(res.branch)
+        if line:
+            click.echo(line)
         for p, why in res.errors.items():
             click.echo(f"git storm: could not write {p}: {why}", err=True)
     if any(o == FAILED for o in res.outcomes.values()):

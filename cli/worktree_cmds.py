@@ -281,7 +281,9 @@ def sync(agent_id: str | None, onto: str | None, agent: str | None, as_json: boo
 
     Without AGENT, in a clone whose shared workspace lives on a remote
     (storm.remote, docs/remote.md): fetch the storm refs and bring the working
-    tree to the shared head, keeping files edited here without storm.
+    tree to the shared head, keeping files edited here without storm; then
+    fast-forward the checked-out branch and git's index to the server's branch
+    (the manager's commit made in another clone), leaving the disk to storm.
 
     What to do when 'git storm merge' reports AGENT as conflicted. The target
     branch is merged into storm/AGENT inside AGENT's worktree with git merge:

@@ -285,7 +285,8 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
     if event.pre:
         return pre_write(ws, who, event, paths)
     if event.failed:
-        _release(ws.store, who, paths)
+        if _release(ws.store, who, paths):
+            ws.publish_reservations()
         _take_pending(_pending_file(ws.store, who, event, paths))
         return HookResult(PASS, event, "released-after-a-failed-tool", who, paths)
     return post_write(ws, who, event, paths)
@@ -349,6 +350,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     from ..storm.shared import _Verdict
 
     store = ws.store
+    ws.catch_up(agent)  # on a remote: validate and lease against the server's head
     if event.harness == "codex":
         # Codex reads through the shell, which the hook cannot see: the patch's own
         # context lines are its read of each target it has not read otherwise.
@@ -380,7 +382,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                     _save_pending(_pending_file(store, agent, event, paths),
                                   {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
                                    "time": time.time()})
-                    return HookResult(PASS, event, "validated-and-leased", agent, paths)
+                    break
                 granted = ws._reject_locked(agent, OP, paths, verdict, head, now, hold)
                 break
             if time.monotonic() >= deadline:
@@ -391,6 +393,9 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                 granted = blocked
                 break
         time.sleep(min(0.1, max(0.01, blocked.remaining())))
+    ws.publish_reservations()  # the lease, or the rejected agent's reservation
+    if verdict.reason is None:
+        return HookResult(PASS, event, "validated-and-leased", agent, paths)
     rejection = ws._payload(agent, verdict, head, reads, granted)
     rejection.intents_in_diff = intents.in_rejection(store, rejection)
     if verdict.reason != RESERVED:  # as every storm rejection: what it showed now counts as read
@@ -401,13 +406,14 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     return HookResult(DENY, event, "denied", agent, paths, rejection=rejection)
 
 
-def _release(store: Store, agent: str, paths: list[str]) -> None:
-    """End the agent's own leases on ``paths`` (never another agent's)."""
+def _release(store: Store, agent: str, paths: list[str]) -> bool:
+    """End the agent's own leases on ``paths`` (never another agent's); whether any ended."""
     with flocked(store.commondir, "workspace"):
         mine = [p for p in paths if (r := reservations.get(store, p)) is not None and r.holder == agent]
         if mine:
             reservations.update(store, {p: None for p in mine}, agent=agent,
                                 message=f"storm: {agent} lease ends on {', '.join(mine[:3])}")
+    return bool(mine)
 
 
 def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
@@ -435,11 +441,13 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
             expected[p] = (expected_before[p] if p in expected_before
                            else hex_(getattr(disk.entry_or_none(store, rtree, p), "oid", None)))
     if not changes:
-        _release(store, agent, paths)
+        if _release(store, agent, paths):
+            ws.publish_reservations()
         return HookResult(PASS, event, "nothing-changed", agent, paths)
     res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=[], wait=True, op=OP,
                    expected=expected)
-    _release(store, agent, [p for p in paths if p not in changes])
+    if _release(store, agent, [p for p in paths if p not in changes]):
+        ws.publish_reservations()
     if res.accepted:
         flagged = [f for f in res.flags]
         note = f"storm: recorded, flagged {', '.join(flagged)}" if flagged else ""

@@ -50,7 +50,7 @@ import pygit2
 from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.disk import changed_paths
-from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
+from ..core.errors import Busy, NotInitialised, RepoStateError, StormError, UsageError
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
@@ -61,6 +61,7 @@ from ..core.remote_state import QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import backoff, transport
+from .branch_follow import follow
 from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3
@@ -473,6 +474,12 @@ class RemoteWorkspace(SharedWorkspace):
         r = super().release(path, agent=agent)
         self._push_reservations()
         return r
+
+    def catch_up(self, agent: str | None = None) -> None:
+        self.refresh(agent=agent)
+
+    def publish_reservations(self) -> None:
+        self._push_reservations()
 
     def _push_reservations(self) -> None:
         """Best effort: a reservation granted or ended here reaches the server by lease.
@@ -992,6 +999,7 @@ class JoinResult:
     disk: dict[str, int] = field(default_factory=dict)  # outcome -> number of paths
     kept: list[str] = field(default_factory=list)  # local edits sync left in place
     warnings: list[str] = field(default_factory=list)
+    branch: dict[str, Any] | None = None  # what following the server's branch did (branch_follow)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -1037,7 +1045,9 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
 
 def join(store: Store, remote: str) -> JoinResult:
     """``git storm join NAME``: fetch the storm refs, set the mode, and bring the
-    working tree to the shared head through the disk record (local edits stay)."""
+    working tree to the shared head through the disk record (local edits stay). A
+    clone whose branch has no commit yet (the server's HEAD named a branch it lacks)
+    is put on the server's branch first, before anything is written to disk."""
     from ..core.disk import KEPT, record_path, reset, sync
     from ..admin.hooks_install import install
 
@@ -1046,6 +1056,8 @@ def join(store: Store, remote: str) -> JoinResult:
     if mode not in (None, "storm"):
         raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
     warnings = []
+    unborn = store.repo.head_is_unborn
+    chosen = _branch_for_unborn(store, remote) if unborn else None
     with exchanging(store), flocked(store.commondir, "workspace"):
         transport.fetch(store, remote)
         if _tracked_head(store, remote) is None:
@@ -1062,9 +1074,14 @@ def join(store: Store, remote: str) -> JoinResult:
     if not os.path.exists(record_path(store)):
         # what is on disk is git's checkout of HEAD (or nothing in an empty clone)
         with flocked(store.commondir, "worktree"):
-            tree = (store.repo.head.peel(pygit2.Commit).tree.id if not store.repo.head_is_unborn
-                    else store.empty_tree())
+            tree = store.repo.head.peel(pygit2.Commit).tree.id if not unborn else store.empty_tree()
             reset(store, tree, None)
+    if chosen is not None:
+        _check_out_unborn(store, remote, chosen)
+        warnings.append(f"this clone had no commit on its branch: now on {chosen}, as on {remote}")
+    elif unborn:
+        warnings.append(f"{remote} has no branch: the manager's first git storm commit starts one "
+                        f"(push it with git push {remote} HEAD)")
     store.config_set("storm.mode", "storm")
     store.config_set("storm.remote", remote)
     hooks = install(store)
@@ -1075,7 +1092,47 @@ def join(store: Store, remote: str) -> JoinResult:
     res.kept = sorted(p for p, o in outcomes.items() if o == KEPT)
     if hooks.skipped:
         res.warnings.append(f"pre-commit guard not installed: {hooks.skipped}")
+    if not store.repo.head_is_unborn:
+        res.branch = follow(store, remote).to_dict()
     return res
+
+
+def _branch_for_unborn(store: Store, remote: str) -> str | None:
+    """The server's branch a clone with no commit yet goes on: its own branch's name
+    when the server has it, the only branch, or the one the server's HEAD names; None
+    when the server has no branch. Several and none named: exit 2, nothing changed."""
+    own = store.repo.lookup_reference("HEAD").target
+    own = own[len("refs/heads/"):] if own.startswith("refs/heads/") else own
+    heads = transport.list_heads(store, remote)
+    if not heads.branches:
+        return None
+    for name in (own, heads.head):
+        if name in heads.branches:
+            return name
+    if len(heads.branches) == 1:
+        return next(iter(heads.branches))
+    names = ", ".join(sorted(heads.branches)[:5])
+    raise UsageError(f"this clone has no commit on {own} and {remote}'s HEAD names "
+                     f"{heads.head or 'no branch'}; {remote} has several branches ({names})",
+                     hint=f"choose one: git checkout -b NAME --track {remote}/NAME (after git fetch {remote}), "
+                          f"then git storm join {remote} again; nothing was changed")
+
+
+def _check_out_unborn(store: Store, remote: str, name: str) -> None:
+    """Put a clone with no commit on the server's branch ``name``: the branch, its
+    upstream and git's index; the disk is storm's (synced next)."""
+    from ..storm import index
+
+    src, tracking = f"refs/heads/{name}", f"refs/remotes/{remote}/{name}"
+    if not transport.fetch_branch(store, remote, src, tracking):
+        raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
+    tip = store.ref_target(tracking)
+    store.repo.references.create(src, tip, force=True)
+    store.config_set(f"branch.{name}.remote", remote)
+    store.config_set(f"branch.{name}.merge", src)
+    store.repo.set_head(src)
+    with index.locked(store):
+        index.reset(store, store.commit(tip).tree.id)
 
 
 @dataclass
@@ -1085,6 +1142,7 @@ class RemoteSyncResult:
     head: str
     outcomes: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    branch: dict[str, Any] | None = None  # what following the server's branch did (branch_follow)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -1101,7 +1159,8 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     with exchanging(store):
         ws._fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
     res = sync(store, full=True)
-    return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors)
+    followed = follow(store, remote)
+    return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors, followed.to_dict())
 
 
 def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:

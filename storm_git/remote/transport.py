@@ -122,6 +122,46 @@ def fetch(store: Store, remote: str, agents: Iterable[str] | None = None) -> Non
                           hint="check that the server is up and reachable, then retry; nothing was changed")
 
 
+def fetch_branch(store: Store, remote: str, src: str, dst: str) -> bool:
+    """Fetch the server's branch ``src`` into the remote-tracking ref ``dst``, as
+    ``git fetch`` would; False when the server has no such branch."""
+    url = check_remote(store, remote)
+    r = _git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                     "--no-auto-gc", remote, f"+{src}:{dst}"], FETCH_TIMEOUT, protocol_args(store, url))
+    if r.returncode == 0:
+        return True
+    if _missing_ref(r.stderr):
+        return False
+    raise Unreachable(f"cannot fetch {src} from {remote} ({url}): {_first_line(r.stderr)}",
+                      hint="check that the server is up and reachable, then retry; nothing was changed")
+
+
+@dataclass
+class ServerHeads:
+    """The server's branches and what its HEAD names (``git ls-remote --symref``)."""
+
+    branches: dict[str, str]  # short name -> oid
+    head: str | None  # the branch the server's HEAD names (it may not exist)
+
+
+def list_heads(store: Store, remote: str) -> ServerHeads:
+    url = check_remote(store, remote)
+    r = _git(store, ["ls-remote", "--symref", remote, "HEAD", "refs/heads/*"], FETCH_TIMEOUT,
+             protocol_args(store, url))
+    if r.returncode != 0:
+        raise Unreachable(f"cannot list the branches of {remote} ({url}): {_first_line(r.stderr)}",
+                          hint="check that the server is up and reachable, then retry; nothing was changed")
+    out = ServerHeads({}, None)
+    for line in r.stdout.decode("utf-8", "replace").splitlines():
+        left, _tab, name = line.partition("\t")
+        if left.startswith("ref: ") and name == "HEAD":
+            target = left[len("ref: "):]
+            out.head = target[len("refs/heads/"):] if target.startswith("refs/heads/") else target
+        elif name.startswith("refs/heads/"):
+            out.branches[name[len("refs/heads/"):]] = left
+    return out
+
+
 def _missing_ref(stderr: bytes) -> str | None:
     """The ref a fetch failed on because the server does not have it."""
     m = re.search(rb"couldn't find remote ref (\S+)", stderr)

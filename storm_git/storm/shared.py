@@ -135,6 +135,14 @@ class SharedWorkspace(BaseWorkspace):
     def head(self) -> pygit2.Oid:
         return self._head_ref().target
 
+    def catch_up(self, agent: str | None = None) -> None:
+        """Bring the shared head to the truth before a decision made outside ``apply``
+        (a harness pre-hook's lease). Locally the ref is the truth: nothing to do."""
+
+    def publish_reservations(self) -> None:
+        """Make reservations changed outside ``apply`` (a harness lease) reach the other
+        machines. Locally they are already shared: nothing to do."""
+
     # -- where the compare-and-swap happens (storm_git.remote overrides these) ------
     # Locally the shared ref is the truth: the CAS under the workspace lock is the
     # write, and every verdict is final. On a remote (storm_git.remote.client) the
@@ -846,6 +854,15 @@ class SharedWorkspace(BaseWorkspace):
             if not c.parent_ids:
                 break
             c = self.store.commit(c.parent_ids[0])
+        # The chain's order is the order writes landed in. A write queued on one machine
+        # and moved onto a head another machine wrote meanwhile carries the time it was
+        # validated, earlier than its new parent's: it is shown at its parent's time
+        # (when it landed, at the earliest), its own kept as ``written``.
+        latest = float("-inf")
+        for item in reversed(out):
+            if item["time"] < latest:
+                item["written"], item["time"] = item["time"], latest
+            latest = item["time"]
         return events.merge_newest_first(out, events.read(self.store, limit), limit=limit)
 
 
