@@ -94,10 +94,9 @@ def join(remote: str, as_json: bool) -> None:
     storm are kept and listed. Every write then pushes with a lease (the server
     does the compare-and-swap) and fetches the storm refs when another machine
     wrote first; reads and writes fetch no other agent's notes ref, status and
-    log fetch them all. The checked-out branch then follows the server's as
-    git storm sync does. Exit 3 when NAME is unreachable or has no shared
-    workspace; exit 2 when the clone has no commit and the server's branch to
-    take is ambiguous.
+    log fetch them all. The checked-out branch then follows the server's, as
+    in sync. Exit 3 when NAME is unreachable or has no shared workspace; exit 2
+    when the clone has no commit and the server's branch to take is ambiguous.
 
     \b
     Example:

@@ -182,3 +182,26 @@ def test_log_shows_a_write_moved_onto_a_newer_head_in_landing_order(tmp_path):
     times = [e["time"] for e in entries]
     assert times == sorted(times, reverse=True), times
     assert writes[0]["time"] == writes[1]["time"] and abs(writes[0]["written"] - (t - 60)) < 1e-3, writes[:2]
+
+
+def _doc_block(name: str) -> str:
+    """The shell block docs/remote.md marks ``<!-- run: NAME -->``, as written."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "remote.md").read_text()
+    after = text.split(f"<!-- run: {name} -->", 1)[1]
+    body = after.split("```sh\n", 1)[1].split("```", 1)[0]
+    return body
+
+
+def test_the_set_up_and_the_day_in_docs_remote_run_verbatim(tmp_path):
+    import subprocess
+
+    make_repo(tmp_path / "myproject", {"src/api.py": "def fetch(url):\n    return url\n"}, init_storm=False)
+    for name in ("remote-setup", "remote-day"):
+        r = subprocess.run(["bash", "-e", "-c", _doc_block(name)], cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, (name, r.stdout, r.stderr)
+    team, me = tmp_path / "teammate", tmp_path / "myproject"
+    # the last lines are sync's; git status --short in the teammate's clone printed nothing
+    assert r.stdout.strip().splitlines()[-1].startswith("branch main: fast-forwarded 1 commit(s)"), r.stdout
+    assert (team / "version.py").read_text() == 'VERSION = "2"\n'
+    assert rev(team, "main") == rev(me, "main") == rev(tmp_path / "project.git", "main")
+    assert git(team, "symbolic-ref", "HEAD").stdout.decode().strip() == "refs/heads/main"
