@@ -25,8 +25,9 @@ directly as possible, independently of ``storm_git/storm/shared.py``:
 * A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
   re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``;
   ``unread_target`` reserves nothing (``a`` only lacked the content). Every
-  rejection other than ``reserved`` refreshes ``S_a`` for ``f`` and every stale
-  path (the payload showed them), so a re-planned retry is accepted.
+  rejection other than ``reserved`` refreshes ``S_a`` for ``f`` (the payload
+  showed its content in full); stale paths were shown only as diffs and stay
+  stale until ``a`` reads them again.
 * ``edit`` replaces exactly one occurrence of ``old`` in the version ``a`` last
   read (not the current one); when ``a`` never read ``f`` (or read it absent)
   the edit cannot be computed and is decided like a write that must be
@@ -180,6 +181,5 @@ class Model:
             holder = agent
             if self.reservation_seconds > 0:
                 self.reservations[path] = (agent, self.now + self.reservation_seconds)
-        for g in [path, *stale]:
-            rs[g] = self.current(g)
+        rs[path] = self.current(path)
         return Outcome(False, reason, path, stale, cur, holder)

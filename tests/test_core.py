@@ -82,7 +82,10 @@ def test_stale_dependency_lists_every_changed_read(repo, ws):
     assert sorted(s.path for s in res.rejection.stale) == ["src/api.py", "src/util.py"]
     api = next(s for s in res.rejection.stale if s.path == "src/api.py")
     assert api.changed_by == ["e1"] and "+def fetch_url(url):" in api.diff
-    # the rejection refreshed e3's view, so the re-planned write is accepted
+    # the stale files were shown as diffs only: they stay stale until e3 reads them again
+    again = ws.write("src/client.py", b"from api import fetch_url\n", agent="e3", wait=False)
+    assert again.rejection.reason == "stale_dependency"
+    ws.read(["src/api.py", "src/util.py"], agent="e3")
     assert ws.write("src/client.py", b"from api import fetch_url\n", agent="e3").accepted
 
 

@@ -141,7 +141,8 @@ def test_rename_storm_mode_rejects_stale_dependency_then_works(tmp_path):
     assert stale["path"] == "src/api.py" and stale["changed_by"] == ["e1"]
     assert "+def fetch_url(url):" in stale["diff"]
     assert not (r / "src/batch.py").exists()
-    # e2 re-plans with the new name
+    # e2 reads what changed and re-plans with the new name
+    _ok(storm(r, "read", "src/api.py", agent="e2"))
     _ok(storm(r, "write", "src/batch.py", agent="e2", input=BATCH_NEW))
     assert _imports_ok(r, "batch").returncode == 0
 

@@ -7,6 +7,7 @@ import math
 import shlex
 from typing import Any
 
+from .diffs import unified
 from .paths import quoted
 
 
@@ -57,7 +58,25 @@ def rejection(r: Any) -> str:
         out.append(_content(r.current_content))
     elif r.reason != "reserved":
         out.append(f"{quoted(r.path)} is absent at the shared head")
+    out.extend(rebased_offer(r))
     return "\n".join(out)
+
+
+def rebased_offer(r: Any) -> list[str]:
+    """The agent's change re-applied on the current version, and how to accept it."""
+    offer = getattr(r, "rebased", None)
+    if offer is None:
+        return []
+    crossing = [f"--- the other agents' change crosses yours here ({len(offer.crossed)} hunk(s)) ---",
+                *offer.crossed] if offer.crossed else []
+    if offer.clean:
+        return [*crossing,
+                f"--- your change re-applies cleanly on the current version; accepting it "
+                f"(git storm write {shlex.quote(r.path)} --rebased) makes this change to it ---",
+                unified(r.path, r.current_content, offer.content).rstrip("\n")]
+    return [*crossing,
+            f"--- your change re-applied on the current version, {offer.conflicts} conflict(s): resolve the "
+            "markers and write the result ---", _content(offer.content)]
 
 
 def _size(n: int | None) -> str:

@@ -43,8 +43,9 @@ INSTRUCTIONS = """\
 Files of this repository are shared with other agents through git storm. Use these tools for every
 file you read or change: view records what you read; create, str_replace, insert, undo_edit and write
 are accepted only if nothing you read has changed since. When a write is rejected (isError), the
-result says what changed, by whom, with the diff; the current version then counts as read, so re-apply
-your change to it and retry. Paths may be absolute inside the working tree or relative to its top.
+result says what changed, by whom, with the diff; the target's current version then counts as read, so
+re-apply your change to it and retry (other files it names as stale you must view again). When it says
+your change re-applies cleanly, write with rebased true accepts that after you have looked at it. Paths may be absolute inside the working tree or relative to its top.
 Start a new task with forget (an empty read set)."""
 
 ReadOnly = ToolAnnotations(read_only_hint=True)
@@ -123,17 +124,21 @@ def server_for(tools: StormTools) -> MCPServer:
         return run(tools.read, paths)
 
     @tool()
-    def write(path: PathArg, content: Annotated[str, Field(description="The whole new content.")],
+    def write(path: PathArg, content: Annotated[str | None, Field(
+                  description="The whole new content (leave it out with rebased).")] = None,
               intent: IntentArg = None,
               deps: Annotated[list[str] | None, Field(
                   description="Validate only these read files (plus the target) instead of everything you "
                               "read; [\"auto\"]: the read files the new content depends on (imports, "
                               "definitions).")] = None,
               no_wait: Annotated[bool, Field(description="Be rejected at once instead of waiting for "
-                                                         "another agent's reservation.")] = False
+                                                         "another agent's reservation.")] = False,
+              rebased: Annotated[bool, Field(description="Accept the rebased change your last rejection of this "
+                                                         "path offered (your change re-applied on the current "
+                                                         "version), instead of giving content.")] = False
               ) -> CallToolResult:
         """Write a whole file (create or replace), validated against everything you read."""
-        return run(tools.write, path, content, intent, deps, no_wait)
+        return run(tools.write, path, content, intent, deps, no_wait, rebased)
 
     @tool()
     def rm(path: PathArg, intent: IntentArg = None) -> CallToolResult:

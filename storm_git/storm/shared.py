@@ -56,7 +56,7 @@ from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
-from . import branch
+from . import branch, rebased
 from .writer import AS_WRITTEN, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
@@ -506,16 +506,48 @@ class SharedWorkspace(BaseWorkspace):
         if scope_name != "all" and verdict.reason == STALE_DEPENDENCY:
             rejection.message += f" (validated against scope {scope_name}: {len(scope)} read file(s))"
         rejection.intents_in_diff = intents.in_rejection(store, rejection)
+        if verdict.reason == DIRECT_CONFLICT:
+            rejection.rebased = self.offer_rebased(agent, rejection, seen.get(rejection.path),
+                                                    changes.get(rejection.path))
         if verdict.reason != RESERVED:
-            shown = [rejection.path] + [s.path for s in rejection.stale]
-            if len(paths) > 1:
-                shown += [p for p in paths if p in verdict.conflicts]
-            readsets.record(store, agent, [
-                ReadEntry(p, hex_(e.oid) if e else None, str(head))
-                for p, e in ((p, self._entry_or_none(tree, p)) for p in dict.fromkeys(shown))
-            ], why="was shown")
+            # What counts as read is what reached the agent in full: the target's current
+            # content. Stale dependencies are shown as diffs, and stay stale until read.
+            e = self._entry_or_none(tree, rejection.path)
+            readsets.record(store, agent, [ReadEntry(rejection.path, hex_(e.oid) if e else None, str(head))],
+                            why="was shown")
         return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited,
                            reservation_wait=res_wait)
+
+    def offer_rebased(self, agent: str, rejection: Rejection, seen: ReadEntry | None,
+                       change: Any) -> rebased.Rebased | None:
+        """The agent's change of the target re-applied on its current version (kept for
+        ``write --rebased``), when it read a version of it and wrote text."""
+        mine = change[0] if isinstance(change, tuple) else change
+        if seen is None or not seen.blob or not isinstance(mine, bytes) or rejection.current_content is None:
+            return None
+        base = self.agent_content(rejection.path, pygit2.Oid(hex=seen.blob), None)
+        offer = rebased.merge(rejection.path, base, mine, rejection.current_content,
+                              read_version=seen.blob, current_version=rejection.current_version)
+        if offer is not None:
+            rebased.keep(self.store, agent, offer)
+        return offer
+
+    def write_rebased(self, path: str, *, agent: str | None, intent: str | None = None,
+                      wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        """Accept the rebased change the agent's last rejection of ``path`` offered: a
+        validated write of it (rejected again if anything moved since)."""
+        agent = validate_agent(agent)
+        p = self.path(path, for_write=True)
+        content, made_on = rebased.take(self.store, agent, p)
+        now = self._entry_or_none(self.store.commit(self.head()).tree, p)
+        if hex_(now.oid if now else None) != made_on:
+            rebased.drop(self.store, agent, p)
+            raise UsageError(f"{p} changed since the rebased change was offered to {agent}",
+                             hint="write it again: the rejection then offers a new one")
+        res = self.write(p, content, agent=agent, intent=intent, wait=wait, on_wait=on_wait)
+        if res.accepted:
+            rebased.drop(self.store, agent, p)
+        return res
 
     def _configured_deps(self) -> str | None:
         """``storm.deps``: ``auto`` makes every write/edit/rm use the computed scope."""
