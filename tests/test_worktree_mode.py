@@ -213,8 +213,7 @@ def test_commit_rules_own_branch_assignment_restricted(wrepo):
     assert worktree_commit_problems(s, "b", "storm/b", ["anything.py"]) == []  # no assignment
     assert "restricted" in worktree_commit_problems(s, "b", "storm/b", ["README.md"])[0]
     # a real `git commit` in the worktree meets the same rule through the pre-commit hook
-    if not (wrepo / ".git/hooks/pre-commit").exists():
-        pytest.skip("pre-commit hook not installed by git storm init")
+    assert (wrepo / ".git/hooks/pre-commit").exists(), "git storm init installs the pre-commit guard"
     git(Path(a.path), "add", "-A")
     r = git(Path(a.path), "commit", "-m", "plain git", check=False)
     assert r.returncode != 0 and b"outside the assignment of a" in r.stderr
