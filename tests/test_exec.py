@@ -26,13 +26,12 @@ for path in sys.argv[1:]:
 
 
 @pytest.fixture(params=["clock", "two-snapshots"])
-def repo(request, tmp_path):
+def repo(request, repo):
     """Every exec test runs with the file-system clock (one snapshot after the
     command) and with storm.execClock=false (snapshots before and after)."""
-    r = make_repo(tmp_path / "repo")
     if request.param == "two-snapshots":
-        git(r, "config", "storm.execClock", "false")
-    return r
+        git(repo, "config", "storm.execClock", "false")
+    return repo
 
 
 def _last_json(stdout: str) -> dict:

@@ -17,56 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, snapshot_refs, storm
+from helpers import claude_event, codex_event, decision, git, hook, make_repo, rev, show, snapshot_refs, storm
 
 from storm_git.integrations.harness import BadEvent, HookEvent, agent_for, parse_event, patch_paths
-
-
-def claude_event(repo: Path, session: str, event: str, tool: str, tool_input: dict, use_id: str,
-                 response: dict | None = None) -> dict:
-    """An event as Claude Code sends it (hooks reference)."""
-    e = {
-        "session_id": session,
-        "transcript_path": f"/home/u/.claude/projects/repo/{session}.jsonl",
-        "cwd": str(repo),
-        "permission_mode": "default",
-        "hook_event_name": event,
-        "tool_name": tool,
-        "tool_input": tool_input,
-        "tool_use_id": use_id,
-    }
-    if event == "PostToolUse":
-        e["tool_response"] = response if response is not None else {"filePath": tool_input.get("file_path"),
-                                                                      "success": True}
-    return e
-
-
-def codex_event(repo: Path, session: str, event: str, tool: str, command: str, use_id: str) -> dict:
-    """An event as Codex sends it (hooks page: Claude's envelope plus model and turn_id)."""
-    e = {
-        "session_id": session,
-        "transcript_path": None,
-        "cwd": str(repo),
-        "hook_event_name": event,
-        "model": "gpt-5-codex",
-        "turn_id": "turn-1",
-        "tool_name": tool,
-        "tool_use_id": use_id,
-        "tool_input": {"command": command},
-    }
-    if event == "PostToolUse":
-        e["tool_response"] = {"output": "Success. Updated the following files", "exit_code": 0}
-    return e
-
-
-def hook(repo: Path, event: dict | str, *args: str, env: dict | None = None):
-    data = event if isinstance(event, str) else json.dumps(event)
-    return storm(repo, "harness", "hook", *args, input=data, env=env)
-
-
-def decision(r) -> dict | None:
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout) if r.stdout.strip() else None
 
 
 def test_two_sessions_race_on_one_file(repo):

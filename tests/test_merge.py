@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import git, rev, show, storm, storm_json
 from storm_git.core import events
 from storm_git import open_workspace
 from storm_git.core.errors import RepoStateError, UsageError
@@ -17,13 +17,6 @@ from storm_git.core.store import Store
 from storm_git.worktree.worktrees import spawn
 
 BASE = "def fetch(url):\n    return http_get(url)\n"
-
-
-@pytest.fixture
-def wrepo(tmp_path: Path) -> Path:
-    r = make_repo(tmp_path / "repo")
-    switch(Store.discover(str(r)), "worktree")
-    return r
 
 
 def _do(r: Path, agent: str, path: str, content: bytes, msg: str | None = None) -> str:

@@ -17,18 +17,14 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import PY_PROJECT, git, hold, make_repo, release, rev, start_write, storm, storm_json
+from helpers import PY_PROJECT, git, hold, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import notes, readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
 from storm_git.core.store import Store
 
 FILES = PY_PROJECT
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo", FILES)
+REPO_FILES = FILES  # the conftest's `repo`
 
 
 def read_set(repo: Path, agent: str) -> dict[str, ReadEntry]:
