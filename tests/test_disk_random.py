@@ -1,5 +1,5 @@
-"""Randomised interleavings of everything that touches the shared working tree
-(issue 8): agents' writes, the manager's ``commit --adopt``, ``exec``, writers
+"""Randomised interleavings of everything that touches the shared working tree:
+agents' writes, the manager's ``commit --adopt``, ``exec``, writers
 SIGKILLed between their CAS and their disk write, and a person's editor,
 ``git stash`` and ``git reset --hard``. After every step:
 

@@ -1,5 +1,5 @@
-"""The working tree as a recorded state (issue 8): every numbered case that lost
-accepted work or escaped the repository, through the real CLI with real
+"""The working tree as a recorded state: every case that could lose
+accepted work or escape the repository, through the real CLI with real
 processes. Windows are held open with ``flock`` on storm's own lock files."""
 from __future__ import annotations
 
@@ -514,7 +514,7 @@ def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(re
 def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
     """`git storm checkout src/` (and `.`) as `git checkout -- src/`: every edited or
     deleted file of the shared state under it comes back; a file the shared state
-    does not have stays. Before 2026-11-25 a directory was refused (exit 2)."""
+    does not have stays."""
     (repo / "src/api.py").write_text("edited\n")
     (repo / "src/util.py").unlink()
     (repo / "src/new.py").write_text("mine\n")
@@ -537,7 +537,7 @@ def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
 def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     """`git storm adopt gen/ --agent A` as `git add gen/`: every edit under it, new
     files included, in one validated write; a reverted file under it is left out
-    (unless --allow-revert); nothing there: exit 2. Before 2026-11-25: exit 2 always."""
+    (unless --allow-revert); nothing there: exit 2."""
     assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
     assert storm(repo, "write", "src/api.py", input="def fetch(url, t=1):\n    pass\n",
                  agent="engineer_1").returncode == 0

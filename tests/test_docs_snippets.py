@@ -172,7 +172,7 @@ def test_documented_command_parses(where, argv):
 
 
 def test_parse_catches_what_was_broken():
-    """The checker itself fails on the kinds of line issue 9 found broken."""
+    """The checker itself fails on the kinds of broken line it exists to find."""
     with pytest.raises(click.UsageError, match="unexpected extra argument"):
         parse(["spawn", "engineer_1", "engineer_2"])
     with pytest.raises(click.NoSuchOption):
@@ -250,7 +250,7 @@ def test_documented_sequence_runs(doc, tmp_path):
 
 
 def test_worktree_doc_assign_lines_run_as_written(tmp_path):
-    """The line issue 9 found broken ('Got unexpected extra argument') records both globs."""
+    """An assign line that once failed ('Got unexpected extra argument') records both globs."""
     repo = make_repo(tmp_path / "repo")
     lines = [seg for _, argv, seg in documented() if argv[:1] == ["assign"] and "engineer_2" in argv]
     assert lines

@@ -90,7 +90,7 @@ def test_conflict_under_abort_leaves_target_untouched_and_reports_hunks(wrepo):
 
 def test_a_conflicts_line_after_a_form_feed_is_gits(wrepo):
     """A ^L page break is inside a line for git: the hunk's line in the merged file is
-    the one git's conflict markers are on (before 2026-11-25 it was one further per ^L)."""
+    the one git's conflict markers are on, not one further per ^L."""
     base = "import os\n\x0c\n" + BASE
     for agent, arg in (("e0", None), ("e1", "timeout"), ("e2", "retries")):
         text = base if arg is None else base.replace("(url)", f"(url, {arg})")

@@ -1,4 +1,4 @@
-"""Group commit on a remote (issue 11): the writers of one clone queue their validated
+"""Group commit on a remote: the writers of one clone queue their validated
 commits on the local ref and one push lands them all. Each window is held open
 deterministically: the test holds the clone's ``remote`` and ``remote-landing`` flocks
 (what every push and fetch holds) while writers queue and wait, then changes the

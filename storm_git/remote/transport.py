@@ -1,6 +1,6 @@
 """The wire: ``git`` subprocesses that fetch only the storm refs and push atomically.
 
-GIT-FACTS: libgit2's push has no lease and over ``file://`` checks no old value,
+libgit2's push has no lease and over ``file://`` checks no old value,
 so pushes go through the git CLI, whose ``--force-with-lease=REF:<oid>`` is a
 real compare-and-swap done by the server under its ref lock. Fetched values land
 in a tracking namespace (:func:`tracking_ref`); :mod:`.client` copies them onto
