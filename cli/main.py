@@ -1,7 +1,7 @@
 """``git storm``: the click shell around :mod:`storm_git`.
 
 Parses arguments, calls the library, prints human text or ``--json``, and maps
-the library's typed errors to DESIGN §7's exit codes: 0 ok, 1 rejected, 2 bad
+the library's typed errors to exit codes: 0 ok, 1 rejected, 2 bad
 input, 3 repository state, 4 internal error (a bug). The library (and pygit2)
 is imported inside the commands so ``-h`` stays instant.
 """

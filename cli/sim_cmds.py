@@ -75,7 +75,7 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     \b
     Example:
       git storm simulate --quick --out sim-report
-      git storm simulate --scenarios --agents 2,4,8 --out docs/simulation
+      git storm simulate --scenarios --agents 2,4,8 --out sim-reports/scenarios
       git storm simulate --repo . --range HEAD~20..HEAD --agents 4 \\
           --test-cmd 'python -m compileall -q .' --out sim-replay
     """

@@ -1,4 +1,4 @@
-"""The verbs of DESIGN §3 common to both modes: init, read, write, edit, rm,
+"""The verbs common to both modes: init, read, write, edit, rm,
 release, forget, status, log, and the demo."""
 from __future__ import annotations
 

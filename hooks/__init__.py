@@ -1,4 +1,4 @@
-"""Hook shims that ``git storm init`` installs (DESIGN §5).
+"""Hook shims that ``git storm init`` installs.
 
 The shims are tiny ``sh`` scripts (``shims/<hook>``) with the interpreter that
 installed them written in, so they work with a minimal PATH; all logic lives in

@@ -1,7 +1,7 @@
 """A reference model of storm mode's validity rule: pure Python, no git.
 
-The test oracle for ``tests/test_model.py``. It restates DESIGN §1 and §3 as
-directly as possible, independently of ``storm_git/storm/shared.py``:
+The test oracle for ``tests/test_model.py``. It restates the validity rule and the
+verbs (docs/architecture.md) as directly as possible, independently of ``storm_git/storm/shared.py``:
 
 * The workspace is ``{path: content}``; a missing path is *absent*. A version is
   the content itself (storm uses the blob id, which is a function of the content),

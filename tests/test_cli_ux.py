@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+from helpers import ok as _ok
 
 ROOT = Path(__file__).resolve().parent.parent
 DATED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
@@ -24,11 +25,6 @@ def _run(cwd: Path, *args: str, stdin, agent: str = "e1", timeout: float = 60) -
     env = dict(os.environ, STORM_AGENT=agent)
     return subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, stdin=stdin,
                           capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def _ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    return r
 
 
 # -- the log --------------------------------------------------------------------------
@@ -370,8 +366,7 @@ def test_accepted_write_and_edit_say_the_byte_count(repo):
 
 def test_a_lock_held_too_long_is_named_and_given_up_on(repo, tmp_path):
     """Another process sits on storm's workspace lock (a hook waiting for input, a
-    stopped job). Before 2026-11-25 every writer waited silently forever. Now a
-    command says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
+    stopped job). A command must not wait silently forever: it says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
     changes nothing; with time left it goes on once the lock is free."""
     from helpers import hold
 

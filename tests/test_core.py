@@ -251,10 +251,10 @@ def test_exec_bit_is_kept(repo, ws):
     (b"old\n\x0c", b"old\n\x0c\n"),
 ])
 def test_a_diff_splits_lines_at_newlines_only_and_applies_with_git(tmp_path, old, new):
-    """The rejection's diff is what the agent re-plans from. Before 2026-11-25 lines were
-    split at every separator str.splitlines knows (form feed, CR, U+2028 ...): a file
-    with a ^L got "No newline at end of file" markers mid-file, wrong hunks, and a
-    diff that git apply refuses. Now each diff applies to the old file and gives the new."""
+    """The rejection's diff is what the agent re-plans from. Lines split at every
+    separator str.splitlines knows (form feed, CR, U+2028 ...) would give a file with a
+    ^L "No newline at end of file" markers mid-file, wrong hunks, and a diff that git
+    apply refuses. Each diff applies to the old file and gives the new."""
     from storm_git.core.diffs import unified
 
     git(tmp_path, "init", "-q")

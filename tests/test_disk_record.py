@@ -1,5 +1,5 @@
-"""The working tree as a recorded state (issue 8): every numbered case that lost
-accepted work or escaped the repository, through the real CLI with real
+"""The working tree as a recorded state: every case that could lose
+accepted work or escape the repository, through the real CLI with real
 processes. Windows are held open with ``flock`` on storm's own lock files."""
 from __future__ import annotations
 
@@ -17,27 +17,9 @@ import pygit2
 import pytest
 
 import helpers
-from helpers import DEFAULT_FILES, git, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import DEFAULT_FILES, git, hold, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import start_storm as spawn
 
-
-
-def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
-    """Hold storm's flock ``name`` from another process; returns once it is held."""
-    return helpers.hold(repo, name, seconds=seconds)
-
-
-def spawn(repo: Path, *args: str, agent: str | None = None, input: bytes | None = None) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.pop("STORM_AGENT", None)
-    if agent:
-        env["STORM_AGENT"] = agent
-    p = subprocess.Popen([sys.executable, "-m", "storm_git", *args], cwd=repo, env=env,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if input is not None:
-        p.stdin.write(input)
-    p.stdin.close()
-    p.stdin = None  # communicate() must not flush it again
-    return p
 
 
 def wait_ref_moves(repo: Path, old: str, timeout: float = 30) -> None:
@@ -58,7 +40,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
     so it cannot get further); returns the shared head it made."""
     storm(repo, "read", path, agent=agent)
     before = rev(repo, "refs/storm/workspace")
-    holder = hold(repo, "worktree", 30)
+    holder = hold(repo, "worktree", seconds=30)
     try:
         w = spawn(repo, "write", path, agent=agent, input=text.encode())
         wait_ref_moves(repo, before)
@@ -71,7 +53,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
 
 # -- 1. accepted writes are never reverted ------------------------------------------------
 def test_commit_adopt_racing_a_writers_disk_write_keeps_the_write(repo):
-    holder = hold(repo, "worktree", 2.5)
+    holder = hold(repo, "worktree", seconds=2.5)
     manager = spawn(repo, "commit", "--adopt", "-m", "integrate", agent="manager")
     time.sleep(0.3)
     storm(repo, "read", "src/api.py", agent="e1")
@@ -173,7 +155,7 @@ def test_directory_swapped_for_a_symlink_while_waiting_for_the_lock(repo, tmp_pa
     outside = tmp_path / "outside"
     outside.mkdir()
     storm(repo, "read", "src/new.py", agent="e1")
-    holder = hold(repo, "workspace", 1.5)
+    holder = hold(repo, "workspace", seconds=1.5)
     w = spawn(repo, "write", "src/new.py", agent="e1", input=b"escaped?\n")
     time.sleep(0.4)
     _swap_for_link(repo, "src", outside)
@@ -189,7 +171,7 @@ def test_directory_swapped_after_the_cas_is_never_written_through(repo, tmp_path
     outside.mkdir()
     (outside / "api.py").write_text("outside file\n")
     storm(repo, "read", "src/api.py", agent="e1")
-    holder = hold(repo, "worktree", 30)
+    holder = hold(repo, "worktree", seconds=30)
     before = rev(repo, "refs/storm/workspace")
     w = spawn(repo, "write", "src/api.py", agent="e1", input=b"accepted\n")
     wait_ref_moves(repo, before)
@@ -417,7 +399,7 @@ def test_large_read_set_revalidated_under_the_lock(tmp_path, touch, accepted):
     files = {f"dep{i:03d}.txt": f"{i}\n" for i in range(100)} | {"other.txt": "o\n", "target.txt": "t\n"}
     repo = make_repo(tmp_path / "r", files)
     assert storm(repo, "read", *[f"dep{i:03d}.txt" for i in range(100)], "target.txt", agent="big").returncode == 0
-    holder = hold(repo, "workspace", 30)
+    holder = hold(repo, "workspace", seconds=30)
     w = spawn(repo, "write", "target.txt", "--json", agent="big", input=b"new\n")
     time.sleep(1.0)  # the writer has validated its 101 entries and waits for the lock
     _foreign_write(repo, touch, b"changed meanwhile\n")
@@ -532,7 +514,7 @@ def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(re
 def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
     """`git storm checkout src/` (and `.`) as `git checkout -- src/`: every edited or
     deleted file of the shared state under it comes back; a file the shared state
-    does not have stays. Before 2026-11-25 a directory was refused (exit 2)."""
+    does not have stays."""
     (repo / "src/api.py").write_text("edited\n")
     (repo / "src/util.py").unlink()
     (repo / "src/new.py").write_text("mine\n")
@@ -555,7 +537,7 @@ def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
 def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     """`git storm adopt gen/ --agent A` as `git add gen/`: every edit under it, new
     files included, in one validated write; a reverted file under it is left out
-    (unless --allow-revert); nothing there: exit 2. Before 2026-11-25: exit 2 always."""
+    (unless --allow-revert); nothing there: exit 2."""
     assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
     assert storm(repo, "write", "src/api.py", input="def fetch(url, t=1):\n    pass\n",
                  agent="engineer_1").returncode == 0

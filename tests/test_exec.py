@@ -26,13 +26,12 @@ for path in sys.argv[1:]:
 
 
 @pytest.fixture(params=["clock", "two-snapshots"])
-def repo(request, tmp_path):
+def repo(request, repo):
     """Every exec test runs with the file-system clock (one snapshot after the
     command) and with storm.execClock=false (snapshots before and after)."""
-    r = make_repo(tmp_path / "repo")
     if request.param == "two-snapshots":
-        git(r, "config", "storm.execClock", "false")
-    return r
+        git(repo, "config", "storm.execClock", "false")
+    return repo
 
 
 def _last_json(stdout: str) -> dict:
@@ -238,7 +237,7 @@ def test_exec_replacing_a_file_by_a_directory_is_recorded_as_one_write(repo):
 
 
 def test_exec_replacing_a_directory_by_a_file_keeps_storm_working(repo):
-    # issue 8 item 4: this used to make every later exec exit 3 (NotADirectoryError)
+    # a file where a tracked directory was must not break every later exec (NotADirectoryError)
     r = storm(repo, "exec", "--", "sh", "-c", "rm -rf src; echo f > src", agent="e1")
     assert r.returncode == 0, r.stderr
     assert show(repo, "refs/storm/workspace", "src") == b"f\n"
@@ -273,9 +272,9 @@ def test_a_command_that_makes_a_git_repository_of_its_own_records_the_rest(repo)
 
 def test_a_command_that_puts_back_an_older_version_must_have_seen_what_it_undoes(repo):
     """An agent's ``git checkout -- .`` (or stash, reset --hard) restores files from git's
-    history, not from the file it replaces. Before 2026-11-25 exec recorded that as the
-    agent's write: engineer_1's accepted write of api.py was reverted by engineer_2, who
-    never read it. Now such a target is validated as write's are (the read set): the
+    history, not from the file it replaces: recorded as the agent's write, it would
+    revert engineer_1's accepted write of api.py by engineer_2, who never read it. Such
+    a target is validated as write's are (the read set): the
     write is rejected with engineer_1's version attached, nothing is lost, and the
     revert, once seen, can be recorded on purpose."""
     assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0

@@ -1,4 +1,4 @@
-"""What a new team meets in its first hour (issue 9): the pre-commit guard that init
+"""What a new team meets in its first hour: the pre-commit guard that init
 installs, init on a dirty working tree. Real ``git storm`` and real ``git commit``."""
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import ok as _ok
 
 API = "def fetch(url):\n    return http_get(url)\n\n\ndef http_get(url):\n    return url\n"
 CLIENT = "from api import fetch\n\n\ndef load(url):\n    return fetch(url)\n"
@@ -34,11 +35,6 @@ def _repo(tmp_path: Path, mode: str) -> Path:
         assert storm(r, "mode", "worktree").returncode == 0
         for a in ("e1", "e2"):
             assert storm(r, "spawn", a).returncode == 0
-    return r
-
-
-def _ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, r.stderr
     return r
 
 

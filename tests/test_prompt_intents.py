@@ -1,4 +1,4 @@
-"""The agent's brief and intent annotations (issue 10 §3): ``git storm prompt``,
+"""The agent's brief and intent annotations: ``git storm prompt``,
 ``git storm intents``, the ``intent_overwritten`` flag and ``intents_in_diff``."""
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def test_rejection_points_out_annotations_in_the_diff(repo, ws):
 
 def test_annotation_line_numbers_are_gits_after_a_form_feed(repo, ws):
     """A ^L page break (Python's standard library has them) is inside a line for git.
-    Before 2026-11-25 intents and a rejection's annotation lines counted it as a line
-    break: every annotation after it was given a line number git does not give."""
+    Intents and a rejection's annotation lines must not count it as a line break, or
+    every annotation after it gets a line number git does not give."""
     text = "import os\n\x0c\ndef f():  # engineer_1: page one\n    x = 1\x0c  # odd\n    return x  # engineer_1: two\n"
     ws.read(["src/util.py"], agent="engineer_2")
     assert _write(ws, "engineer_1", "src/util.py", text).accepted

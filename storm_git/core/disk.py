@@ -1,4 +1,4 @@
-"""The shared working tree as a recorded state (DESIGN §4).
+"""The shared working tree as a recorded state.
 
 Storm records, per path, what it last put on disk: the *disk record*, a tree
 (``base``) plus an append-only journal of later entries, kept in

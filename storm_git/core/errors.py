@@ -1,4 +1,4 @@
-"""Typed errors with the exit codes of DESIGN §7.
+"""Typed errors, each with its exit code (0 ok, 1 rejected, 2 bad input, 3 repository state, 4 internal).
 
 The library raises these and never prints; the CLI turns them into one line on
 stderr and the exit code. Every error says what was wrong and what to do, and is

@@ -186,9 +186,9 @@ def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
     """The repository path of the file a tool's argument names, or None when storm
     does not manage it (outside the shared working tree, in .git, an unusable name).
     Symbolic links are followed, the last one too: the harnesses' file tools read and
-    write the file a link names (CLAUDE.md -> AGENTS.md). Before 2026-11-25 the link
-    itself was recorded and validated, and an edit through it left its target an
-    unmediated edit, checked against nothing."""
+    write the file a link names (CLAUDE.md -> AGENTS.md); recording the link itself
+    would leave an edit through it an unmediated edit of its target, checked against
+    nothing."""
     if not isinstance(raw, str) or not raw:
         return None
     full = raw if os.path.isabs(raw) else os.path.join(cwd, raw)

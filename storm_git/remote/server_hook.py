@@ -388,9 +388,9 @@ def check_installed(path: str) -> GuardStatus:
 def hooks_dir(gitdir: str) -> str:
     """Where git runs this repository's hooks from: ``core.hooksPath`` when set (in
     the repository's, the server user's or the system's config; relative to the
-    git directory of a bare repository, where git runs hooks), else ``hooks/``.
-    Before 2026-11-25 install always wrote ``hooks/pre-receive``: under a
-    ``core.hooksPath`` git never ran it, and forged pushes were accepted."""
+    git directory of a bare repository, where git runs hooks), else ``hooks/``: a
+    guard written to ``hooks/pre-receive`` under a ``core.hooksPath`` would never
+    run, and forged pushes would be accepted."""
     r = run_git(["rev-parse", "--git-path", "hooks"], gitdir, env={"GIT_DIR": gitdir})
     out = r.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
     return os.path.normpath(os.path.join(gitdir, out))

@@ -106,9 +106,9 @@ def _hook(store: Store, name: str, *args: str) -> subprocess.CompletedProcess:
 
 def _commit_msg(store: Store, text: str) -> str:
     """The message after the repository's commit-msg hook, which may rewrite it (a
-    Gerrit Change-Id, a DCO sign-off) or refuse it, as for git commit. Before
-    2026-11-25 the manager's commit ran no hook: a Change-Id that the server
-    requires was missing and a hook that refuses a message format was bypassed."""
+    Gerrit Change-Id, a DCO sign-off) or refuse it, as for git commit: without it a
+    Change-Id that the server requires would be missing and a hook that refuses a
+    message format bypassed."""
     fd, path = tempfile.mkstemp(prefix="STORM_COMMIT_EDITMSG.", dir=store.gitdir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

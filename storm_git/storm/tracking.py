@@ -423,8 +423,8 @@ def revert_targets(store: Store, head: pygit2.Oid, start: pygit2.Tree, after: Sn
     Other targets are validated against what was on disk when the command started,
     which the command read; a ``git checkout``, ``stash`` or ``reset --hard`` takes
     its content from git's history instead, so that is no evidence that the agent saw
-    the work it undoes. Before 2026-11-25 ``exec -- git checkout -- .`` reverted
-    other agents' accepted writes that the agent had never read."""
+    the work it undoes: ``exec -- git checkout -- .`` must not revert other agents'
+    accepted writes that the agent never read."""
     states = {p: after.dirty.get(p) for p in expected}
     reverted = sorted(reverted_paths(store, head, states, start))
     for p in reverted:
