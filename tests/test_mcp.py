@@ -491,7 +491,12 @@ def test_cli_without_the_sdk_says_how_to_install_it(repo, tmp_path):
     r = subprocess.run(["git", "storm", "mcp", "--agent", "engineer_1"], cwd=repo, capture_output=True,
                        text=True, input="", env=env, timeout=30)
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "pip install 'git-storm[mcp]'" in r.stderr, r.stderr
+    # the hint installs the extra the way this copy was installed: editable, from the clone
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert r.stderr.count("\n") == 1, r.stderr
+    # with this environment's interpreter (the git-storm script's: python or python3)
+    assert f"(/{os.path.dirname(sys.executable).strip('/')}/python" in r.stderr, r.stderr
+    assert f" -m pip install -e '{root}[mcp]';" in r.stderr, r.stderr
     assert storm(repo, "status").returncode == 0  # the rest of git storm does not need it
 
 

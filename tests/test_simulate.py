@@ -219,6 +219,8 @@ def test_report_without_matplotlib_skips_plots_with_a_message(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["files"] == ["report.json", "report.md"] and "matplotlib is not installed" in res["plots_skipped"]
+    root = Path(__file__).resolve().parent.parent
+    assert f"{sys.executable} -m pip install -e '{root}[sim]'" in res["plots_skipped"], res
     assert not list(tmp_path.glob("*.png"))
 
 

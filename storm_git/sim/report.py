@@ -111,7 +111,9 @@ def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return [], "matplotlib is not installed: plots skipped (pip install 'git-storm[sim]')"
+        from ..core.install_hint import pip_install
+
+        return [], f"matplotlib is not installed: plots skipped ({pip_install('sim')})"
     runs = data["runs"]
     done = []
     for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall)):
