@@ -25,7 +25,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import casefold, depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
+from ..core import casefold, depimpact, depscope, events, history, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
@@ -825,28 +825,7 @@ class SharedWorkspace(BaseWorkspace):
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
-        out: list[dict[str, Any]] = []
-        c = self.store.commit(self.head())
-        while len(out) < limit:
-            t = trailers.parse(c.message)
-            if "Storm-Agent" not in t:
-                break
-            item = {"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
-                    "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
-                    "paths": t.get("Storm-Path", []),
-                    "time": trailers.precise_time(c.message, c.commit_time)}
-            try:
-                prov = trailers.provenance(t)
-            except ValueError:
-                prov = None
-            if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
-                item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
-                                     "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
-            out.append(item)
-            if not c.parent_ids:
-                break
-            c = self.store.commit(c.parent_ids[0])
-        return events.merge_newest_first(out, events.read(self.store, limit), limit=limit)
+        return history.log(self.store, self.head(), limit)
 
 
 def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:
