@@ -327,7 +327,7 @@ def test_exec_conflict_on_a_file_never_read_shows_its_content_not_a_diff_from_no
     text = out + err
     assert proc.returncode == 1, text
     # the command's edit started from the version on disk: the diff is from that version
-    assert "direct_conflict" in text and "while e2's edit of it was made" in text
+    assert "direct_conflict" in text and "src/api.py was changed by e1 while e2's command ran" in text
     assert "+e1's version" in text and "-    return http_get(url)" in text
     assert "/dev/null" not in text and "read absent" not in text
 

@@ -349,6 +349,12 @@ def test_undo_is_refused_when_another_agent_changed_the_file_since(repo):
             before = head(repo)
             r = await a.call_tool("undo_edit", {"path": "src/util.py"})
             assert r.is_error and "undoing it would also discard" in text(r)
+            # what happened, in the terms of what engineer_1 did: an edit and an undo (no exec,
+            # nothing on disk), and who changed the file since
+            message = r.structured_content["rejection"]["message"]
+            assert "exec" not in text(r) and "on disk" not in text(r), text(r)
+            assert message.startswith("src/util.py was changed by engineer_2 after engineer_1's last edit of it"), \
+                message
             assert r.structured_content["rejection"]["reason"] == "direct_conflict"
             assert head(repo) == before
 

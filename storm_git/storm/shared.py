@@ -57,7 +57,7 @@ from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
 from . import branch
-from .writer import AS_WRITTEN, OnWait
+from .writer import AS_WRITTEN, UNDO_OP, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
 # Rejections the agent must re-plan around: only these reserve the target. An
@@ -489,7 +489,8 @@ class SharedWorkspace(BaseWorkspace):
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             if v != AS_WRITTEN:
                 seen[p] = ReadEntry(p, v, "")
-        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
+        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked,
+                                  op=op)
         rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
         if auto is not None and (auto.kept or auto.unaffected):
             # --deps auto looked inside the moved files: why each still counts, and which did not
@@ -673,7 +674,7 @@ class SharedWorkspace(BaseWorkspace):
                           by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
 
     def _payload(self, agent: str, verdict: _Verdict, head: pygit2.Oid, reads: dict[str, ReadEntry],
-                 reservation: Reservation | None) -> Rejection:
+                 reservation: Reservation | None, *, op: str = "write") -> Rejection:
         tree = self.store.commit(head).tree
         target = verdict.conflicts[0] if verdict.conflicts else next(iter(verdict.current))
         cur = verdict.current.get(target)
@@ -683,8 +684,7 @@ class SharedWorkspace(BaseWorkspace):
         reason = verdict.reason or RESERVED
         text = {
             DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if target in reads and reads[target].head
-                              else f"{target} was changed by another agent while {agent}'s edit of it was made "
-                              "(exec or an edit on disk); the diff is from the version that edit started from"
+                              else _changed_meanwhile(target, agent, op, change.changed_by)
                               if target in reads and not change.never_read else
                               f"{target} was changed by another agent meanwhile; {agent} never read it: "
                               "its current content is attached and now counts as read"),
@@ -826,6 +826,20 @@ class SharedWorkspace(BaseWorkspace):
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
         return history.log(self.store, self.head(), limit)
+
+
+def _changed_meanwhile(target: str, agent: str, op: str, by: list[str]) -> str:
+    """A conflict with a write checked against the version its edit started from (not a
+    read), said in the terms of what ``agent`` did: an undo, a command, an edit on disk."""
+    who = ", ".join(by) or "another agent"
+    if op == UNDO_OP:
+        return (f"{target} was changed by {who} after {agent}'s last edit of it; undoing that edit would "
+                f"discard their change; the diff is from the version {agent}'s edit left")
+    if op == "exec":
+        return (f"{target} was changed by {who} while {agent}'s command ran; the diff is from the version "
+                "the command started from")
+    return (f"{target} was changed by {who} while {agent}'s edit of it on disk was made; the diff is from "
+            "the version that edit started from")
 
 
 def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:
