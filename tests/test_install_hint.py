@@ -53,6 +53,10 @@ def test_hint_from_a_checkout_without_an_installation(tmp_path):
     assert _hint(tmp_path, None, with_dist=False) == f"python3 -m pip install -e '{ROOT}[mcp]'"
 
 
-def test_hint_survives_a_corrupt_record(tmp_path):
-    (tmp_path / "x").mkdir()
-    assert _hint(tmp_path / "x", {"no": "url"}) == "python3 -m pip install 'git-storm[mcp]'"
+@pytest.mark.parametrize("record,expected", [
+    ({"no": "url"}, "python3 -m pip install 'git-storm[mcp]'"),
+    (["url"], "python3 -m pip install 'git-storm[mcp]'"),
+    ({"url": "file:///x", "dir_info": "editable"}, "python3 -m pip install 'git-storm[mcp] @ file:///x'"),
+])
+def test_hint_survives_a_corrupt_record(tmp_path, record, expected):
+    assert _hint(tmp_path, record) == expected

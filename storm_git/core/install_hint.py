@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from urllib.parse import unquote, urlparse
 
@@ -22,8 +23,24 @@ def _with_extra(target: str, extra: str | None) -> str:
     return f"{target}[{extra}]" if extra else target
 
 
-def _source() -> tuple[str, bool]:
-    """(what pip installs, editable?) for this copy of git storm."""
+@dataclass
+class Source:
+    """Where pip took this copy from: a directory (``path``, maybe editable), a URL
+    (an archive or a VCS checkout), or, with neither, an index."""
+
+    path: str | None = None
+    url: str | None = None
+    editable: bool = False
+
+    def spec(self, extra: str | None) -> str:
+        if self.path is not None:
+            return _with_extra(self.path, extra)
+        name = _with_extra(DIST, extra)
+        return f"{name} @ {self.url}" if self.url else name
+
+
+def source() -> Source:
+    """Where this copy of git storm was installed from (pip's direct_url.json)."""
     # every copy of the metadata on sys.path (a checkout's stray git_storm.egg-info
     # may come first); the installed one records its source
     raw = next((r for r in (d.read_text("direct_url.json") for d in metadata.distributions(name=DIST)) if r),
@@ -31,19 +48,19 @@ def _source() -> tuple[str, bool]:
     if not raw:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if os.path.isfile(os.path.join(root, "pyproject.toml")):
-            return root, True  # imported from a checkout (PYTHONPATH), not installed
-        return DIST, False  # from an index
+            return Source(path=root, editable=True)  # imported from a checkout (PYTHONPATH)
+        return Source()  # from an index
     try:
         info = json.loads(raw)
         url = str(info["url"])
     except (ValueError, KeyError, TypeError):
-        return DIST, False
-    if url.startswith("file://") and "dir_info" in info:
-        return unquote(urlparse(url).path), bool(info["dir_info"].get("editable"))
+        return Source()
+    if url.startswith("file://") and isinstance(info.get("dir_info"), dict):
+        return Source(path=unquote(urlparse(url).path), editable=bool(info["dir_info"].get("editable")))
     vcs = info.get("vcs_info")
     if isinstance(vcs, dict) and vcs.get("vcs"):
-        return f"{DIST} @ {vcs['vcs']}+{url}", False
-    return f"{DIST} @ {url}", False
+        return Source(url=f"{vcs['vcs']}+{url}")
+    return Source(url=url)
 
 
 def pip_install(extra: str | None = None, *, python: str | None = None) -> str:
@@ -51,13 +68,8 @@ def pip_install(extra: str | None = None, *, python: str | None = None) -> str:
 
     ``python``: the interpreter to run pip with (default: this one, so the package
     lands in the environment git storm runs from)."""
-    target, editable = _source()
-    if " @ " in target:
-        name, _, url = target.partition(" @ ")
-        spec = f"{_with_extra(name, extra)} @ {url}"
-    else:
-        spec = _with_extra(target, extra)
-    return f"{_pip(python)} {'-e ' if editable else ''}{shlex.quote(spec)}"
+    src = source()
+    return f"{_pip(python)} {'-e ' if src.editable else ''}{shlex.quote(src.spec(extra))}"
 
 
 def pip_install_requirement(requirement: str, *, python: str | None = None) -> str:
