@@ -8,6 +8,7 @@ and then in worktree mode (or back) has one log.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,5 +44,5 @@ def storm_writes(store: Store, head: pygit2.Oid | None) -> Iterator[dict[str, An
 
 def log(store: Store, head: pygit2.Oid | None, limit: int) -> list[dict[str, Any]]:
     """Writes from ``head`` and recorded events, newest first, at most ``limit``."""
-    writes = itertools.islice(storm_writes(store, head), max(limit, 0))
+    writes = itertools.islice(storm_writes(store, head), min(max(limit, 0), sys.maxsize))
     return events.merge_newest_first(writes, events.read(store, limit), limit=limit)
