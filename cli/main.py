@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import click
 
+from storm_git.cli.sections import SectionedGroup
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -61,7 +63,7 @@ def _report(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> Non
         sys.exit(1)
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=SectionedGroup, context_settings=CONTEXT)
 @click.version_option(package_name="git-storm", prog_name="git storm")
 def cli() -> None:
     """Let several coding agents work on one git repository at once.

@@ -14,7 +14,7 @@ MARKER = "# git-storm-shim"
 
 
 def shim_template(name: str) -> str:
-    """The text of shim ``name`` with placeholders @PYTHON@, @GUARD@ and @CHAINED@."""
+    """The text of shim ``name`` with placeholders @PYTHON@, @GUARD@, @REINSTALL@ and @CHAINED@."""
     if name not in SHIMS:
         raise KeyError(name)
     return resources.files(__name__).joinpath("shims", name).read_text(encoding="utf-8")

@@ -118,7 +118,8 @@ def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
     assert r.returncode == 2 and "older shared version" in r.stderr and "checkout" in r.stderr
     code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
     assert code == 0, res
-    assert res["adopted"] == [] and res["unmediated"] == [{"path": "src/api.py", "state": "reverted"}]
+    assert res["adopted"] == [] and res["unmediated"] == [{"path": "src/api.py", "state": "reverted",
+                                                                "likely_secret": False}]
     assert rev(repo, "refs/storm/workspace") == shared
     assert show(repo, "HEAD", "src/api.py") == b"accepted\n"
     r = storm(repo, "checkout", "src/api.py")
@@ -141,7 +142,8 @@ def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
     # adopt is validated, and refused for the same reason
     assert storm(repo, "release", "src/util.py", agent="e1").returncode == 0
     code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")
-    assert code == 1 and "was changed by another agent" in res["error"]["message"], res
+    assert code == 1 and "src/util.py was changed by e2 while manager's edit of it on disk was made" \
+        in res["error"]["message"], res
     assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
 
 
@@ -553,3 +555,48 @@ def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     assert st == {"src/api.py": "reverted"}
     r = storm(repo, "adopt", "gen/", "--agent", "engineer_2")
     assert r.returncode == 2 and "nothing to adopt under that directory" in r.stderr
+
+
+def test_commit_points_an_untracked_secret_at_gitignore_and_never_adopts_it(repo):
+    """An untracked .env is not part of the shared state; the commit's warning says to
+    ignore it (never to --adopt it, which would commit the secret), --adopt leaves it
+    out while recording the other edits, and git storm adopt PATH still records one
+    on purpose."""
+    (repo / ".env").write_text("API_KEY=s3cr3t\n")
+    (repo / "keys").mkdir()
+    (repo / "keys" / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (repo / ".env.example").write_text("API_KEY=\n")  # a template: an ordinary file
+    r = storm(repo, "commit", "-m", "integrate", agent="manager")
+    assert r.returncode == 0, r.stderr
+    warnings = r.stderr.splitlines()
+    [secrets] = [w for w in warnings if ".env," in w or ".env:" in w]
+    assert "/.env /keys/deploy.pem" in secrets and ".gitignore" in secrets and "--adopt" not in secrets, secrets
+    [others] = [w for w in warnings if w is not secrets and w.startswith("warning:")]
+    assert ".env.example (added)" in others and "--adopt records them" in others and ".pem" not in others
+    code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
+    assert code == 0, res
+    assert res["adopted"] == [".env.example"]
+    assert res["unmediated"] == [{"path": ".env", "state": "added", "likely_secret": True},
+                                 {"path": "keys/deploy.pem", "state": "added", "likely_secret": True}]
+    tree = git(repo, "ls-tree", "-r", "--name-only", "HEAD").stdout.decode().split()
+    assert ".env.example" in tree and ".env" not in tree and "keys/deploy.pem" not in tree
+    st = storm(repo, "status")
+    assert "added:        .env  (looks like a secret: add /.env to .gitignore)" in st.stdout, st.stdout
+    # the way the warning points: ignored, it is no longer anyone's unmediated edit
+    (repo / ".gitignore").write_text("/.env\n/keys/deploy.pem\n")
+    assert storm(repo, "adopt", ".gitignore", agent="manager").returncode == 0
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    # on purpose, by name: recorded
+    (repo / "keys" / "ci.key").write_text("not really a secret\n")
+    assert storm(repo, "adopt", "keys/ci.key", agent="manager").returncode == 0
+
+
+@pytest.mark.parametrize("path,secret", [
+    (".env", True), ("app/.env.local", True), (".env.example", False), ("config/.env.sample", False),
+    ("config/secrets.yml", True), ("home/.ssh/id_ed25519", True), ("certs/server.KEY", True),
+    ("src/key.py", False), ("keys/x.key.sample", False), ("README.md", False), ("env.py", False),
+])
+def test_which_names_count_as_secrets(path, secret):
+    from storm_git.core.secret_files import likely_secret
+
+    assert likely_secret(path) is secret

@@ -280,3 +280,33 @@ def test_detached_head_names_an_option_that_exists(tmp_path):
     assert r.returncode == 2 and "--onto BRANCH" in r.stderr
     r = storm(repo, "sync", "e1", "--onto", "main")
     assert r.returncode == 0, r.stderr
+
+
+def documented_pip_installs() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every ``pip install`` in the docs' shell blocks."""
+    found = []
+    for doc in DOCS:
+        for n, line in _lines(doc.read_text(encoding="utf-8")):
+            for seg in _segments(line):
+                argv = seg["argv"]
+                at = next((i for i in range(len(argv) - 1) if argv[i:i + 2] == ["pip", "install"]), None)
+                if at is not None:
+                    found.append((f"{doc.relative_to(ROOT)}:{n}", argv[at + 2:]))
+    return found
+
+
+def test_documented_pip_installs_install_from_the_repository():
+    """git storm installs from its clone: a documented `pip install` names the clone
+    ('.' with its extras), never a package on an index, and each extra exists."""
+    from importlib import metadata
+
+    extras = set(metadata.metadata("git-storm").get_all("Provides-Extra"))
+    found = documented_pip_installs()
+    assert found
+    for where, args in found:
+        targets = [a for a in args if not a.startswith("-")]
+        assert targets, where
+        for target in targets:
+            path, _, extra = target.partition("[")
+            assert path == ".", f"{where}: pip install {target}: not the clone"
+            assert not extra or set(extra.rstrip("]").split(",")) <= extras, f"{where}: {target}"

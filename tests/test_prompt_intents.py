@@ -99,6 +99,25 @@ def test_overwriting_another_agents_annotation_is_flagged_and_logged(repo, ws):
     assert res.accepted and res.flags == []
 
 
+def test_changing_the_code_of_an_annotated_line_keeps_the_annotation(repo, ws):
+    """The annotation is the intent, not the code beside it: a write that changes the
+    code on the line and keeps the comment word for word overwrites nothing; changing
+    the comment's words, or dropping one of two equal comments, does."""
+    assert _write(ws, "e1", "src/api.py", "def f(a):  # e1: keep a positional\n    return a\n").accepted
+    res = _write(ws, "e2", "src/api.py", "def f(a, b=0):  # e1: keep a positional\n    return a + b\n")
+    assert res.accepted and res.flags == [], res.flags
+    res = _write(ws, "e2", "src/api.py", "def f(a, b=0):  # e1: keep a positional arg\n    return a + b\n")
+    assert res.accepted and res.flags == ["intent_overwritten"]
+    ws.forget(None, agent="e1")  # a new task
+    two = "x = 1  # e1: twice\ny = 2  # e1: twice\n"
+    assert _write(ws, "e1", "src/util.py", two).accepted
+    assert _write(ws, "e2", "src/util.py", "x = 3  # e1: twice\ny = 4  # e1: twice\n").flags == []
+    assert _write(ws, "e2", "src/util.py", "x = 3  # e1: twice\ny = 4\n").flags == ["intent_overwritten"]
+    log = json.loads(storm(repo, "log", "--json").stdout)
+    flagged = [e for e in log if e["type"] == "intent_overwritten"]
+    assert [e["lines"][0]["text"] for e in flagged] == ["y = 4  # e1: twice", "def f(a, b=0):  # e1: keep a positional"]
+
+
 def test_rejection_points_out_annotations_in_the_diff(repo, ws):
     ws.read(["src/api.py"], agent="engineer_2")
     ws.read(["src/api.py", "src/util.py"], agent="engineer_4")

@@ -369,3 +369,27 @@ def test_commit_of_a_staged_deletion_commits_it(wrepo):
     assert r.returncode == 0, r.stderr
     names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
     assert names.split() == ["D", "src/util.py"]
+
+
+def test_log_in_worktree_mode_keeps_the_storm_mode_writes(tmp_path):
+    """One repository, one log: after a switch to worktree mode `git storm log` still shows
+    the writes accepted in storm mode (the shared ref's history), merged by time with
+    worktree mode's own events."""
+    r = make_repo(tmp_path / "repo")
+    for agent, path in (("e1", "src/api.py"), ("e2", "src/util.py")):
+        assert storm(r, "read", path, agent=agent).returncode == 0
+        assert storm(r, "write", path, "-m", f"{agent} edits", input="x = 1\n", agent=agent).returncode == 0
+    assert storm(r, "commit", "-m", "both edits").returncode == 0
+    _, before = storm_json(r, "log", "-n", "100")
+    writes = [e["commit"] for e in before if e["type"] == "write"]
+    assert len(writes) == 2
+    assert storm(r, "mode", "worktree").returncode == 0
+    assert storm(r, "spawn", "e3").returncode == 0
+    _, after = storm_json(r, "log", "-n", "100")
+    assert [e["commit"] for e in after if e["type"] == "write" and e.get("commit")] == writes
+    assert {e["type"] for e in after} >= {"write", "commit", "mode", "spawn"}
+    assert len(after) == len(before) + 2  # + the switch and the spawn
+    times = [e["time"] for e in after]
+    assert times == sorted(times, reverse=True)
+    # -n counts every entry, storm writes included
+    assert storm_json(r, "log", "-n", "3") == (0, after[:3])

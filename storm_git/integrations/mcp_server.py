@@ -8,9 +8,9 @@ model can act on and the JSON payload as ``structuredContent``; a library error
 is a tool error with its message and hint, never a traceback.
 
 Built on the official ``mcp`` SDK v2 (``mcp.server.mcpserver.MCPServer``,
-formerly FastMCP). The SDK is an optional extra (``pip install
-'git-storm[mcp]'``); importing this module without it raises
-:class:`MissingSDK`, which the CLI prints as one line.
+formerly FastMCP). The SDK is the optional extra ``mcp``; importing this
+module without it raises :class:`MissingSDK`, which the CLI prints as one line
+with the pip command that adds it to this installation.
 """
 import re
 import threading
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
+from ..core.install_hint import pip_install, pip_install_requirement
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
-INSTALL_HINT = "pip install 'git-storm[mcp]' (or: pip install 'mcp>=2')"
 
 
 class MissingSDK(UsageError):
@@ -35,7 +35,7 @@ try:
     from pydantic import Field
 except ImportError:  # pragma: no cover - exercised by the CLI test without the extra
     raise MissingSDK("git storm mcp needs the MCP Python SDK, which is not installed",
-                     hint=INSTALL_HINT) from None
+                     hint=f"{pip_install('mcp')}; or the SDK alone: {pip_install_requirement('mcp>=2')}") from None
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what strict clients accept (no dots or slashes)
 

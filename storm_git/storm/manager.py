@@ -131,7 +131,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
     files), adopted first with ``adopt`` (validated against the version each was
-    made on; a reverted file is never adopted), or refused with ``strict``.
+    made on; a reverted file or an untracked file named like a secret is never
+    adopted: storm_git.core.secret_files), or refused with ``strict``.
     ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing).
     ``verify``: run the repository's commit-msg hook on the message and its
     post-commit hook after, as git commit does (``--no-verify`` skips them).
@@ -157,7 +158,10 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
-        adoptable = [u["path"] for u in pending if u["state"] not in ("reverted", "not-a-file")]
+        # never a reverted file (it would undo accepted work), nor an untracked .env or key
+        # (git storm adopt PATH records one on purpose; .gitignore is where it belongs)
+        adoptable = [u["path"] for u in pending
+                     if u["state"] not in ("reverted", "not-a-file") and not u["likely_secret"]]
         if adoptable:
             res = _adopt(ws, adoptable, manager)
             if not res.accepted:
@@ -212,7 +216,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
         _hook(store, "post-commit")  # as for git commit: its exit status changes nothing
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
-                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending],
+                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"],
+                                                      "likely_secret": u["likely_secret"]} for u in pending],
                         branch_news=news.to_dict() | {"paths": brought} if news else None)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import casefold, depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
+from ..core import casefold, depimpact, depscope, events, history, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
@@ -57,7 +57,7 @@ from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
 from . import branch, rebased
-from .writer import AS_WRITTEN, OnWait
+from .writer import AS_WRITTEN, UNDO_OP, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
 # Rejections the agent must re-plan around: only these reserve the target. An
@@ -497,7 +497,8 @@ class SharedWorkspace(BaseWorkspace):
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             if v != AS_WRITTEN:
                 seen[p] = ReadEntry(p, v, "")
-        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
+        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked,
+                                  op=op)
         rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
         if auto is not None and (auto.kept or auto.unaffected):
             # --deps auto looked inside the moved files: why each still counts, and which did not
@@ -713,7 +714,7 @@ class SharedWorkspace(BaseWorkspace):
                           by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
 
     def _payload(self, agent: str, verdict: _Verdict, head: pygit2.Oid, reads: dict[str, ReadEntry],
-                 reservation: Reservation | None) -> Rejection:
+                 reservation: Reservation | None, *, op: str = "write") -> Rejection:
         tree = self.store.commit(head).tree
         target = verdict.conflicts[0] if verdict.conflicts else next(iter(verdict.current))
         cur = verdict.current.get(target)
@@ -723,8 +724,7 @@ class SharedWorkspace(BaseWorkspace):
         reason = verdict.reason or RESERVED
         text = {
             DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if target in reads and reads[target].head
-                              else f"{target} was changed by another agent while {agent}'s edit of it was made "
-                              "(exec or an edit on disk); the diff is from the version that edit started from"
+                              else _changed_meanwhile(target, agent, op, change.changed_by)
                               if target in reads and not change.never_read else
                               f"{target} was changed by another agent meanwhile; {agent} never read it: "
                               "its current content is attached and now counts as read"),
@@ -865,37 +865,21 @@ class SharedWorkspace(BaseWorkspace):
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
-        out: list[dict[str, Any]] = []
-        c = self.store.commit(self.head())
-        while len(out) < limit:
-            t = trailers.parse(c.message)
-            if "Storm-Agent" not in t:
-                break
-            item = {"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
-                    "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
-                    "paths": t.get("Storm-Path", []),
-                    "time": trailers.precise_time(c.message, c.commit_time)}
-            try:
-                prov = trailers.provenance(t)
-            except ValueError:
-                prov = None
-            if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
-                item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
-                                     "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
-            out.append(item)
-            if not c.parent_ids:
-                break
-            c = self.store.commit(c.parent_ids[0])
-        # The chain's order is the order writes landed in. A write queued on one machine
-        # and moved onto a head another machine wrote meanwhile carries the time it was
-        # validated, earlier than its new parent's: it is shown at its parent's time
-        # (when it landed, at the earliest), its own kept as ``written``.
-        latest = float("-inf")
-        for item in reversed(out):
-            if item["time"] < latest:
-                item["written"], item["time"] = item["time"], latest
-            latest = item["time"]
-        return events.merge_newest_first(out, events.read(self.store, limit), limit=limit)
+        return history.log(self.store, self.head(), limit)
+
+
+def _changed_meanwhile(target: str, agent: str, op: str, by: list[str]) -> str:
+    """A conflict with a write checked against the version its edit started from (not a
+    read), said in the terms of what ``agent`` did: an undo, a command, an edit on disk."""
+    who = ", ".join(by) or "another agent"
+    if op == UNDO_OP:
+        return (f"{target} was changed by {who} after {agent}'s last edit of it; undoing that edit would "
+                f"discard their change; the diff is from the version {agent}'s edit left")
+    if op == "exec":
+        return (f"{target} was changed by {who} while {agent}'s command ran; the diff is from the version "
+                "the command started from")
+    return (f"{target} was changed by {who} while {agent}'s edit of it on disk was made; the diff is from "
+            "the version that edit started from")
 
 
 def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:

@@ -49,6 +49,7 @@ from ..core.files import read_own, replace_file
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import ExecResult, WriteResult
+from ..core.secret_files import likely_secret
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
 from . import branch
@@ -465,7 +466,9 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
             item = {"path": path, "state": state, "shared_version": hex_(cur),
                     "base_version": hex_(base.oid) if base else None,
                     "behind": (base.oid if base else None) != cur,
-                    "disk_version": hex_(have[0]) if isinstance(have, tuple) else None}
+                    "disk_version": hex_(have[0]) if isinstance(have, tuple) else None,
+                    # an untracked .env, key…: for .gitignore, never for commit --adopt
+                    "likely_secret": state == "added" and likely_secret(path)}
             show = diffs and have is not False and (state != "added" or untracked_content)
             if show:
                 old = store.blob_bytes(base.oid) if base else None
