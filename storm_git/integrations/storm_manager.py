@@ -177,7 +177,8 @@ class Manager:
             res = await asyncio.to_thread(self._write, agent_id, path, content, expected_version, snapshot,
                                           base_content)
             if res.reason == RESERVED and deadline - time.monotonic() > 0:
-                continue  # reserved between the look and the write: wait on
+                await asyncio.sleep(POLL_SECONDS)  # reserved between the look and the write: wait on
+                continue
             return res
 
     async def release_reservation(self, agent_id: str, path: str) -> bool:
@@ -194,7 +195,12 @@ class Manager:
     # -- in threads ---------------------------------------------------------------------
     def _read(self, agent_id: str, path: str) -> ReadResponse:
         with self._agent(agent_id) as ws:
-            p = ws.path(path)
+            try:
+                p = ws.path(path)
+            except BadPath:
+                if _directory(ws, path):
+                    raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
+                raise
             if _directory(ws, p):
                 raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
             [r] = ws.read([p], agent=agent_id)
@@ -353,12 +359,20 @@ def _holds(r: Rejection, agent: str) -> bool:
     return r.reason != RESERVED and r.reservation is not None and r.reservation.holder == agent
 
 
-def _directory(ws: SharedWorkspace, p: str) -> bool:
-    tree = ws.store.commit(ws.head()).tree
+def _directory(ws: SharedWorkspace, raw: str) -> bool:
+    """Whether ``raw`` names a directory of the shared head or on disk."""
+    store = ws.store
     try:
-        return isinstance(tree[p], pygit2.Tree)
-    except KeyError:
+        p = normalize(raw.rstrip("/") or raw, store.prefix, store.top)
+    except BadPath:
         return False
+    try:
+        if isinstance(store.commit(ws.head()).tree[p], pygit2.Tree):
+            return True
+    except KeyError:
+        pass
+    full = os.path.join(store.main_workdir, p)
+    return os.path.isdir(full) and not os.path.islink(full)
 
 
 def _relative(store: Store, p: str) -> str:
