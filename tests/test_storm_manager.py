@@ -163,7 +163,8 @@ def test_the_snapshot_is_the_read_set_of_the_write(repo: Path, manager: Manager)
         res = await a.str_replace("src/client.py", "return fetch(url)", "return fetch(url)  # ok")
         assert res.reason == "stale_dependency" and res.stale_files[0].expected_version == 1
         await manager.release_reservation("engineer_1", "src/client.py")
-        res = await manager.write_file("engineer_1", "src/client.py", "x = 1\n", 1, snapshot={"src/client.py": 1})
+        res = await manager.write_file("engineer_1", "src/client.py", "x = 1\n", 1,
+                                       snapshot={"src/client.py": 1, "src/": 0})  # a viewed directory: no content
         assert res.success and res.new_version == 2  # src/api.py moved, but this write did not use it
 
     run(go())
@@ -200,8 +201,11 @@ def test_read_and_list_errors(repo: Path, manager: Manager) -> None:
     async def go() -> None:
         with pytest.raises(FileNotFoundError):
             await manager.read_file("engineer_1", "src/nope.py")
-        with pytest.raises(IsADirectoryError):
-            await manager.read_file("engineer_1", "src")
+        for directory in ("src", "src/", str(repo / "src")):
+            with pytest.raises(IsADirectoryError):
+                await manager.read_file("engineer_1", directory)
+            with pytest.raises(IsADirectoryError):
+                await manager.write_file("engineer_1", directory, "x", 0)
         with pytest.raises(FileNotFoundError):
             await manager.list_dir("nope")
         with pytest.raises(NotADirectoryError):

@@ -195,14 +195,7 @@ class Manager:
     # -- in threads ---------------------------------------------------------------------
     def _read(self, agent_id: str, path: str) -> ReadResponse:
         with self._agent(agent_id) as ws:
-            try:
-                p = ws.path(path)
-            except BadPath:
-                if _directory(ws, path):
-                    raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
-                raise
-            if _directory(ws, p):
-                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+            p = _file(ws, path)
             [r] = ws.read([p], agent=agent_id)
             if r.content is None:
                 raise FileNotFoundError(errno.ENOENT, "No such file in the shared workspace", path)
@@ -238,7 +231,7 @@ class Manager:
 
     def _held_by_other(self, agent_id: str, path: str) -> reservations.Reservation | None:
         with self._agent(agent_id) as ws:
-            r = reservations.get(ws.store, ws.path(path, for_write=True))
+            r = reservations.get(ws.store, _file(ws, path, for_write=True))
             return r if r is not None and r.holder != agent_id else None
 
     def _write(self, agent_id: str, path: str, content: str, expected_version: int,
@@ -247,13 +240,15 @@ class Manager:
             raise TypeError("content must be a str")
         with self._agent(agent_id) as ws:
             store = ws.store
-            p = ws.path(path, for_write=True)
+            p = _file(ws, path, for_write=True)
             target = _version(store, p, expected_version, path)
             shown = {p: path}
             snap: dict[str, tuple[int, versions.Version]] | None = None
             if snapshot is not None:
                 snap = {}
                 for raw, n in snapshot.items():
+                    if _directory(ws, raw):
+                        continue  # a viewed directory: a listing, no content the edit can rest on
                     q = ws.path(raw)
                     shown.setdefault(q, raw)
                     if q != p:  # the target is validated at expected_version
@@ -359,9 +354,19 @@ def _holds(r: Rejection, agent: str) -> bool:
     return r.reason != RESERVED and r.reservation is not None and r.reservation.holder == agent
 
 
+def _file(ws: SharedWorkspace, raw: str, *, for_write: bool = False) -> str:
+    """The repository path of the file ``raw`` names; a directory is IsADirectoryError,
+    as the harness's own file access would raise."""
+    if _directory(ws, raw):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", raw)
+    return ws.path(raw, for_write=for_write)
+
+
 def _directory(ws: SharedWorkspace, raw: str) -> bool:
     """Whether ``raw`` names a directory of the shared head or on disk."""
     store = ws.store
+    if not isinstance(raw, str):
+        return False
     try:
         p = normalize(raw.rstrip("/") or raw, store.prefix, store.top)
     except BadPath:
