@@ -437,6 +437,23 @@ def test_versions_are_kept_in_git(repo: Path) -> None:
     assert run(m.read_file("engineer_1", "src/new.py")).version == 2
 
 
+def test_the_table_is_written_every_few_commits_not_at_every_write(repo: Path) -> None:
+    from storm_git.storm.versions import PERSIST_EVERY
+
+    m = Manager(repo)
+    v = run(m.read_file("engineer_1", "README.md")).version
+    for i in range(2 * PERSIST_EVERY + 3):
+        v = run(m.write_file("engineer_1", "README.md", f"{i}\n", v)).new_version
+    assert v == 2 * PERSIST_EVERY + 4
+    commits = git(repo, "rev-list", "--count", "refs/notes/storm/versions").stdout.decode().strip()
+    assert int(commits) <= 4  # started, README's version 1, two catch-ups
+    # what was not written yet is numbered the same by a process that never saw it
+    out = subprocess.run([sys.executable, "-c", "import asyncio; from storm_git.integrations.storm_manager import "
+                          f"Manager; print(asyncio.run(Manager({str(repo)!r}).read_file('x', 'README.md')).version)"],
+                         capture_output=True, timeout=120)
+    assert out.stdout.decode().strip() == str(v), out.stderr.decode()
+
+
 # -- the terminal ----------------------------------------------------------------------------------
 def test_a_shell_command_through_exec_bumps_versions_and_is_attributed(repo: Path, manager: Manager) -> None:
     async def go() -> None:
@@ -481,18 +498,23 @@ def test_a_state_seen_at_an_older_head_keeps_the_number_it_had_there(repo: Path)
 
 def test_a_reset_shared_ref_never_reuses_a_number(repo: Path) -> None:
     m = Manager(repo)
+    assert run(m.read_file("engineer_1", "README.md")).version == 1
     assert run(m.write_file("engineer_1", "src/util.py", "v2\n", 1)).new_version == 2
-    # the shared ref is set, with plain git, to a history that does not contain the writes
+    # the shared ref is set, with plain git, to a history that does not contain that write
     blob = git(repo, "hash-object", "-w", "--stdin", input=b"other\n").stdout.decode().strip()
     tree = git(repo, "mktree", input=f"100644 blob {blob}\tREADME.md\n".encode()).stdout.decode().strip()
     root = git(repo, "commit-tree", tree, "-m", "elsewhere").stdout.decode().strip()
     git(repo, "update-ref", "refs/storm/workspace", root)
     r = run(m.read_file("engineer_2", "README.md"))
-    assert r == ReadResponse("other\n", 2)  # README.md changed: a new number, not its old 1
+    assert r.content == "other\n" and r.version > 2  # changed: a number never handed out for it
     with pytest.raises(FileNotFoundError):
         run(m.read_file("engineer_2", "src/util.py"))
+    # version 2 named content the shared ref no longer holds: refused, not taken for another state
+    with pytest.raises(ValueError, match="no version 2"):
+        run(m.write_file("engineer_1", "src/util.py", "again\n", 2))
     res = run(m.write_file("engineer_2", "src/util.py", "again\n", 0))
-    assert res.success and res.new_version == 4  # 2 was "v2\n", 3 its deletion
+    assert res.success and res.new_version > 2
+    assert run(Manager(repo).read_file("engineer_3", "src/util.py")).version == res.new_version
 
 
 def test_an_unreadable_versions_ref_is_refused_with_a_hint(repo: Path) -> None:

@@ -19,9 +19,10 @@ table began and has not changed since is version 1. A deletion takes a number to
 Storage: the notes ref ``refs/notes/storm/versions``, one note per path (on the
 path's key, as reservations key paths): a header line with the path, then its last
 KEEP states as ``<number> <blob|absent> <commit>``; and one state note naming the
-table's origin and the shared head it has been brought up to. It is brought up to
-the shared head by walking the commits since, under the ``versions`` flock, and
-moved by CAS; lookups read it without a lock.
+table's origin and the shared head it has been written up to. The commits after
+that head are numbered by walking them (the same walk, so the same numbers, in every
+process); every PERSIST_EVERY commits the table is written up to the shared head,
+under the ``versions`` flock, by CAS. Lookups read it without a lock.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ VERSIONS_REF = "refs/notes/storm/versions"
 LOCK = "versions"
 KEEP = 256  # states kept per path: an agent holds a version this many changes old at most
 MAX_WALK = 100_000  # commits walked back to the last synced head before diffing trees instead
+PERSIST_EVERY = 16  # commits the written table may lag the shared head (numbered by the walk meanwhile)
 STATE_KEY = str(pygit2.hash(b"storm versions: state\n"))
 _HEADER = "storm versions 1 "
 _STATE_HEADER = "storm versions state 1\n"
@@ -68,6 +70,7 @@ class _Table:
         self.ref = store.ref(VERSIONS_REF)
         self.tree = notes.notes_tree(store, self.ref)
         self.origin = self.synced = ""
+        self.floor = 0
         raw = notes.read_note(store, self.tree, STATE_KEY)
         if raw is not None:
             fields = dict(line.split(" ", 1) for line in raw.decode("ascii", "replace").splitlines()[1:]
@@ -75,6 +78,10 @@ class _Table:
             self.origin, self.synced = fields.get("origin", ""), fields.get("synced", "")
             if not raw.startswith(_STATE_HEADER.encode()) or not self.origin or not self.synced:
                 raise CorruptState(f"{VERSIONS_REF} holds an unreadable state note", hint=_FIX)
+            try:
+                self.floor = int(fields.get("floor", "0"))
+            except ValueError:
+                raise CorruptState(f"{VERSIONS_REF} holds an unreadable state note", hint=_FIX) from None
         self._states: dict[str, list[Version]] = {}
 
     def states(self, path: str) -> list[Version]:
@@ -112,8 +119,19 @@ def _format(path: str, states: list[Version]) -> bytes:
     return f"{_HEADER}{path}\n{rows}".encode("utf-8", "surrogateescape")
 
 
-def _state_note(origin: str, synced: str) -> bytes:
-    return f"{_STATE_HEADER}origin {origin}\nsynced {synced}\n".encode("ascii")
+def _state_note(origin: str, synced: str, floor: int) -> bytes:
+    return f"{_STATE_HEADER}origin {origin}\nsynced {synced}\nfloor {floor}\n".encode("ascii")
+
+
+def _highest(store: Store, t: _Table) -> int:
+    """The highest number the table holds for any path (1: none but the implicit ones)."""
+    top = 1
+    for key, blob in notes.iter_notes(store, t.tree):
+        if key != STATE_KEY:
+            lines = store.blob_bytes(blob).split(b"\n")
+            if len(lines) > 2 and lines[-2]:
+                top = max(top, int(lines[-2].split(b" ", 1)[0]))
+    return top
 
 
 def _commit_or_none(store: Store, hexid: str) -> pygit2.Commit | None:
@@ -123,66 +141,123 @@ def _commit_or_none(store: Store, hexid: str) -> pygit2.Commit | None:
         return None
 
 
-def _steps(store: Store, synced: str, head: pygit2.Oid) -> list[tuple[str, pygit2.Tree | None, pygit2.Tree]]:
+def _steps(store: Store, synced: str, head: pygit2.Oid) -> list[tuple[str, pygit2.Tree | None, pygit2.Tree]] | None:
     """(commit, tree before, tree after) for each commit from ``synced`` (excluded) to
-    ``head``, oldest first. A head that does not descend from ``synced`` (the shared
-    ref was reset) is one step from ``synced``'s tree (None: it is gone) to its own."""
-    chain: list[pygit2.Commit] = []
-    c = store.commit(head)
-    for _ in range(MAX_WALK):
-        if str(c.id) == synced:
-            chain.reverse()
-            return [(str(x.id), store.commit(x.parent_ids[0]).tree, x.tree) for x in chain]
-        if not c.parent_ids:
-            break
-        chain.append(c)
-        c = store.commit(c.parent_ids[0])
-    old = _commit_or_none(store, synced)
-    return [(str(head), old.tree if old is not None else None, store.commit(head).tree)]
+    ``head``, oldest first; None when ``head`` does not descend from ``synced``."""
+    return _linear(store, synced, head, MAX_WALK)
 
 
 def _advance(store: Store, t: _Table, head: pygit2.Oid) -> dict[str, bytes | None]:
     """The notes that bring ``t`` from its synced head to ``head`` (versions lock held)."""
     if t.ref is None or not t.synced:
-        return {STATE_KEY: _state_note(str(head), str(head))}
-    origin = t.origin
+        return {STATE_KEY: _state_note(str(head), str(head), 0)}
+    origin, floor = t.origin, t.floor
     steps = _steps(store, t.synced, head)
-    if steps[0][1] is None:  # the old history is gone: every file of head is numbered anew
-        origin = str(head)
-        empty = store.repo[store.empty_tree()]
-        steps = [(steps[0][0], empty, steps[0][2])]
-    pending: dict[str, list[Version]] = {}
-    for commit, old, new in steps:
-        for path, state in tree_changes(store, old, new):
-            states = pending.get(path)
-            if states is None:
-                states = list(t.states(path))
-                if not states:
-                    first = t.origin_state(path) if origin == t.origin else None
-                    states = [first] if first is not None else []
-            last = states[-1].number if states else 0
-            states.append(Version(last + 1, hex_(state[0]) if state else None, commit))
-            pending[path] = states[-KEEP:]
+    if steps is None:
+        # The shared ref was reset off the history the table followed. Numbers this or
+        # another process computed for commits after the table's head, never written,
+        # are lost with them; no number up to the most they can be is given out again.
+        floor = max(floor, _highest(store, t)) + PERSIST_EVERY
+        old = _commit_or_none(store, t.synced)
+        if old is None:  # and its commits are gone: every file of head is numbered anew
+            origin = str(head)
+        steps = [(str(head), old.tree if old is not None else store.repo[store.empty_tree()],
+                  store.commit(head).tree)]
+    pending = _numbered_steps(store, t, {}, steps, floor, keep_origin=origin == t.origin)
     out: dict[str, bytes | None] = {path_key(p): _format(p, s) for p, s in pending.items()}
-    out[STATE_KEY] = _state_note(origin, str(head))
+    out[STATE_KEY] = _state_note(origin, str(head), floor)
     return out
 
 
-def _synced(store: Store) -> _Table:
-    """The table brought up to the shared head as it is now."""
+def _numbered_steps(store: Store, t: _Table, pending: dict[str, list[Version]],
+                    steps: list[tuple[str, pygit2.Tree | None, pygit2.Tree]], floor: int, *,
+                    keep_origin: bool = True) -> dict[str, list[Version]]:
+    """``pending`` (path -> states, on top of ``t``) with each change of ``steps`` numbered;
+    a new dict, the lists given are not changed."""
+    out = dict(pending)
+    for commit, old, new in steps:
+        for path, state in tree_changes(store, old, new):
+            states = out.get(path)
+            if states is None:
+                states = list(t.states(path))
+                if not states:
+                    first = t.origin_state(path) if keep_origin else None
+                    states = [first] if first is not None else []
+            last = max(states[-1].number if states else 0, floor)
+            out[path] = (states + [Version(last + 1, hex_(state[0]) if state else None, commit)])[-KEEP:]
+    return out
+
+
+@dataclass
+class _View:
+    """The table and the numbers of the commits since its synced head, computed (the
+    walk is the same in every process) and written down every PERSIST_EVERY commits."""
+
+    table: _Table
+    head: str
+    pending: dict[str, list[Version]]
+    lag: int  # commits since the table's synced head
+
+    def states(self, path: str) -> list[Version]:
+        found = self.pending.get(path)
+        return found if found is not None else self.table.states(path)
+
+
+def _linear(store: Store, since: str, head: pygit2.Oid,
+            limit: int) -> list[tuple[str, pygit2.Tree | None, pygit2.Tree]] | None:
+    """The steps from ``since`` to ``head`` when ``head`` is at most ``limit`` commits on
+    from it along first parents; None otherwise."""
+    chain: list[pygit2.Commit] = []
+    c = store.commit(head)
+    for _ in range(limit + 1):
+        if str(c.id) == since:
+            chain.reverse()
+            return [(str(x.id), store.commit(x.parent_ids[0]).tree, x.tree) for x in chain]
+        if not c.parent_ids:
+            return None
+        chain.append(c)
+        c = store.commit(c.parent_ids[0])
+    return None
+
+
+def _current(store: Store) -> _View:
+    """The numbers up to the shared head as it is now."""
     head = store.ref_target(WORKSPACE_REF)
     if head is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     t = _Table(store)
     if t.synced == str(head):
-        return t
-    with flocked(store.commondir, LOCK):
+        return _View(t, str(head), {}, 0)
+    cache = store.caches.setdefault("versions", {})
+    known: _View | None = cache.get("view")
+    steps = None
+    if t.ref is not None and t.synced:
+        if known is not None and known.table.ref is not None and known.table.ref.target == t.ref.target:
+            steps = _linear(store, known.head, head, PERSIST_EVERY - known.lag)
+            t, base, lag = known.table, known.pending, known.lag
+        if steps is None:
+            steps = _linear(store, t.synced, head, PERSIST_EVERY)
+            base, lag = {}, 0
+    if steps is None or lag + len(steps) >= PERSIST_EVERY:
+        with flocked(store.commondir, LOCK):
+            t = _persist_locked(store)
+        view = _View(t, t.synced, {}, 0)
+    else:
+        view = _View(t, str(head), _numbered_steps(store, t, base, steps, t.floor), lag + len(steps))
+    cache["view"] = view
+    return view
+
+
+def _persist_locked(store: Store) -> _Table:
+    """Write the table up to the shared head (versions lock held)."""
+    t = _Table(store)
+    head = store.ref_target(WORKSPACE_REF)
+    if head is None:
+        raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    if t.synced != str(head):
+        notes.update_notes(store, VERSIONS_REF, _advance(store, t, head), agent=_AGENT,
+                           message=f"storm: versions up to {str(head)[:12]}")
         t = _Table(store)
-        head = store.ref_target(WORKSPACE_REF) or head
-        if t.synced != str(head):
-            notes.update_notes(store, VERSIONS_REF, _advance(store, t, head), agent=_AGENT,
-                               message=f"storm: versions up to {str(head)[:12]}")
-            t = _Table(store)
     return t
 
 
@@ -201,14 +276,14 @@ def number(store: Store, path: str, head: str | pygit2.Oid, blob: str | None) ->
     if blob is None:
         return 0
     head = str(head)
-    t = _synced(store)
-    states = t.states(path)
+    view = _current(store)
+    states = view.states(path)
     if not states:
-        first = t.origin_state(path)
+        first = view.table.origin_state(path)
         if first is not None and first.blob == blob:
             _keep_first(store, path, first)
             return 1
-    elif head == t.synced and states[-1].blob == blob:
+    elif head == view.head and states[-1].blob == blob:
         return states[-1].number
     for v in reversed(states):
         if v.blob == blob and _at_or_before(store, v.commit, head):
@@ -221,7 +296,8 @@ def number(store: Store, path: str, head: str | pygit2.Oid, blob: str | None) ->
 
 def _keep_first(store: Store, path: str, first: Version) -> None:
     """Write version 1 of a path down once it has been handed out, so that every
-    process lists it (:func:`numbered`)."""
+    process lists it (:func:`numbered`). The walk numbers a path's first change 2
+    whether or not this is written, so the table may lag the shared head here."""
     with flocked(store.commondir, LOCK):
         if not _Table(store).states(path):
             notes.update_notes(store, VERSIONS_REF, {path_key(path): _format(path, [first])}, agent=_AGENT,
@@ -230,13 +306,14 @@ def _keep_first(store: Store, path: str, first: Version) -> None:
 
 def _number_new(store: Store, path: str, blob: str, head: str) -> int:
     """Number a state the history walk never met (seen at a head the shared ref has
-    since been reset away from)."""
+    since been reset away from), on the table brought up to the shared head."""
     with flocked(store.commondir, LOCK):
-        states = list(_Table(store).states(path))
+        t = _persist_locked(store)
+        states = list(t.states(path))
         for v in reversed(states):
             if v.blob == blob:
                 return v.number
-        v = Version((states[-1].number if states else 0) + 1, blob, head)
+        v = Version(max(states[-1].number if states else 0, t.floor) + 1, blob, head)
         notes.update_notes(store, VERSIONS_REF, {path_key(path): _format(path, states + [v])}, agent=_AGENT,
                            message=f"storm: versions: {path} at version {v.number}")
         return v.number
@@ -247,31 +324,29 @@ def lookup(store: Store, path: str, n: int) -> Version | None:
     out, or it is older than the KEEP states kept)."""
     if n == 0:
         return ABSENT
-    t = _Table(store)
-    states = t.states(path)
+    view = _current(store)
+    states = view.states(path)
     for v in states:
         if v.number == n:
             return v
-    if n == 1 and not states:
-        t = _synced(store)  # a change since the table was last brought up would make it 2
-        if not t.states(path):
-            return t.origin_state(path)
-    return None
+    return view.table.origin_state(path) if n == 1 and not states else None
 
 
 def numbered(store: Store) -> dict[str, int]:
     """{path: current number} of every file present that has been given a number."""
-    t = _synced(store)
+    view = _current(store)
     out: dict[str, int] = {}
-    for key, blob in notes.iter_notes(store, t.tree):
+    paths = set(view.pending)
+    for key, blob in notes.iter_notes(store, view.table.tree):
         if key == STATE_KEY:
             continue
         raw = store.blob_bytes(blob).decode("utf-8", "surrogateescape")
         first, _, _rest = raw.partition("\n")
         if not first.startswith(_HEADER):
             raise CorruptState(f"{VERSIONS_REF} holds a note that is not storm's ({key})", hint=_FIX)
-        path = first[len(_HEADER):]
-        last = t.states(path)[-1] if t.states(path) else None
-        if last is not None and last.blob is not None:
-            out[path] = last.number
+        paths.add(first[len(_HEADER):])
+    for path in paths:
+        states = view.states(path)
+        if states and states[-1].blob is not None:
+            out[path] = states[-1].number
     return out
