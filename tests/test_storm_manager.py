@@ -517,6 +517,30 @@ def test_a_reset_shared_ref_never_reuses_a_number(repo: Path) -> None:
     assert run(Manager(repo).read_file("engineer_3", "src/util.py")).version == res.new_version
 
 
+@pytest.mark.parametrize("row", ["2 zzzz 0000", "2 absent ../../x", "-1 absent ", "2 absent deadbeef"])
+def test_a_forged_path_note_is_refused_and_reaches_no_read_set(repo: Path, row: str) -> None:
+    from storm_git.core.errors import CorruptState
+    from storm_git.core.readsets import path_key
+    from storm_git.storm.versions import STATE_KEY
+
+    m = Manager(repo)
+    run(m.read_file("engineer_1", "README.md"))
+    key = path_key("README.md")
+    entries = []
+    for k, data in ((STATE_KEY, git(repo, "cat-file", "blob",
+                                    f"refs/notes/storm/versions:{STATE_KEY[:2]}/{STATE_KEY[2:]}").stdout),
+                    (key, f"storm versions 1 README.md\n1 {'0' * 40} \n{row}\n".encode())):
+        blob = git(repo, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+        sub = git(repo, "mktree", input=f"100644 blob {blob}\t{k[2:]}\n".encode()).stdout.decode().strip()
+        entries.append(f"040000 tree {sub}\t{k[:2]}\n")
+    tree = git(repo, "mktree", input="".join(entries).encode()).stdout.decode().strip()
+    git(repo, "update-ref", "refs/notes/storm/versions", git(repo, "commit-tree", tree, "-m", "forged").stdout.decode().strip())
+    with pytest.raises(CorruptState, match="versions"):
+        run(m.write_file("engineer_1", "README.md", "x\n", 2))
+    assert run(m.read_file("engineer_1", "src/api.py")).version == 1  # its read set took nothing from it
+    assert "corrupt" not in storm(repo, "status", "--json").stdout
+
+
 def test_an_unreadable_versions_ref_is_refused_with_a_hint(repo: Path) -> None:
     from storm_git.core.errors import CorruptState
     from storm_git.storm.versions import STATE_KEY

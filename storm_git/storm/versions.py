@@ -26,6 +26,7 @@ under the ``versions`` flock, by CAS. Lookups read it without a lock.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pygit2
@@ -47,6 +48,7 @@ _HEADER = "storm versions 1 "
 _STATE_HEADER = "storm versions state 1\n"
 _AGENT = "storm"  # author of the table's commits (it records history, no agent's act)
 _FIX = f"delete it to number afresh: git update-ref -d {VERSIONS_REF}"
+_ROW = re.compile(r"([1-9][0-9]{0,17}) (absent|[0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}|)")
 
 
 @dataclass(frozen=True)
@@ -101,16 +103,16 @@ class _Table:
 
 
 def _parse(path: str, raw: bytes) -> list[Version]:
+    """A path's note; anything storm did not write (its ids end up in read sets) is corrupt state."""
     lines = raw.decode("utf-8", "surrogateescape").splitlines()
     if not lines or lines[0] != _HEADER + path:
         raise CorruptState(f"{VERSIONS_REF}: the note of {path} is not storm's", hint=_FIX)
     out = []
-    try:
-        for line in lines[1:]:
-            n, blob, commit = line.split(" ")
-            out.append(Version(int(n), None if blob == "absent" else blob, commit))
-    except ValueError:
-        raise CorruptState(f"{VERSIONS_REF}: the note of {path} has an unreadable line", hint=_FIX) from None
+    for line in lines[1:]:
+        m = _ROW.fullmatch(line)
+        if m is None:
+            raise CorruptState(f"{VERSIONS_REF}: the note of {path} has an unreadable line", hint=_FIX)
+        out.append(Version(int(m[1]), None if m[2] == "absent" else m[2], m[3]))
     return out
 
 
@@ -128,9 +130,10 @@ def _highest(store: Store, t: _Table) -> int:
     top = 1
     for key, blob in notes.iter_notes(store, t.tree):
         if key != STATE_KEY:
-            lines = store.blob_bytes(blob).split(b"\n")
-            if len(lines) > 2 and lines[-2]:
-                top = max(top, int(lines[-2].split(b" ", 1)[0]))
+            first = store.blob_bytes(blob).decode("utf-8", "surrogateescape").partition("\n")[0]
+            states = _parse(first[len(_HEADER):], store.blob_bytes(blob))
+            if states:
+                top = max(top, states[-1].number)
     return top
 
 
