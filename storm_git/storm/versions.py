@@ -48,6 +48,7 @@ _HEADER = "storm versions 1 "
 _STATE_HEADER = "storm versions state 1\n"
 _AGENT = "storm"  # author of the table's commits (it records history, no agent's act)
 _FIX = f"delete it to number afresh: git update-ref -d {VERSIONS_REF}"
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _ROW = re.compile(r"([1-9][0-9]{0,17}) (absent|[0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}|)")
 
 
@@ -78,7 +79,8 @@ class _Table:
             fields = dict(line.split(" ", 1) for line in raw.decode("ascii", "replace").splitlines()[1:]
                           if " " in line)
             self.origin, self.synced = fields.get("origin", ""), fields.get("synced", "")
-            if not raw.startswith(_STATE_HEADER.encode()) or not self.origin or not self.synced:
+            if not raw.startswith(_STATE_HEADER.encode()) or not all(_HEX.fullmatch(x) for x in
+                                                                      (self.origin, self.synced)):
                 raise CorruptState(f"{VERSIONS_REF} holds an unreadable state note", hint=_FIX)
             try:
                 self.floor = int(fields.get("floor", "0"))
