@@ -351,7 +351,9 @@ def _blob(store: Store, hexid: str) -> bytes | None:
 
 
 def _holds(r: Rejection, agent: str) -> bool:
-    return r.reason != RESERVED and r.reservation is not None and r.reservation.holder == agent
+    """Whether the rejection left ``agent`` holding the file (storm.reservationSeconds 0: never)."""
+    return (r.reason != RESERVED and r.reservation is not None and r.reservation.holder == agent
+            and r.reservation.remaining() > 0)
 
 
 def _file(ws: SharedWorkspace, raw: str, *, for_write: bool = False) -> str:
