@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, storm
-from storm_git.core.errors import BadAgent, RepoStateError
+from storm_git.core.errors import BadAgent, BadPath, RepoStateError
 from storm_git.integrations.storm_manager import Manager, ReadResponse, StaleFile, WriteResponse
 
 
@@ -212,6 +212,15 @@ def test_read_and_list_errors(repo: Path, manager: Manager) -> None:
             await manager.list_dir("README.md")
         with pytest.raises(BadAgent):
             await manager.read_file("bad agent", "README.md")
+        for outside in ("../x", "/etc/passwd", ".git/config", "src/\x00x"):
+            with pytest.raises(BadPath):
+                await manager.read_file("engineer_1", outside)
+            with pytest.raises(BadPath):
+                await manager.write_file("engineer_1", outside, "x", 0)
+        with pytest.raises(BadPath):
+            await manager.list_dir("../")
+        with pytest.raises(BadPath):
+            await manager.write_file("engineer_1", "README.md", "x", 1, snapshot={"../x": 1})
 
     run(go())
 
@@ -386,6 +395,26 @@ def test_several_processes_on_one_repository_agree_on_versions(tmp_path: Path) -
     assert versions == list(range(2, 26))  # every process handed out distinct numbers, in one sequence
     assert len(shared(repo, "log.txt").splitlines()) == 24
     assert run(Manager(repo).read_file("observer", "log.txt")).version == 25
+
+
+def test_a_process_killed_mid_session_leaves_numbers_that_match_the_history(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {"log.txt": ""})
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    proc = subprocess.Popen([sys.executable, str(script), str(repo), "k_a,k_b", "1000", str(Path(__file__).parent)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(shared(repo, "log.txt").splitlines()) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill()  # wherever it is: mid-write, mid-numbering, holding a lock
+    proc.wait()
+    lines = len(shared(repo, "log.txt").splitlines())
+    assert lines >= 20
+    m = Manager(repo)
+    r = run(m.read_file("after", "log.txt"))
+    assert r.version == lines + 1  # one number per accepted write, none skipped or reused
+    res = run(m.write_file("after", "log.txt", r.content + "after\n", r.version, snapshot={"log.txt": r.version}))
+    assert res.success and res.new_version == lines + 2
 
 
 def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> None:
