@@ -399,6 +399,7 @@ def test_several_processes_on_one_repository_agree_on_versions(tmp_path: Path) -
 
 def test_a_process_killed_mid_session_leaves_numbers_that_match_the_history(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {"log.txt": ""})
+    git(repo, "config", "storm.reservationSeconds", "2")  # one the killed agents held ends soon
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     proc = subprocess.Popen([sys.executable, str(script), str(repo), "k_a,k_b", "1000", str(Path(__file__).parent)],
