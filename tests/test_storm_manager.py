@@ -293,7 +293,7 @@ def test_a_writer_waits_for_another_agents_reservation_until_it_is_released(repo
         assert await manager.release_reservation("engineer_1", "src/api.py")
         res = await asyncio.wait_for(write, 10)
         assert res.success and res.new_version == 3
-        assert time.monotonic() - released < 2.0
+        assert time.monotonic() - released < 10  # woke at the release, not when the 30 s were over
         assert not await manager.release_reservation("engineer_1", "src/api.py")  # nothing left to release
 
     run(go())
@@ -309,7 +309,7 @@ def test_a_writer_gives_up_after_the_reservation_wait(repo: Path) -> None:
         await c.view("src/api.py")
         t0 = time.monotonic()
         res = await c.str_replace("src/api.py", "def fetch_url(", "def fetch_url2(")
-        assert 0.5 <= time.monotonic() - t0 < 5
+        assert 0.5 <= time.monotonic() - t0 < 15  # gave up after its wait, well before the 30 s reservation
         assert not res.success and res.reason == "reserved" and not res.has_reservation
         assert "engineer_1" in res.message and res.current_version == 2
         assert refused_as_reserved(repo) == 1

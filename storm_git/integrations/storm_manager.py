@@ -296,7 +296,7 @@ class Manager:
 
     def _release(self, agent_id: str, path: str) -> bool:
         with self._agent(agent_id) as ws:
-            p = ws.path(path, for_write=True)
+            p = _file(ws, path, for_write=True)
             r = reservations.get(ws.store, p)
             if r is None or r.holder != agent_id:
                 return False
