@@ -452,7 +452,9 @@ def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr.decode()
     assert json.loads(out.stdout) == [3, True, 4]
-    assert run(Manager(repo).read_file("engineer_2", "src/api.py")).version == 4
+    third = Manager(repo)
+    assert run(third.read_file("engineer_2", "src/api.py")).version == 4
+    assert third.files == second.files == {"src/api.py": 4}
 
 
 def test_versions_are_kept_in_git(repo: Path) -> None:
