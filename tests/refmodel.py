@@ -23,8 +23,9 @@ directly as possible, independently of ``storm_git/storm/shared.py``:
 * An accepted write sets ``f``'s content, sets ``S_a[f]`` to the written version
   and ends ``a``'s own reservation on ``f``.
 * A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
-  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``;
-  ``unread_target`` reserves nothing (``a`` only lacked the content). Every
+  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``, and so
+  does an ``unread_target`` rejection with a stale path in the scope;
+  a plain ``unread_target`` reserves nothing (``a`` only lacked the content). Every
   rejection other than ``reserved`` refreshes ``S_a`` for ``f`` and every stale
   path (the payload showed them), so a re-planned retry is accepted.
 * ``edit`` replaces exactly one occurrence of ``old`` in the version ``a`` last
@@ -176,7 +177,7 @@ class Model:
                 del self.reservations[path]
             return Outcome(True, None, path, frozenset(), content)
         holder = None
-        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY):
+        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY) or stale:
             holder = agent
             if self.reservation_seconds > 0:
                 self.reservations[path] = (agent, self.now + self.reservation_seconds)
