@@ -43,10 +43,12 @@ from typing import Any, Iterator
 
 import pygit2
 
+from . import tree_rules
 from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
 from .files import NotRegularFile, append_all, open_regular, read_regular, reason, remove_quietly, replace_file, stamp
 from .locks import flocked
+from .paths import tree_entry_refusal
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
 WRITTEN = "written"
@@ -840,6 +842,11 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     if not rec.is_storms(store, p, have):
         res.outcomes[p] = SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
         return False
+    why = refused_entry(store, p, want, res.head)
+    if why is not None:
+        res.outcomes[p] = FAILED
+        res.errors[p] = f"refused to put it on disk: {why}"
+        return False
     try:
         _intend(store, rec, p, want)
         if want is None:
@@ -853,6 +860,23 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     res.outcomes[p] = WRITTEN
     new[p] = want
     return True
+
+
+def refused_entry(store: Store, path: str, want: Entry | None, head: pygit2.Oid | None) -> str | None:
+    """Why the entry ``want`` of the shared head must not be put on disk at ``path``
+    (storm_git.core.tree_rules: the rules of a local write), or None. The shared ref
+    of a clone holds what its server accepted; a server without storm's guard accepts
+    ``.GIT/hooks/pre-commit`` or a link out of the tree, and no sync writes them.
+    A link is resolved through the other links of ``head``'s tree (``None``: the
+    current shared head)."""
+    if want is None:
+        return None
+    if want.mode != MODE_LINK:
+        return tree_entry_refusal(path, want.mode)
+    head = head if head is not None else store.ref_target(WORKSPACE_REF)
+    if head is None:
+        return None
+    return tree_rules.entry_refusal(store.repo, store.commit(head).tree, path, want.oid, want.mode)
 
 
 def outside_sparse_checkout(store: Store, path: str) -> bool:
@@ -905,6 +929,8 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return CURRENT
             if not rec.is_storms(store, p, have):
                 return SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
+            if refused_entry(store, p, want, None) is not None:
+                return None  # the general path says why
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
             _write_at(dfd, name, data, disk_mode(want.mode, conv))
@@ -962,7 +988,7 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
             if same(have, want):
                 out[p] = CURRENT
             else:
-                if have is False and want is None:
+                if (have is False and want is None) or refused_entry(store, p, want, head) is not None:
                     out[p] = FAILED
                     continue
                 _intend(store, rec, p, want)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+from typing import Callable
 
 from .errors import BadPath
 
@@ -230,6 +231,96 @@ def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] 
                 raise BadPath(f"{path!r} is {what}, not a file; storm does not read or write it",
                               hint=f"work in {path} with git itself")
             raise BadPath(f"{path!r} is a directory, not a file")
+
+
+# -- entries of a tree: what a push may bring and a sync may put on disk -------------------
+# The file modes storm writes: a file, an executable, a link (and the trees holding them).
+TREE_MODES = (0o100644, 0o100755, 0o120000)
+LINK_MODE = 0o120000
+# Files git reads itself: one that is a link could make git read (or write) outside the
+# tree (git's fsck refuses a .gitmodules link; its checkout does not follow the others).
+GIT_READS = (".gitmodules", ".gitattributes", ".gitignore", ".mailmap")
+MAX_LINK_HOPS = 40  # as the kernel's MAXSYMLINKS
+
+
+def _git_read_name(part: str) -> bool:
+    """``part`` names one of GIT_READS, in any case or in NTFS's short or trailing-dot forms."""
+    low = part.lower().rstrip(" .")
+    return low in GIT_READS or low.startswith("gitmod~")
+
+
+def link_refusal(path: str, target: bytes, links: Callable[[str], bytes | None]) -> str | None:
+    """Why the link at ``path`` with text ``target`` must not be in the tree, or None.
+
+    The link is resolved inside the tree as the kernel would resolve it on disk once
+    the tree is checked out: ``links(p)`` gives the text of another link of the tree
+    (None: not a link). Refused: a target that is absolute, climbs above the top, or
+    passes through a name storm refuses (``.git`` and its spellings), directly or
+    through other links; a loop. A link inside the tree is fine: git stores links, and
+    storm reads them as their text and never writes through one."""
+    try:
+        text = target.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is a symbolic link whose target is not UTF-8"
+    if not text or "\x00" in text:
+        return "is a symbolic link with an empty or NUL target"
+    if text.startswith("/"):
+        return "is a symbolic link to an absolute path, outside the repository"
+    done: list[str] = path.split("/")[:-1]
+    todo = [c for c in text.split("/") if c not in ("", ".")]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not done:
+                return "is a symbolic link leading out of the repository"
+            done.pop()
+            continue
+        if part.lower() in (".git", ".git.") or _refused_name(part) is not None:
+            return "is a symbolic link into .git"
+        done.append(part)
+        inner = links("/".join(done))
+        if inner is not None:
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                return "is a symbolic link in a loop of links"
+            try:
+                more = inner.decode("utf-8")
+            except UnicodeDecodeError:
+                return "is a symbolic link through a link whose target is not UTF-8"
+            if more.startswith("/"):
+                return "is a symbolic link through a link to an absolute path"
+            done.pop()
+            todo = [c for c in more.split("/") if c not in ("", ".")] + todo
+    return None
+
+
+def tree_entry_refusal(path: str, mode: int, *, link_target: bytes | None = None,
+                       links: Callable[[str], bytes | None] | None = None,
+                       size: int | None = None, limit: int | None = None) -> str | None:
+    """Why a tree entry (``path``, ``mode``) must not reach a shared tree or a disk, or
+    None: the one rule set the server guard, a sync and the local doors share. The
+    name passes :func:`normalize` unchanged (git's fsck rules for names are part of
+    it: ``.git`` in any case, ``git~1``, HFS+ and NTFS spellings), the mode is one
+    storm writes, a file git reads itself is not a link, a link stays inside the tree
+    (:func:`link_refusal`) and a file is at most ``limit`` bytes."""
+    try:
+        if normalize(path) != path:
+            return f"{_show(path)!r} is not a plain repository path"
+    except BadPath as exc:
+        return exc.message
+    if mode not in TREE_MODES:
+        return f"{path!r} has mode {mode:o}: storm writes files, executables and links only"
+    if mode == LINK_MODE:
+        if any(_git_read_name(part) for part in path.split("/")[-1:]):
+            return f"{path!r} is a symbolic link, and git reads that file itself"
+        if link_target is not None:
+            why = link_refusal(path, link_target, links or (lambda _p: None))
+            if why is not None:
+                return f"{path!r} {why}"
+    elif size is not None and limit is not None and size > limit:
+        return f"{path!r} has {size} bytes, over storm.maxFileBytes ({limit})"
+    return None
 
 
 _C_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
