@@ -39,7 +39,7 @@ import stat as stat_mod
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pygit2
 
@@ -318,14 +318,31 @@ def _read_at(dfd: int, name: str, limit: int | None) -> bytes:
 
 
 # -- writing the disk ------------------------------------------------------------------
-def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB) -> None:
-    """Replace ``path`` with ``data`` by a rename inside its (checked) directory."""
+class Displaced(OSError):
+    """What storm was replacing (or removing) changed between its check and the
+    replacement: an edit saved in that window. The edit was put back, untouched."""
+
+
+# Asked of the file storm displaced, at the moment it displaced it: is it still what
+# storm checked (its own version)? (open directory, name of the displaced file) -> bool
+Expect = Callable[[int, str], bool]
+
+
+def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB, expect: Expect | None = None) -> None:
+    """Replace ``path`` with ``data`` by a rename inside its (checked) directory.
+    ``expect``: see _write_at."""
     with _parent_fd(top, path, create=True) as (dfd, name, _):
-        _write_at(dfd, name, data, mode)
+        _write_at(dfd, name, data, mode, expect)
 
 
-def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
-    """write_file of ``name`` in the open directory ``dfd``."""
+def _write_at(dfd: int, name: str, data: bytes, mode: int, expect: Expect | None = None) -> None:
+    """write_file of ``name`` in the open directory ``dfd``.
+
+    ``expect``: the caller checked that ``name`` holds storm's own version (or is
+    absent, when it recorded none); the check is repeated on the file the swap
+    displaces, at the moment it is displaced, so an edit saved since the check is
+    put back and Displaced raised, never deleted. Without it (``checkout``, an
+    agent's own worktree) the file is replaced whatever it holds."""
     tmp = f"{TEMP_PREFIX}{os.getpid()}"
     try:
         os.unlink(tmp, dir_fd=dfd)
@@ -339,7 +356,9 @@ def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
                          0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
             with open(fd, "wb", closefd=True) as fh:
                 fh.write(data)
-        if not _swap_in(dfd, tmp, name):
+        if expect is not None and _libc_renameat2():
+            _swap_checked(dfd, tmp, name, expect, data)
+        elif not _swap_in(dfd, tmp, name):
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:  # a full disk, a size limit, a refused rename, ^C: no temporary file stays
         remove_quietly(tmp, dfd)
@@ -401,6 +420,116 @@ def _swap_in(dfd: int, tmp: str, name: str) -> bool:
         fn(dfd, tmp.encode(), dfd, os.fsencode(name), _RENAME_EXCHANGE)
         raise
     return True
+
+
+_RENAME_NOREPLACE = 1
+
+
+def _rename2(dfd: int, src: str, dst: str, flags: int) -> int:
+    """renameat2 in ``dfd``: 0, or the errno."""
+    fn = _libc_renameat2()
+    if fn(dfd, os.fsencode(src), dfd, os.fsencode(dst), flags) != 0:
+        return ctypes_errno()
+    return 0
+
+
+def _swap_checked(dfd: int, tmp: str, name: str, expect: Expect, data: bytes) -> None:
+    """Put ``tmp`` at ``name`` and delete what it displaces only if ``expect`` says
+    that is still storm's version. A new file goes in by RENAME_NOREPLACE (a file
+    created since the check is someone's); an existing one by RENAME_EXCHANGE, after
+    which the displaced file, now at ``tmp``, is checked; someone's edit is exchanged
+    back and Displaced raised. If yet another save replaced ``name`` in between, what
+    comes back at ``tmp`` is not storm's content either: it is kept beside ``name``
+    (``name.storm-kept-PID``), never deleted."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is None:
+        err = _rename2(dfd, tmp, name, _RENAME_NOREPLACE)
+        if err == 0:
+            return
+        if err == errno.EEXIST:
+            raise Displaced(errno.EEXIST, "created by someone else since storm looked", name)
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return
+        raise OSError(err, os.strerror(err), name)
+    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # refuses a directory, as before
+        return
+    err = _rename2(dfd, tmp, name, _RENAME_EXCHANGE)
+    if err == errno.ENOENT:  # removed since the stat: the absence is someone's too
+        raise Displaced(errno.ENOENT, "removed by someone else since storm looked", name)
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        if not expect(dfd, name):
+            raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return
+    if err:
+        raise OSError(err, os.strerror(err), name)
+    try:
+        mine = expect(dfd, tmp)
+    except OSError:
+        mine = False
+    if mine:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except IsADirectoryError:  # swapped for a directory since the stat: put it back
+            _rename2(dfd, tmp, name, _RENAME_EXCHANGE)
+            raise
+        return
+    _rename2(dfd, tmp, name, _RENAME_EXCHANGE)  # the edit goes back where it was saved
+    if not _holds(dfd, tmp, data):
+        kept = f"{name}.storm-kept-{os.getpid()}"
+        if _rename2(dfd, tmp, kept, _RENAME_NOREPLACE) != 0:
+            os.replace(tmp, kept, src_dir_fd=dfd, dst_dir_fd=dfd)
+    raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+
+
+def _holds(dfd: int, name: str, data: bytes) -> bool:
+    """Whether ``name`` is storm's temporary file: a link with target ``data``, or a
+    file with exactly ``data``."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if stat_mod.S_ISLNK(st.st_mode):
+            return os.fsencode(os.readlink(name, dir_fd=dfd)) == data
+        return st.st_size == len(data) and read_regular(name, dir_fd=dfd, follow=False) == data
+    except (OSError, NotRegularFile):
+        return False
+
+
+def remove_checked(top: str, path: str, expect: Expect) -> None:
+    """remove_path, deleting the file only if ``expect`` says it is storm's version
+    at the moment it is taken away: it is first renamed aside (atomic), checked
+    there, and put back (Displaced raised) if someone's edit was saved since."""
+    try:
+        with _parent_fd(top, path, create=False) as (dfd, name, fds):
+            aside = f"{TEMP_PREFIX}{os.getpid()}"
+            remove_quietly(aside, dfd)
+            try:
+                os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except FileNotFoundError:
+                return
+            try:
+                mine = expect(dfd, aside)
+            except OSError:
+                mine = False
+            if not mine:
+                if not _libc_renameat2():
+                    os.rename(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                elif _rename2(dfd, aside, name, _RENAME_NOREPLACE) != 0:  # another file there since
+                    os.rename(aside, f"{name}.storm-kept-{os.getpid()}", src_dir_fd=dfd, dst_dir_fd=dfd)
+                raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+            os.unlink(aside, dir_fd=dfd)
+            parts = path.split("/")[:-1]
+            for i in range(len(parts) - 1, -1, -1):
+                try:
+                    os.rmdir(parts[i], dir_fd=fds[i])
+                except OSError:
+                    break
+    except FileNotFoundError:
+        pass
 
 
 def ctypes_errno() -> int:
@@ -849,10 +978,14 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         return False
     try:
         _intend(store, rec, p, want)
+        expect = _still(have, p, conv)
         if want is None:
-            remove_path(top, p)
+            remove_checked(top, p, expect)
         else:
-            write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv))
+            write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv), expect)
+    except Displaced:  # an edit saved while storm wrote: kept, as any unmediated edit
+        res.outcomes[p] = KEPT
+        return True
     except (UnsafePath, ConversionFailed, OSError) as exc:
         res.outcomes[p] = FAILED
         res.errors[p] = reason(exc) if isinstance(exc, OSError) else exc.message
@@ -860,6 +993,12 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     res.outcomes[p] = WRITTEN
     new[p] = want
     return True
+
+
+def _still(have: "DiskState", path: str, conv: Conversions) -> Expect:
+    """The check a disk write repeats on the file it displaces: still ``have``, the
+    state the caller found to be storm's own version of ``path``."""
+    return lambda dfd, name: _state_at(dfd, name, conv, path) == have
 
 
 def refused_entry(store: Store, path: str, want: Entry | None, head: pygit2.Oid | None) -> str | None:
@@ -933,7 +1072,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return None  # the general path says why
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
-            _write_at(dfd, name, data, disk_mode(want.mode, conv))
+            _write_at(dfd, name, data, disk_mode(want.mode, conv), _still(have, p, conv))
             return WRITTEN
     except (UnsafePath, ConversionFailed, OSError):
         return None
