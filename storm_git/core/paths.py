@@ -329,11 +329,28 @@ _C_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "
 
 def quoted(path: str) -> str:
     """``path`` as git prints a name that needs quoting (C style, in double quotes:
-    control characters, a double quote, a backslash), else unchanged; letters
-    beyond ASCII stay as they are (``core.quotePath=false``). A name a command
-    created (``"x\\n  deleted: src/api.py"``) then cannot forge a line of storm's
-    output or a diff header."""
-    if not any(c in _C_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    control characters, a double quote, a backslash, and the bytes of a name that
+    is not UTF-8, which a file system gives storm as surrogate escapes), else
+    unchanged; letters beyond ASCII stay as they are (``core.quotePath=false``). A
+    name a command created (``"x\\n  deleted: src/api.py"``) then cannot forge a
+    line of storm's output or a diff header."""
+    if not any(c in _C_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in path):
         return path
-    return '"' + "".join(_C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+    return '"' + "".join(_C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else
+                                              f"\\{ord(c) - 0xDC00:03o}" if 0xDC80 <= ord(c) <= 0xDCFF else
+                                              f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c)
                          for c in path) + '"'
+
+
+def printable(text: str) -> str:
+    """``text`` with what cannot be sent as UTF-8 (a surrogate escape of a byte that is
+    not UTF-8, a lone surrogate) written as a backslash escape: JSON, MCP and a
+    terminal all take the result. A file named ``bad\\xffname.txt`` in the tree must
+    not stop a server that lists it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(c if not 0xD800 <= ord(c) <= 0xDFFF else
+                       f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"\\u{ord(c):04x}"
+                       for c in text)
