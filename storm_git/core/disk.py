@@ -963,6 +963,11 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
                 conv: Conversions) -> bool:
     """Bring one path from ``have`` to ``want`` unless someone else edited it;
     returns whether it wrote (or tried to) on disk."""
+    why = refused_entry(store, p, want, res.head)
+    if why is not None:  # reported whatever the disk holds: the shared head holds what storm refuses
+        res.outcomes[p] = FAILED
+        res.errors[p] = f"refused to put it on disk: {why}"
+        return False
     if same(have, want):
         res.outcomes[p] = CURRENT
         if rec.get(store, p) != want:
@@ -970,11 +975,6 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         return False
     if not rec.is_storms(store, p, have):
         res.outcomes[p] = SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
-        return False
-    why = refused_entry(store, p, want, res.head)
-    if why is not None:
-        res.outcomes[p] = FAILED
-        res.errors[p] = f"refused to put it on disk: {why}"
         return False
     try:
         _intend(store, rec, p, want)
@@ -1059,6 +1059,8 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
     for both the look and the write: CURRENT, KEPT or WRITTEN. None when anything
     is unusual (a directory missing or not plain, something not a file there, a
     failed write): the caller then takes the general path, which reports it."""
+    if refused_entry(store, p, want, None) is not None:
+        return None  # the general path says why
     try:
         with _parent_fd(top, p, create=False) as (dfd, name, _):
             have = _state_at(dfd, name, conv, p)
@@ -1068,8 +1070,6 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return CURRENT
             if not rec.is_storms(store, p, have):
                 return SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
-            if refused_entry(store, p, want, None) is not None:
-                return None  # the general path says why
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
             _write_at(dfd, name, data, disk_mode(want.mode, conv), _still(have, p, conv))
