@@ -210,3 +210,20 @@ def test_every_door_refuses_every_hostile_name(shared, tmp_path, door, name):
             assert not os.path.lexists(repo / raw) or raw.startswith(".git/"), raw
     finally:
         _clean(repo, listed)
+
+
+@pytest.mark.parametrize("door", ["adopt", "exec"])
+@pytest.mark.parametrize("link,target", [("hooks", ".git/hooks"), (".gitmodules", "src/util.py"),
+                                         ("up", "src/../..")])
+def test_links_storm_refuses_are_refused_at_the_local_doors(repo, door, link, target):
+    """The link rules of a pushed tree hold for what exec and adopt record: no link into
+    .git, no link for a file git reads itself, none leading out."""
+    refs = snapshot_refs(repo)
+    if door == "adopt":
+        os.symlink(target, repo / link)
+        r = storm(repo, "adopt", link, agent="e1")
+    else:
+        r = storm(repo, "exec", "--", "ln", "-s", target, link, agent="e1")
+    _refused_cli(r)
+    assert "cannot record" in r.stderr or "leading out" in r.stderr, r.stderr
+    assert snapshot_refs(repo) == refs

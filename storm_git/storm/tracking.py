@@ -47,7 +47,7 @@ from ..core.gitcmd import GitFailed
 from ..core.errors import BadPath, NotInitialised, TooLarge, UnmediatedEdit, UsageError
 from ..core.files import read_own, replace_file
 from ..core.locks import flocked
-from ..core.paths import check_on_disk, normalize, quoted
+from ..core.paths import check_on_disk, normalize, quoted, tree_entry_refusal
 from ..core.payloads import ExecResult, WriteResult
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
@@ -325,7 +325,21 @@ def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -
         raise BadPath(f"the working tree has a file storm cannot record: {exc.message}",
                       hint="rename or remove it; nothing was recorded") from None
     if isinstance(state, tuple) and state[1] == MODE_LINK:
-        check_on_disk(path, store.main_workdir, for_write=False)  # refuses a link leading out
+        top = store.main_workdir
+        check_on_disk(path, top, for_write=False)  # refuses a link leading out
+        why = tree_entry_refusal(path, MODE_LINK, link_target=os.fsencode(os.readlink(os.path.join(top, path))),
+                                 links=lambda p: _disk_link(top, p))
+        if why is not None:  # the rules a pushed tree obeys: no link into .git, none for .gitmodules
+            raise BadPath(f"the working tree has a file storm cannot record: {why}",
+                          hint="rename or remove it; nothing was recorded")
+
+
+def _disk_link(top: str, path: str) -> bytes | None:
+    """The target of the link at ``path`` in the working tree, None when it is not a link."""
+    try:
+        return os.fsencode(os.readlink(os.path.join(top, path)))
+    except OSError:
+        return None
 
 
 # Searched for "reverted" content: the shared history this far back, plus git's HEAD.
