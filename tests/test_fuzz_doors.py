@@ -44,6 +44,7 @@ FRAGMENTS = [".git", ".GIT", "git~1", "GIT~1", "..", ".", "/", "//", "::$DATA", 
              "\u200c", "\udcff", "-", "--", "src", "util.py", "x" * 260, "~", "*", "\\", ".gitmodules"]
 fragment = st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4))
 hostile_path = st.lists(fragment, min_size=1, max_size=5).map("".join)
+plain_name = st.from_regex(r"[a-z]{1,8}\.txt", fullmatch=True)  # what the guard must let through
 json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | hostile_path,
                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                       max_size=3), max_leaves=6)
@@ -276,8 +277,8 @@ def test_fuzz_pushed_trees_and_trailers_at_the_guard(guard_repo, data):
     parent = repo[head]
     entries = []
     for _ in range(data.draw(st.integers(1, 3))):
-        name = data.draw(hostile_path).encode("utf-8", "surrogateescape")
-        mode = data.draw(st.sampled_from(MODES))
+        name = data.draw(st.one_of(plain_name, hostile_path)).encode("utf-8", "surrogateescape")
+        mode = data.draw(st.one_of(st.just(0o100644), st.sampled_from(MODES)))
         body = data.draw(st.one_of(st.binary(max_size=32), st.sampled_from([b"../..", b"/etc", b".git/hooks",
                                                                              b"src/util.py", b"x/../../y"])))
         if mode == 0o040000:
