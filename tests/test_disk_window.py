@@ -3,8 +3,9 @@
 Storm checks that a file still holds its own version, then swaps the new content
 in. The window between the check and the swap is held open by strace delaying the
 swap's system call (``renameat2``: RENAME_EXCHANGE for a file that exists,
-RENAME_NOREPLACE for a new one); a person's edit is saved inside it. The write
-lands on the shared ref; the edit stays on disk, listed as an unmediated edit.
+RENAME_NOREPLACE for a new one), or the removal's first ``unlinkat``; a person's
+edit is saved inside it. The write lands on the shared ref; the edit stays on
+disk, listed as an unmediated edit.
 """
 from __future__ import annotations
 
@@ -34,15 +35,15 @@ def _strace_works() -> bool:
 pytestmark = pytest.mark.skipif(not _strace_works(), reason="needs strace with ptrace allowed")
 
 
-def _delayed_storm(repo: Path, *args: str, input: bytes) -> subprocess.Popen:
-    """``git storm ARGS`` (a fresh interpreter) whose first renameat2 waits DELAY_US."""
+def _delayed_storm(repo: Path, *args: str, input: bytes, syscall: str = "renameat2") -> subprocess.Popen:
+    """``git storm ARGS`` (a fresh interpreter) whose first ``syscall`` waits DELAY_US."""
     env = dict(os.environ)
     env.pop("STORM_AGENT", None)
     src = repo.parent / "input"
     src.write_bytes(input)
     with open(src, "rb") as stdin:
         return subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null",
-                                 "-e", f"inject=renameat2:delay_enter={DELAY_US}:when=1",
+                                 "-e", f"inject={syscall}:delay_enter={DELAY_US}:when=1",
                                  sys.executable, "-m", "storm_git", *args],
                                 cwd=repo, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
@@ -78,6 +79,26 @@ def test_an_edit_saved_between_the_check_and_the_swap_is_kept(repo, case):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert git(repo, "show", f"refs/storm/workspace:{path}").stdout == b"agent's version\n"
+    assert (repo / path).read_bytes() == b"the person's edit\n"
+    assert path in _unmediated(repo)
+    assert not list((repo / "src").glob(".storm-tmp-*"))
+
+
+def test_an_edit_saved_between_the_check_and_the_removal_is_kept(repo):
+    """``rm``: the window between the check and the removal (the first unlinkat, after
+    the pending entry is recorded) holds a save; the file is not deleted."""
+    path = "src/util.py"
+    assert storm(repo, "read", path, agent="e1").returncode == 0
+    record = repo / ".git" / "storm" / "disk-record"
+    proc = _delayed_storm(repo, "rm", path, "--agent", "e1", input=b"", syscall="unlinkat")
+    deadline = time.monotonic() + 60
+    while b"x " + path.encode() + b"\0" not in record.read_bytes():  # the removal is recorded as pending
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.005)
+    (repo / path).write_bytes(b"the person's edit\n")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert git(repo, "cat-file", "-e", f"refs/storm/workspace:{path}", check=False).returncode != 0
     assert (repo / path).read_bytes() == b"the person's edit\n"
     assert path in _unmediated(repo)
     assert not list((repo / "src").glob(".storm-tmp-*"))
