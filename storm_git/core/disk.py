@@ -499,53 +499,27 @@ def _holds(dfd: int, name: str, data: bytes) -> bool:
         return False
 
 
-def remove_checked(top: str, path: str, expect: Expect) -> None:
-    """remove_path, deleting the file only if ``expect`` says it is storm's version
-    at the moment it is taken away: it is first renamed aside (atomic), checked
-    there, and put back (Displaced raised) if someone's edit was saved since."""
-    try:
-        with _parent_fd(top, path, create=False) as (dfd, name, fds):
-            aside = f"{TEMP_PREFIX}{os.getpid()}"
-            remove_quietly(aside, dfd)
-            try:
-                os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except FileNotFoundError:
-                return
-            try:
-                mine = expect(dfd, aside)
-            except OSError:
-                mine = False
-            if not mine:
-                if not _libc_renameat2():
-                    os.rename(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                elif _rename2(dfd, aside, name, _RENAME_NOREPLACE) != 0:  # another file there since
-                    os.rename(aside, f"{name}.storm-kept-{os.getpid()}", src_dir_fd=dfd, dst_dir_fd=dfd)
-                raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
-            os.unlink(aside, dir_fd=dfd)
-            parts = path.split("/")[:-1]
-            for i in range(len(parts) - 1, -1, -1):
-                try:
-                    os.rmdir(parts[i], dir_fd=fds[i])
-                except OSError:
-                    break
-    except FileNotFoundError:
-        pass
-
-
 def ctypes_errno() -> int:
     import ctypes
 
     return ctypes.get_errno()
 
 
-def remove_path(top: str, path: str) -> None:
-    """Delete ``path`` and the directories it leaves empty, as git does."""
+def remove_path(top: str, path: str, expect: Expect | None = None) -> None:
+    """Delete ``path`` and the directories it leaves empty, as git does.
+
+    ``expect``: delete the file only if it says the file is storm's version at the
+    moment it is taken away: it is first renamed aside (atomic), checked there, and
+    put back (Displaced raised) if someone's edit was saved since the caller looked."""
     try:
         with _parent_fd(top, path, create=False) as (dfd, name, fds):
-            try:
-                os.unlink(name, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
+            if expect is None:
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+            elif not _take_aside(dfd, name, expect):
+                return
             parts = path.split("/")[:-1]
             for i in range(len(parts) - 1, -1, -1):
                 try:
@@ -554,6 +528,28 @@ def remove_path(top: str, path: str) -> None:
                     break
     except FileNotFoundError:
         pass
+
+
+def _take_aside(dfd: int, name: str, expect: Expect) -> bool:
+    """Remove ``name`` if ``expect`` holds for it once renamed aside; False: it was gone."""
+    aside = f"{TEMP_PREFIX}{os.getpid()}"
+    remove_quietly(aside, dfd)
+    try:
+        os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    try:
+        mine = expect(dfd, aside)
+    except OSError:
+        mine = False
+    if not mine:
+        if not _libc_renameat2():
+            os.rename(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        elif _rename2(dfd, aside, name, _RENAME_NOREPLACE) != 0:  # another file there since
+            os.rename(aside, f"{name}.storm-kept-{os.getpid()}", src_dir_fd=dfd, dst_dir_fd=dfd)
+        raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+    os.unlink(aside, dir_fd=dfd)
+    return True
 
 
 # -- the record ---------------------------------------------------------------------------
@@ -980,7 +976,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         _intend(store, rec, p, want)
         expect = _still(have, p, conv)
         if want is None:
-            remove_checked(top, p, expect)
+            remove_path(top, p, expect)
         else:
             write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv), expect)
     except Displaced:  # an edit saved while storm wrote: kept, as any unmediated edit
