@@ -312,7 +312,7 @@ def tree_entry_refusal(path: str, mode: int, *, link_target: bytes | None = None
     if mode not in TREE_MODES:
         return f"{path!r} has mode {mode:o}: storm writes files, executables and links only"
     if mode == LINK_MODE:
-        if any(_git_read_name(part) for part in path.split("/")[-1:]):
+        if _git_read_name(path.rsplit("/", 1)[-1]):
             return f"{path!r} is a symbolic link, and git reads that file itself"
         if link_target is not None:
             why = link_refusal(path, link_target, links or (lambda _p: None))

@@ -44,8 +44,7 @@ def walk(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Iterat
     """Every non-tree entry of ``tree``, with its full path (names as git stores them,
     decoded with surrogateescape so a name that is not UTF-8 is seen, then refused)."""
     for e in tree:
-        name = e.raw_name.decode("utf-8", "surrogateescape") if hasattr(e, "raw_name") else e.name
-        path = prefix + name
+        path = prefix + e.raw_name.decode("utf-8", "surrogateescape")
         if e.filemode == TREE_MODE:
             yield from walk(repo, repo[e.id], path + "/")
         else:
