@@ -353,3 +353,20 @@ def test_a_revert_among_many_changed_files_is_still_found(repo):
     res = json.loads(r.stdout.splitlines()[-1])
     assert r.returncode == 1 and res["reverted"] == ["src/api.py"], res
     assert len(res["paths"]) == 41
+
+
+@pytest.mark.xfail(strict=True, reason="the harness Bash door (storm_git/integrations/harness.py, post_shell) "
+                                       "records a file that held a person's edit before the command as the agent's")
+def test_the_harness_bash_door_never_credits_an_edit_already_on_disk(repo):
+    """What exec promises, through a harness's Bash tool: the PostToolUse of a command
+    that changed a file already holding a person's edit records nothing of it."""
+    util = repo / "src" / "util.py"
+    util.write_text(util.read_text() + "# local tweak\n")
+    event = {"session_id": "s1", "cwd": str(repo), "tool_name": "Bash", "tool_use_id": "u1",
+             "tool_input": {"command": "sed -i s/clamp/bound/ src/util.py"}}
+    pre = storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PreToolUse"}))
+    assert pre.returncode == 0, pre.stderr
+    subprocess.run(["sed", "-i", "s/clamp/bound/", "src/util.py"], cwd=repo, check=True)
+    storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PostToolUse",
+                                                     "tool_response": {"stdout": "", "interrupted": False}}))
+    assert b"local tweak" not in show(repo, "refs/storm/workspace", "src/util.py")
