@@ -23,7 +23,8 @@ verbs (docs/architecture.md) as directly as possible, independently of ``storm_g
 * An accepted write sets ``f``'s content, sets ``S_a[f]`` to the written version
   and ends ``a``'s own reservation on ``f``.
 * A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
-  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``;
+  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``, and so
+  does an ``unread_target`` rejection with a stale path in the scope; a plain
   ``unread_target`` reserves nothing (``a`` only lacked the content). Every
   rejection other than ``reserved`` refreshes ``S_a`` for ``f`` (the payload
   showed its content in full); stale paths were shown only as diffs and stay
@@ -177,7 +178,7 @@ class Model:
                 del self.reservations[path]
             return Outcome(True, None, path, frozenset(), content)
         holder = None
-        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY):
+        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY) or stale:
             holder = agent
             if self.reservation_seconds > 0:
                 self.reservations[path] = (agent, self.now + self.reservation_seconds)

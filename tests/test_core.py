@@ -114,6 +114,23 @@ def test_unread_target_rejection_counts_as_read(ws):
     assert ws.write("src/util.py", b"informed\n", agent="e4").accepted
 
 
+def test_unread_target_with_stale_dependencies_reserves(ws):
+    """A blind write that also built on stale reads must be re-planned: it reserves
+    its target, as a stale dependency alone does; a plain unread target does not."""
+    ws.read(["src/api.py"], agent="e3")
+    ws.read(["src/api.py"], agent="e1")
+    assert ws.write("src/api.py", b"def fetch_url(url):\n    pass\n", agent="e1").accepted
+    res = ws.write("src/util.py", b"blind\n", agent="e3", wait=False)
+    assert res.rejection.reason == "unread_target"
+    assert [s.path for s in res.rejection.stale] == ["src/api.py"]
+    assert res.rejection.reservation is not None and res.rejection.reservation.holder == "e3"
+    assert [(r.path, r.holder) for r in ws.status().reservations] == [("src/util.py", "e3")]
+    held = ws.write("src/util.py", b"x\n", agent="e1", wait=False)
+    assert held.rejection.reason == "reserved"
+    plain = ws.write("src/client.py", b"blind\n", agent="e2", wait=False)
+    assert plain.rejection.reason == "unread_target" and plain.rejection.reservation is None
+
+
 def test_new_file_needs_no_read_but_second_creator_is_rejected(ws):
     assert ws.write("new.py", b"one\n", agent="e1").accepted
     res = ws.write("new.py", b"two\n", agent="e2", wait=False)

@@ -579,3 +579,22 @@ def test_exec_that_undoes_unread_work_says_how_to_go_on(repo):
     assert "put back an older shared version of src/api.py" in text(ex)
     assert ex.structured_content["reverted"] == ["src/api.py"]
     assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url, t=1):\n    pass\n"
+
+
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_server(repo):
+    """Any process may leave ``bad\\xffname.txt`` in the working tree: ``status`` lists
+    it (quoted as git does; escaped in structuredContent) and the server goes on
+    answering. The server used to die on it, the client waiting for ever."""
+    (repo / os.fsdecode(b"bad\xffname.txt")).write_bytes(b"x\n")
+
+    async def main() -> tuple[Any, Any]:
+        async with session(repo, "engineer_1") as s:
+            with anyio.fail_after(30):
+                st = await s.call_tool("status", {})
+                rd = await s.call_tool("read", {"paths": ["src/util.py"]})
+            return st, rd
+
+    st, rd = anyio.run(main)
+    assert not st.is_error and '"bad\\377name.txt"' in text(st), text(st)
+    assert [u["path"] for u in st.structured_content["unmediated"]] == ["bad\\xffname.txt"], st.structured_content
+    assert not rd.is_error and "def clamp" in text(rd)

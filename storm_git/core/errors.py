@@ -76,6 +76,13 @@ class CorruptState(RepoStateError):
     kind = "corrupt_state"
 
 
+class UnmediatedEdit(RepoStateError):
+    """A command changed a file that already held an edit made outside storm: its
+    change cannot be told apart from that edit, so nothing is credited to the agent."""
+
+    kind = "unmediated_edit"
+
+
 class Busy(RepoStateError):
     """A lock could not be taken in time (another process is stuck holding it)."""
 

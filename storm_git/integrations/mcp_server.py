@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from ..core.errors import UsageError
 from ..core.install_hint import pip_install, pip_install_requirement
+from ..core.paths import printable
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
 
@@ -54,9 +55,22 @@ PathArg = Annotated[str, Field(description="File or directory: absolute inside t
 IntentArg = Annotated[str | None, Field(description="Why: becomes the commit message of the write.")]
 
 
+def _sendable(value: Any) -> Any:
+    """``value`` with every string UTF-8 encodable (storm_git.core.paths.printable): a
+    file name that is not UTF-8 reaches a result as surrogate escapes, which the SDK
+    cannot encode; the server used to die on it and leave the client waiting."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sendable(v) for v in value]
+    return value
+
+
 def _result(out: ToolOutcome) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=out.text)],
-                          structured_content=out.data, is_error=out.is_error)
+    return CallToolResult(content=[TextContent(type="text", text=printable(out.text))],
+                          structured_content=_sendable(out.data), is_error=out.is_error)
 
 
 def server_for(tools: StormTools) -> MCPServer:

@@ -60,9 +60,10 @@ from . import branch, rebased
 from .writer import AS_WRITTEN, UNDO_OP, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
-# Rejections the agent must re-plan around: only these reserve the target. An
-# unread_target rejection only hands over the content; reserving then would make
-# an agent that did read the file wait for one that merely had not.
+# Rejections the agent must re-plan around: these reserve the target, and so does
+# an unread_target rejection that also lists stale dependencies (the agent built on
+# files that changed). A plain unread_target only hands over the content; reserving
+# then would make an agent that did read the file wait for one that merely had not.
 RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
 HISTORY_LIMIT = 256
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
@@ -668,7 +669,8 @@ class SharedWorkspace(BaseWorkspace):
         """Log the rejection and, for a conflict to re-plan around (RESERVING_REASONS), grant
         the rejected agent its reservation (workspace lock held)."""
         target = verdict.conflicts[0] if verdict.conflicts else paths[0]
-        granted = Reservation(target, agent, now + secs, now) if verdict.reason in RESERVING_REASONS else None
+        replan = verdict.reason in RESERVING_REASONS or bool(verdict.stale)
+        granted = Reservation(target, agent, now + secs, now) if replan else None
         if granted is not None and secs > 0:
             reservations.update(self.store, {target: granted}, agent=agent,
                                 message=f"storm: {agent} reserves {target} after a rejection")
