@@ -7,7 +7,7 @@ import time
 
 import click
 
-from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
 from storm_git.core.errors import UsageError
 
 

@@ -12,7 +12,7 @@ import shlex
 import click
 
 from storm_git.core.paths import quoted
-from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
 
 
 @cli.command(context_settings=CONTEXT)
@@ -244,7 +244,7 @@ def harness_hook(which: str, agent: str | None) -> None:
     Example:
       git storm harness hook --harness claude < event.json
     """
-    from storm_git.cli.main import wait_with_a_deadline
+    from storm_git.cli.app import wait_with_a_deadline
     from storm_git.core.errors import Busy, StormError
     from storm_git.integrations import harness as hh
 

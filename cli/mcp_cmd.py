@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from storm_git.cli.main import CONTEXT, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, agent_option, cli, json_option
 
 
 @cli.command("mcp", context_settings=CONTEXT)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
 
 
 def commit_radar_lines(res: Any) -> str:
@@ -43,7 +43,7 @@ def radar(agent_id: str | None, short: bool, as_json: bool) -> None:
     from storm_git.core.agents import validate_agent
     from storm_git.worktree.radar import render_hit, scan
 
-    from storm_git.cli.worktree_cmds import _require_worktree_mode, _store
+    from storm_git.cli.app import _require_worktree_mode, _store
 
     store = _store()
     _require_worktree_mode(store)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from storm_git.cli.main import CONTEXT, _emit_json, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, _emit_json, agent_option, cli, json_option
 
 
 def _store():

@@ -12,7 +12,7 @@ import click
 from storm_git.core.errors import UsageError
 
 from storm_git.core.paths import quoted
-from storm_git.cli.main import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
 
 
 def _agent(agent: str | None) -> str | None:

@@ -8,13 +8,7 @@ from typing import Any
 import click
 
 from storm_git.core.paths import quoted
-from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
-
-
-def _store():
-    from storm_git.core.store import Store
-
-    return Store.discover()
+from storm_git.cli.app import CONTEXT, _emit_json, _require_worktree_mode, _store, cli, json_option
 
 
 def _by(agent: str | None) -> str:
@@ -26,15 +20,6 @@ def _by(agent: str | None) -> str:
 def _manager_option(f):
     return click.option("--agent", "-a", metavar="ID", default=None,
                         help="Who does this, for the log (default: $STORM_AGENT, else 'manager').")(f)
-
-
-def _require_worktree_mode(store) -> None:
-    from storm_git.core.errors import RepoStateError
-    from storm_git.admin.modes import current
-
-    mode = current(store)
-    if mode != "worktree":
-        raise RepoStateError(f"this repository is in {mode} mode", hint="switch with git storm mode worktree")
 
 
 # -- mode -------------------------------------------------------------------------------

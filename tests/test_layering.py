@@ -1,7 +1,10 @@
-"""The library's folders are its layers (README "Layout"), checked on the source.
+"""The library's folders are its layers (docs/architecture.md), checked on the source.
 
-* no import cycle between modules, counting imports inside functions too (a lazy
-  import is still a dependency: it only hides the cycle until the call);
+* no import cycle between modules -- the library, the command line (``cli/``,
+  installed as ``storm_git.cli``) and the hooks (``hooks/``, ``storm_git.hooks``) --
+  counting imports inside functions too (a lazy import is still a dependency: it
+  only hides the cycle until the call);
+* the layers themselves form no cycle (the table below is a DAG);
 * each layer imports only from the layers below it: ``core`` from nothing above,
   ``storm`` and ``worktree`` from ``core`` only (neither from the other), and
   nothing in the library from the command line;
@@ -14,26 +17,32 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "storm_git"
+TOP = Path(__file__).resolve().parent.parent
+ROOT = TOP / "storm_git"
+# the package's folders as installed: storm_git/, and cli/ and hooks/ mapped under it
+PACKAGES = {"storm_git": ROOT, "storm_git.cli": TOP / "cli", "storm_git.hooks": TOP / "hooks"}
 # what each layer may import from (besides itself and the standard library)
 ALLOWED = {
     "core": set(),
     "storm": {"core"},
     "worktree": {"core"},
+    "hooks": set(),  # the shims' templates (data); their logic is admin.guard
+    "admin": {"core", "storm", "worktree", "hooks"},
     "remote": {"core", "storm", "admin"},  # storm mode on a git server; init/join set up
-    "integrations": {"core", "storm", "worktree", "remote", "api"},
-    "sim": {"core", "storm", "worktree", "admin", "api"},  # drives both modes as a user would
-    "admin": {"core", "storm", "worktree", "api"},
     "api": {"core", "storm", "worktree", "remote"},
+    "integrations": {"core", "storm", "worktree", "remote", "api"},
+    "sim": {"core", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
+    "cli": {"core", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
 }
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for p in ROOT.rglob("*.py"):
-        rel = p.relative_to(ROOT.parent).with_suffix("")
-        name = ".".join(rel.parts)
-        out[name.removesuffix(".__init__")] = p
+    for package, folder in PACKAGES.items():
+        for p in folder.rglob("*.py"):
+            rel = p.relative_to(folder).with_suffix("")
+            name = ".".join([package, *rel.parts])
+            out[name.removesuffix(".__init__")] = p
     return out
 
 
@@ -118,7 +127,13 @@ def test_the_checker_finds_a_cycle_and_a_layer_breach():
 
 
 def test_no_import_cycles(graph):
+    assert any(n.startswith("storm_git.cli.") for n in graph) and any(n.startswith("storm_git.hooks") for n in graph)
     assert _cycles(graph) == []
+
+
+def test_the_layers_form_no_cycle():
+    layers = {k: {f"storm_git.{d}" for d in v if d in ALLOWED} for k, v in ALLOWED.items()}
+    assert _cycles({f"storm_git.{k}": v for k, v in layers.items()}) == []
 
 
 def test_each_layer_imports_only_the_layers_below(graph):
@@ -135,7 +150,8 @@ def test_each_layer_imports_only_the_layers_below(graph):
 
 
 def test_the_library_neither_prints_nor_imports_click(graph):
-    assert [n for n, deps in graph.items() if any(d == "click" or d.startswith("storm_git.cli") for d in deps)
+    library = {n: deps for n, deps in graph.items() if not n.startswith(("storm_git.cli", "storm_git.hooks"))}
+    assert [n for n, deps in library.items() if any(d == "click" or d.startswith("storm_git.cli") for d in deps)
             if n not in ("storm_git.__main__",)] == []
     printing = []
     for p in ROOT.rglob("*.py"):

@@ -211,7 +211,7 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
 
 def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
     from ..api import open_workspace
-    from .setup import init
+    from ..admin.setup import init
     from ..core.store import Store
 
     make_repo(repo)
@@ -322,8 +322,8 @@ def _split_at_rejection(told: list[Step]) -> tuple[list[Step], Step | None, list
 def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
     from ..worktree.isolated import WorktreeWorkspace
     from ..worktree.merge import merge
-    from .modes import switch
-    from .setup import init
+    from ..admin.modes import switch
+    from ..admin.setup import init
     from ..core.store import Store
     from ..worktree.worktrees import spawn
 
