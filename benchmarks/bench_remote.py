@@ -191,6 +191,7 @@ class Probe:
         self.head = git(site.plain, "rev-parse", "HEAD")
         git(site.plain, "push", "-q", "origin", f"{self.head}:{PROBE_REF}")
         self.n = 0
+        self.guard_cpu: list[float] = []  # CPU seconds of each guard run (its Python, its git)
 
     def local_write(self) -> float:
         self.content += b"x\n"
@@ -229,36 +230,41 @@ class Probe:
         self.head = new
         return took
 
-
-def idle_baseline(probe: Probe, n: int) -> dict[str, list[float]]:
-    """``n`` rounds of local write, remote write (one agent, nothing else running),
-    fetch, push, interleaved so that the machine's other load hits all four alike."""
-    out: dict[str, list[float]] = {"local_write": [], "remote_write": [], "git_fetch": [], "git_push": []}
-    for _ in range(n):
-        out["local_write"].append(probe.local_write())
-        out["remote_write"].append(probe.remote_write())
-        out["git_fetch"].append(probe.fetch())
-        out["git_push"].append(probe.push())
-    return out
-
-
-def guard_runs(srv: str, n: int) -> tuple[list[float], list[float]]:
-    """Seconds the server's pre-receive guard takes on each of the last ``n`` writes of the
-    shared ref, run as git runs it (the update on its stdin): what a storm push pays on
-    top of the bare push above, which goes to a ref the guard does not start Python for.
-    Wall seconds and CPU seconds of each run."""
-    hook = os.path.join(srv, "hooks", "pre-receive")
-    out, cpu = [], []
-    for c in git(srv, "rev-list", f"-{n}", "--no-merges", WS).split():
+    def guard(self) -> float:
+        """The server's guard run as git runs it on the last write of the shared ref (the
+        update on its stdin): what a storm push pays on top of the bare push above."""
+        srv = self.site.srv
+        c = git(srv, "rev-parse", WS)
         line = f"{git(srv, 'rev-parse', c + '^')} {c} {WS}\n".encode()
         t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run([hook], cwd=srv, input=line, capture_output=True, env=dict(os.environ, GIT_DIR="."))
-        out.append(time.perf_counter() - t0)
+        r = subprocess.run([os.path.join(srv, "hooks", "pre-receive")], cwd=srv, input=line, capture_output=True,
+                           env=dict(os.environ, GIT_DIR="."))
+        took = time.perf_counter() - t0
         c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+        self.guard_cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
         if r.returncode:
             raise RuntimeError(f"the guard refused a landed write: {r.stderr.decode()}")
-    return out, cpu
+        return took
+
+
+def probe_round(probe: Probe, out: dict[str, list[float]], guard: bool, remote: bool) -> None:
+    """One of each measurement, interleaved so that the machine's other load hits them alike."""
+    out.setdefault("local_write", []).append(probe.local_write())
+    if remote:
+        out.setdefault("remote_write", []).append(probe.remote_write())
+    out.setdefault("git_fetch", []).append(probe.fetch())
+    out.setdefault("git_push", []).append(probe.push())
+    if guard:
+        out.setdefault("guard_run", []).append(probe.guard())
+
+
+def idle_baseline(probe: Probe, n: int, guard: bool) -> dict[str, list[float]]:
+    """``n`` rounds of local write, remote write (one agent, nothing else of this
+    benchmark running), fetch, push (and the guard's run)."""
+    out: dict[str, list[float]] = {}
+    for _ in range(n):
+        probe_round(probe, out, guard, remote=True)
+    return out
 
 
 # -- the load ---------------------------------------------------------------------------------------
@@ -306,15 +312,13 @@ def run_load(site: Site, tmp: str, agents_per_clone: int, args: argparse.Namespa
     s0 = site.server.cpu() if site.server else None
     load = [loadavg()]
     rnd = random.Random(args.seed)
-    probed: dict[str, list[float]] = {"local_write": [], "git_fetch": [], "git_push": []}
+    probed: dict[str, list[float]] = {}
     next_sample = time.monotonic() + 5
     while time.monotonic() < end:  # the probe: one more "agent", doing the baseline's three operations
         time.sleep(max(0.0, min(end - time.monotonic(), rnd.uniform(args.min_gap, args.max_gap))))
         if time.monotonic() >= end:
             break
-        probed["local_write"].append(probe.local_write())
-        probed["git_fetch"].append(probe.fetch())
-        probed["git_push"].append(probe.push())
+        probe_round(probe, probed, not args.no_guard, remote=False)
         if time.monotonic() >= next_sample:
             load.append(loadavg())
             next_sample += 5
@@ -441,8 +445,12 @@ def compare(remote_p50: float, m: dict[str, float]) -> dict:
     """remote - local at p50 against one fetch + one push (all in ms)."""
     extra = round(remote_p50 - m["local_write"], 1)
     bound = round(m["git_fetch"] + m["git_push"], 1)
-    return {"remote_write_p50": remote_p50, "local_write_p50": m["local_write"], "remote_minus_local": extra,
-            "fetch_plus_push": bound, "ratio": round(extra / bound, 2) if bound else None}
+    out = {"remote_write_p50": remote_p50, "local_write_p50": m["local_write"], "remote_minus_local": extra,
+           "fetch_plus_push": bound, "ratio": round(extra / bound, 2) if bound else None}
+    if "guard_run" in m:  # a push of storm's ref runs the guard: the bound with it
+        guarded = round(bound + m["guard_run"], 1)
+        out.update(fetch_plus_guarded_push=guarded, ratio_guarded=round(extra / guarded, 2) if guarded else None)
+    return out
 
 
 # -- one transport ------------------------------------------------------------------------------------
@@ -454,7 +462,7 @@ def run_transport(transport: str, args: argparse.Namespace, sshd: loopback.Serve
         try:
             probe = Probe(site)
             idle_load = loadavg()
-            idle = idle_baseline(probe, args.samples)
+            idle = idle_baseline(probe, args.samples, not args.no_guard)
             setup_s = time.monotonic() - t_setup
             h0 = git(site.srv, "rev-parse", WS)
             w = run_load(site, tmp, args.agents, args, probe)
@@ -467,10 +475,8 @@ def run_transport(transport: str, args: argparse.Namespace, sshd: loopback.Serve
             out["idle"]["compare"] = compare(out["idle"]["medians_ms"]["remote_write"], out["idle"]["medians_ms"])
             out["under_load"] = {"medians_ms": medians(w.probe), "n": len(w.probe["git_push"])}
             out["under_load"]["compare"] = compare(out["latency_ms"]["p50"], out["under_load"]["medians_ms"])
-            if not args.no_guard:
-                wall, cpu = guard_runs(site.srv, args.samples)
-                out["guard_run_ms_p50"] = ms(statistics.median(wall))
-                out["guard_cpu_ms_p50"] = ms(statistics.median(cpu))
+            if probe.guard_cpu:
+                out["guard_cpu_ms_p50"] = ms(statistics.median(probe.guard_cpu))
             out["setup_s"] = round(setup_s, 1)
         finally:
             if site.server and transport == "git":
@@ -505,12 +511,14 @@ def report(transport: str, args: argparse.Namespace, r: dict, log) -> None:
         print(f"{name} (medians, n={part['n']}): local write {m['local_write']:.1f} ms, "
               + (f"remote write {m['remote_write']:.1f} ms, " if "remote_write" in m else
                  f"remote write p50 {c['remote_write_p50']:.1f} ms (the agents), ")
-              + f"git fetch {m['git_fetch']:.1f} ms, git push {m['git_push']:.1f} ms: remote - local "
-              f"{c['remote_minus_local']:.1f} ms vs fetch + push {c['fetch_plus_push']:.1f} ms = {c['ratio']} x",
-              file=log)
-    if "guard_run_ms_p50" in r:
-        print(f"the server's guard: {r['guard_run_ms_p50']:.0f} ms ({r['guard_cpu_ms_p50']:.0f} ms of CPU) per pushed "
-              f"write, run alone after the load (median; in every storm push, not in the bare push above)", file=log)
+              + f"git fetch {m['git_fetch']:.1f} ms, git push {m['git_push']:.1f} ms"
+              + (f", the guard's run {m['guard_run']:.1f} ms" if "guard_run" in m else "")
+              + f": remote - local {c['remote_minus_local']:.1f} ms vs fetch + push {c['fetch_plus_push']:.1f} ms = "
+              f"{c['ratio']} x" + (f"; vs fetch + push + guard {c['fetch_plus_guarded_push']:.1f} ms = "
+                                   f"{c['ratio_guarded']} x" if "ratio_guarded" in c else ""), file=log)
+    if "guard_cpu_ms_p50" in r:
+        print(f"the server's guard (in every storm push, not in the bare push): {r['guard_cpu_ms_p50']:.0f} ms of CPU "
+              f"per run (median)", file=log)
     c = r["cpu_ms_per_landed_write"]
     print(f"CPU per landed write: {c['total']:.0f} ms = agents' Python {c['agents_python']:.0f} + their git processes "
           f"{c['agents_git_processes']:.0f}" + (f" + server {c['server']:.0f}" if c["server"] is not None else
@@ -544,9 +552,14 @@ def table(results: dict[str, dict]) -> str:
             ("idle: git fetch + git push",
              lambda r: f"{r['idle']['medians_ms']['git_fetch']:.0f} + {r['idle']['medians_ms']['git_push']:.0f} = "
                        f"{r['idle']['compare']['fetch_plus_push']:.0f} ms ({r['idle']['compare']['ratio']} x)"),
-            ("guard run per write, wall / CPU (median)",
-             lambda r: f"{r['guard_run_ms_p50']:.0f} / {r['guard_cpu_ms_p50']:.0f} ms" if "guard_run_ms_p50" in r
-             else "-"),
+            ("under load: the guard's run", lambda r: f"{r['under_load']['medians_ms'].get('guard_run', 0):.0f} ms"),
+            ("under load: remote - local / (fetch + push + guard)",
+             lambda r: f"{r['under_load']['compare'].get('ratio_guarded', '-')} x"),
+            ("idle: the guard's run", lambda r: f"{r['idle']['medians_ms'].get('guard_run', 0):.0f} ms"),
+            ("idle: remote - local / (fetch + push + guard)",
+             lambda r: f"{r['idle']['compare'].get('ratio_guarded', '-')} x"),
+            ("guard CPU per run (median)",
+             lambda r: f"{r['guard_cpu_ms_p50']:.0f} ms" if "guard_cpu_ms_p50" in r else "-"),
             ("CPU per landed write (storm + git, both sides)",
              lambda r: f"{r['cpu_ms_per_landed_write']['total']:.0f} ms"),
             ("every ack on the server", lambda r: "yes" if r["verify"]["ok"] else "NO"),
