@@ -72,14 +72,19 @@ def storm(cwd: str, *args: str) -> None:
         raise RuntimeError(f"git storm {' '.join(args)} in {cwd}: {r.stderr.decode().strip()}")
 
 
-def pct(xs: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+def pct(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no samples."""
     s = sorted(xs)
-    return s[max(0, min(len(s) - 1, math.ceil(len(s) * q / 100) - 1))] if s else float("nan")
+    return s[max(0, min(len(s) - 1, math.ceil(len(s) * q / 100) - 1))] if s else None
 
 
-def ms(x: float) -> float:
-    return round(x * 1000, 1)
+def ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1000, 1)
+
+
+def fmt(x: float | None) -> str:
+    """Milliseconds for the report ('-' when there were no samples)."""
+    return "-" if x is None else f"{x:.0f}"
 
 
 def loadavg() -> float:
@@ -322,6 +327,8 @@ def run_load(site: Site, tmp: str, agents_per_clone: int, args: argparse.Namespa
         if time.monotonic() >= next_sample:
             load.append(loadavg())
             next_sample += 5
+    if not probed:  # a window shorter than a gap: one round while the agents finish
+        probe_round(probe, probed, not args.no_guard, remote=False)
     deadline = time.monotonic() + max(300.0, 2 * args.seconds)
     killed = 0
     for a, p in procs:
@@ -429,7 +436,7 @@ def summarise(site: Site, w: Window, agents_per_clone: int) -> dict:
         "clone_min_max": [min(by_clone), max(by_clone)],
         "agent_min_max": [min(by_agent.values()), max(by_agent.values())],
         "longest_silence_by_clone_s": [round(x, 1) for x in silent],
-        "most_lease_retries_in_one_write": max((r["cas_retries"] for r in acks), default=0),
+        "most_moves_in_one_write": max((r["cas_retries"] for r in acks), default=0),
         "latency_ms": {"p50": ms(pct(lat, 50)), "p99": ms(pct(lat, 99)), "max": ms(max(lat, default=0)),
                        "own_p50": ms(pct(own, 50)), "own_p99": ms(pct(own, 99)),
                        "shared_p50": ms(pct(shared, 50)), "shared_p99": ms(pct(shared, 99)),
@@ -438,7 +445,9 @@ def summarise(site: Site, w: Window, agents_per_clone: int) -> dict:
                        "read_p50": ms(pct([r["read_seconds"] for r in acks], 50)),
                        "rejection_p50": ms(pct([r["seconds"] for r in rejs], 50))},
         "reservation_waits": sum(1 for r in acks if r["reservation_wait"] > 0),
-        "lease_retries": sum(r["cas_retries"] for r in acks),
+        # WriteResult.cas_retries: each time the queued write was moved onto a newer head (its
+        # clone's push lost the lease) or dropped and validated again
+        "moves": sum(r["cas_retries"] for r in acks),
         "tail_s": round(w.tail, 2),
         "cpu_ms_per_landed_write": cpu_ms,
         "load": {"start": w.load[0], "end": w.load[-1], "mean": round(statistics.fmean(w.load), 2),
@@ -450,8 +459,11 @@ def medians(samples: dict[str, list[float]]) -> dict[str, float]:
     return {k: ms(statistics.median(v)) for k, v in samples.items() if v}
 
 
-def compare(remote_p50: float, m: dict[str, float]) -> dict:
+def compare(remote_p50: float | None, m: dict[str, float]) -> dict:
     """remote - local at p50 against one fetch + one push (all in ms)."""
+    if remote_p50 is None:  # nothing landed
+        return {"remote_write_p50": None, "local_write_p50": m["local_write"], "remote_minus_local": None,
+                "fetch_plus_push": round(m["git_fetch"] + m["git_push"], 1), "ratio": None}
     extra = round(remote_p50 - m["local_write"], 1)
     bound = round(m["git_fetch"] + m["git_push"], 1)
     out = {"remote_write_p50": remote_p50, "local_write_p50": m["local_write"], "remote_minus_local": extra,
@@ -509,21 +521,21 @@ def report(transport: str, args: argparse.Namespace, r: dict, log) -> None:
           f"{r['clone_min_max'][1]}); by agent min {r['agent_min_max'][0]}, max {r['agent_min_max'][1]}; longest "
           f"stretch without a landing, by clone: {' / '.join(f'{x:.0f}' for x in r['longest_silence_by_clone_s'])} s",
           file=log)
-    print(f"landed write latency: p50 {L['p50']:.0f} ms, p99 {L['p99']:.0f} ms, max {L['max']:.0f} ms (own file "
-          f"p50 {L['own_p50']:.0f} / p99 {L['own_p99']:.0f}; shared file p50 {L['shared_p50']:.0f} / p99 "
-          f"{L['shared_p99']:.0f}); a task, its re-plans included, p50 {L['task_p50']:.0f} / p99 {L['task_p99']:.0f} ms; "
-          f"a rejection p50 {L['rejection_p50']:.0f} ms; read p50 {L['read_p50']:.0f} ms; {r['reservation_waits']} waited on a "
-          f"reservation; {r['lease_retries']} lease retries (at most {r['most_lease_retries_in_one_write']} in one write); tail {r['tail_s']} s", file=log)
+    print(f"landed write latency: p50 {fmt(L['p50'])} ms, p99 {fmt(L['p99'])} ms, max {fmt(L['max'])} ms (own file "
+          f"p50 {fmt(L['own_p50'])} / p99 {fmt(L['own_p99'])}; shared file p50 {fmt(L['shared_p50'])} / p99 "
+          f"{fmt(L['shared_p99'])}); a task, its re-plans included, p50 {fmt(L['task_p50'])} / p99 {fmt(L['task_p99'])} ms; "
+          f"a rejection p50 {fmt(L['rejection_p50'])} ms; read p50 {fmt(L['read_p50'])} ms; {r['reservation_waits']} waited on a "
+          f"reservation; writes moved onto a newer head {r['moves']} times (at most {r['most_moves_in_one_write']} in one write); tail {r['tail_s']} s", file=log)
     print(f"load: loadavg {ld['start']} -> {ld['end']} (mean {ld['mean']}), machine CPU busy {ld['cpu_share']:.0%}",
           file=log)
     for name, part in (("idle", r["idle"]), ("under load", r["under_load"])):
         m, c = part["medians_ms"], part["compare"]
         print(f"{name} (medians, n={part['n']}): local write {m['local_write']:.1f} ms, "
               + (f"remote write {m['remote_write']:.1f} ms, " if "remote_write" in m else
-                 f"remote write p50 {c['remote_write_p50']:.1f} ms (the agents), ")
+                 f"remote write p50 {fmt(c['remote_write_p50'])} ms (the agents), ")
               + f"git fetch {m['git_fetch']:.1f} ms, git push {m['git_push']:.1f} ms"
               + (f", the guard's run {m['guard_run']:.1f} ms" if "guard_run" in m else "")
-              + f": remote - local {c['remote_minus_local']:.1f} ms vs fetch + push {c['fetch_plus_push']:.1f} ms = "
+              + f": remote - local {fmt(c['remote_minus_local'])} ms vs fetch + push {c['fetch_plus_push']:.1f} ms = "
               f"{c['ratio']} x" + (f"; vs fetch + push + guard {c['fetch_plus_guarded_push']:.1f} ms = "
                                    f"{c['ratio_guarded']} x" if "ratio_guarded" in c else ""), file=log)
     if "guard_cpu_ms_p50" in r:
@@ -545,24 +557,24 @@ def table(results: dict[str, dict]) -> str:
             ("landed per clone, min / max", lambda r: f"{r['clone_min_max'][0]} / {r['clone_min_max'][1]}"),
             ("a clone's longest stretch without a landing",
              lambda r: f"{max(r['longest_silence_by_clone_s']):.0f} s"),
-            ("lease retries (most in one write)",
-             lambda r: f"{r['lease_retries']} ({r['most_lease_retries_in_one_write']})"),
-            ("write latency p50 / p99", lambda r: f"{r['latency_ms']['p50']:.0f} / {r['latency_ms']['p99']:.0f} ms"),
+            ("writes moved onto a newer head (most in one write)",
+             lambda r: f"{r['moves']} ({r['most_moves_in_one_write']})"),
+            ("write latency p50 / p99", lambda r: f"{fmt(r['latency_ms']['p50'])} / {fmt(r['latency_ms']['p99'])} ms"),
             ("a task, re-plans included, p50 / p99",
-             lambda r: f"{r['latency_ms']['task_p50']:.0f} / {r['latency_ms']['task_p99']:.0f} ms"),
-            ("own file p50 / p99", lambda r: f"{r['latency_ms']['own_p50']:.0f} / {r['latency_ms']['own_p99']:.0f} ms"),
+             lambda r: f"{fmt(r['latency_ms']['task_p50'])} / {fmt(r['latency_ms']['task_p99'])} ms"),
+            ("own file p50 / p99", lambda r: f"{fmt(r['latency_ms']['own_p50'])} / {fmt(r['latency_ms']['own_p99'])} ms"),
             ("shared file p50 / p99",
-             lambda r: f"{r['latency_ms']['shared_p50']:.0f} / {r['latency_ms']['shared_p99']:.0f} ms"),
+             lambda r: f"{fmt(r['latency_ms']['shared_p50'])} / {fmt(r['latency_ms']['shared_p99'])} ms"),
             ("a shared-file task, re-plans included, p50 / p99",
-             lambda r: f"{r['latency_ms']['shared_task_p50']:.0f} / {r['latency_ms']['shared_task_p99']:.0f} ms"),
+             lambda r: f"{fmt(r['latency_ms']['shared_task_p50'])} / {fmt(r['latency_ms']['shared_task_p99'])} ms"),
             ("under load: remote - local p50",
-             lambda r: f"{r['under_load']['compare']['remote_minus_local']:.0f} ms"),
+             lambda r: f"{fmt(r['under_load']['compare']['remote_minus_local'])} ms"),
             ("under load: git fetch + git push",
              lambda r: f"{r['under_load']['medians_ms']['git_fetch']:.0f} + "
                        f"{r['under_load']['medians_ms']['git_push']:.0f} = "
                        f"{r['under_load']['compare']['fetch_plus_push']:.0f} ms "
                        f"({r['under_load']['compare']['ratio']} x)"),
-            ("idle: remote - local p50", lambda r: f"{r['idle']['compare']['remote_minus_local']:.0f} ms"),
+            ("idle: remote - local p50", lambda r: f"{fmt(r['idle']['compare']['remote_minus_local'])} ms"),
             ("idle: git fetch + git push",
              lambda r: f"{r['idle']['medians_ms']['git_fetch']:.0f} + {r['idle']['medians_ms']['git_push']:.0f} = "
                        f"{r['idle']['compare']['fetch_plus_push']:.0f} ms ({r['idle']['compare']['ratio']} x)"),
