@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -185,12 +186,9 @@ class Probe:
         from storm_git import open_workspace
 
         self.site = site
-        self.local = open_workspace(site.local)
-        [r] = self.local.read(["agents/probe.txt"], agent="probe")
-        self.content = r.content or b""
-        self.remote = open_workspace(site.clones[0])
-        [r] = self.remote.read(["agents/probe.txt"], agent="probe")
-        self.remote_content = r.content or b""
+        self.contents: dict[str, bytes] = {}
+        self.local = self._open(open_workspace(site.local))
+        self.remote = self._open(open_workspace(site.clones[0]))
         # storm's own choice of protocol for its fetches (storm_git.remote.transport: v0 on git://)
         self.fetch_pre = ["-c", "protocol.version=0"] if site.url.startswith("git://") else []
         self.head = git(site.plain, "rev-parse", "HEAD")
@@ -198,23 +196,27 @@ class Probe:
         self.n = 0
         self.guard_cpu: list[float] = []  # CPU seconds of each guard run (its Python, its git)
 
-    def local_write(self) -> float:
-        self.content += b"x\n"
+    def _open(self, ws):
+        [r] = ws.read(["agents/probe.txt"], agent="probe")
+        self.contents[ws.store.main_workdir] = r.content or b""
+        return ws
+
+    def _write(self, ws) -> float:
+        """Seconds of one accepted write of the probe's file (a line more) in ``ws``."""
+        key = ws.store.main_workdir
+        self.contents[key] += b"x\n"
         t0 = time.perf_counter()
-        res = self.local.write("agents/probe.txt", self.content, agent="probe")
+        res = ws.write("agents/probe.txt", self.contents[key], agent="probe")
         took = time.perf_counter() - t0
         if not res.accepted:
-            raise RuntimeError(f"the probe's local write was rejected: {res.rejection.reason}")
+            raise RuntimeError(f"the probe's write in {key} was rejected: {res.rejection.reason}")
         return took
 
+    def local_write(self) -> float:
+        return self._write(self.local)
+
     def remote_write(self) -> float:
-        self.remote_content += b"x\n"
-        t0 = time.perf_counter()
-        res = self.remote.write("agents/probe.txt", self.remote_content, agent="probe")
-        took = time.perf_counter() - t0
-        if not res.accepted:
-            raise RuntimeError(f"the probe's remote write was rejected: {res.rejection.reason}")
-        return took
+        return self._write(self.remote)
 
     def fetch(self) -> float:
         t0 = time.perf_counter()
@@ -550,6 +552,22 @@ def report(transport: str, args: argparse.Namespace, r: dict, log) -> None:
           file=log)
 
 
+def baseline_rows(label: str, key: str) -> list[tuple[str, Callable[[dict], str]]]:
+    """The table's rows comparing remote - local with the plain baseline (idle or under load)."""
+    def m(r: dict) -> dict:
+        return r[key]["medians_ms"]
+
+    def c(r: dict) -> dict:
+        return r[key]["compare"]
+
+    return [(f"{label}: remote - local p50", lambda r: f"{fmt(c(r)['remote_minus_local'])} ms"),
+            (f"{label}: git fetch + git push",
+             lambda r: f"{m(r)['git_fetch']:.0f} + {m(r)['git_push']:.0f} = {c(r)['fetch_plus_push']:.0f} ms "
+                       f"({c(r)['ratio']} x)"),
+            (f"{label}: the guard's run", lambda r: f"{fmt(m(r).get('guard_run'))} ms"),
+            (f"{label}: remote - local / (fetch + push + guard)", lambda r: f"{c(r).get('ratio_guarded', '-')} x")]
+
+
 def table(results: dict[str, dict]) -> str:
     rows = [("offered / landed / rejected / failed",
              lambda r: f"{r['offered']} / {r['landed']} / {r['rejected']} / {r['failed']}"),
@@ -567,23 +585,7 @@ def table(results: dict[str, dict]) -> str:
              lambda r: f"{fmt(r['latency_ms']['shared_p50'])} / {fmt(r['latency_ms']['shared_p99'])} ms"),
             ("a shared-file task, re-plans included, p50 / p99",
              lambda r: f"{fmt(r['latency_ms']['shared_task_p50'])} / {fmt(r['latency_ms']['shared_task_p99'])} ms"),
-            ("under load: remote - local p50",
-             lambda r: f"{fmt(r['under_load']['compare']['remote_minus_local'])} ms"),
-            ("under load: git fetch + git push",
-             lambda r: f"{r['under_load']['medians_ms']['git_fetch']:.0f} + "
-                       f"{r['under_load']['medians_ms']['git_push']:.0f} = "
-                       f"{r['under_load']['compare']['fetch_plus_push']:.0f} ms "
-                       f"({r['under_load']['compare']['ratio']} x)"),
-            ("idle: remote - local p50", lambda r: f"{fmt(r['idle']['compare']['remote_minus_local'])} ms"),
-            ("idle: git fetch + git push",
-             lambda r: f"{r['idle']['medians_ms']['git_fetch']:.0f} + {r['idle']['medians_ms']['git_push']:.0f} = "
-                       f"{r['idle']['compare']['fetch_plus_push']:.0f} ms ({r['idle']['compare']['ratio']} x)"),
-            ("under load: the guard's run", lambda r: f"{r['under_load']['medians_ms'].get('guard_run', 0):.0f} ms"),
-            ("under load: remote - local / (fetch + push + guard)",
-             lambda r: f"{r['under_load']['compare'].get('ratio_guarded', '-')} x"),
-            ("idle: the guard's run", lambda r: f"{r['idle']['medians_ms'].get('guard_run', 0):.0f} ms"),
-            ("idle: remote - local / (fetch + push + guard)",
-             lambda r: f"{r['idle']['compare'].get('ratio_guarded', '-')} x"),
+            *baseline_rows("under load", "under_load"), *baseline_rows("idle", "idle"),
             ("guard CPU per run (median)",
              lambda r: f"{r['guard_cpu_ms_p50']:.0f} ms" if "guard_cpu_ms_p50" in r else "-"),
             ("CPU per landed write (storm + git, both sides)",
