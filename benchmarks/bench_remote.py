@@ -5,16 +5,18 @@ For each transport (``file://``; ``git://`` to a ``git daemon`` on 127.0.0.1; ``
 to an sshd of this script's own on 127.0.0.1, with a throwaway host key and one
 authorized key), a bare repository with storm's pre-receive guard, ``--clones``
 clones joined to it, and ``--agents`` agents per clone. Each agent is a long-lived
-process using storm's Python API (benchmarks/remote_agent.py): every 1-3 s (its own
-seeded random gaps between the end of a write and the start of the next) it forgets its read set, reads a file -- its own, or with
-probability ``--share`` the one file all agents share -- appends a line and writes
-it; a rejection is re-planned and written again. It runs for ``--seconds``.
+process using storm's Python API (benchmarks/remote_agent.py): 1-3 s after its last
+write ended (its own seeded random gaps) it forgets its read set, reads a file -- its
+own, or with probability ``--share`` the one file all agents share -- appends a line
+and writes it; a rejection is re-planned and written again. It runs for ``--seconds``.
 
 It prints, per transport: writes offered, landed, rejected (by reason; each checked
 against the server's history: the file had changed since the agent read it) and
-failed (any exception: must be 0); landed writes per clone (min/max: does a clone
-starve?) and per agent; p50/p99 latency of landed writes (own file, shared file);
-the load on the machine (``/proc/loadavg`` during the window; other work shares the
+failed (any exception: must be 0); landed writes per clone (min/max, and each clone's
+longest stretch without a landing: does a clone starve?) and per agent; p50/p99
+latency of landed writes (own file, shared file) and of tasks, their re-plans
+included; CPU per landed write (the agents, their git processes, the server); the
+load on the machine (``/proc/loadavg`` during the window; other work shares the
 machine); and the comparison the design is held to: remote write - local write at
 p50 against one plain ``git fetch`` + one plain leased ``git push`` to the same
 server, medians measured by this script -- idle before the load, and under the
@@ -514,9 +516,10 @@ def report(transport: str, args: argparse.Namespace, r: dict, log) -> None:
     ld = r["load"]
     print(f"\n== {transport}: {args.clones} clones x {args.agents} agents, {args.seconds:.0f} s, gaps "
           f"{args.min_gap:g}-{args.max_gap:g} s, shared file {args.share:.0%} ==", file=log)
-    print(f"offered {r['offered']} ({r['offered_per_s']}/s), landed {r['landed']} ({r['landed_per_s']}/s), rejected {r['rejected']} "
-          f"{r['rejected_by_reason'] or ''} ({r['rejected_on_own_file']} on an own file), failed {r['failed']}, "
-          f"gave up {r['gave_up']}", file=log)
+    print(f"offered {r['offered']} ({r['offered_per_s']}/s), landed {r['landed']} ({r['landed_per_s']}/s), "
+          f"rejected {r['rejected']}{' ' + str(r['rejected_by_reason']) if r['rejected'] else ''} "
+          f"({r['rejected_on_own_file']} on an own file), "
+          f"failed {r['failed']}, gave up {r['gave_up']}", file=log)
     for f in r["failures"]:
         print(f"    FAILED {f}", file=log)
     print(f"landed by clone {' / '.join(map(str, r['landed_by_clone']))} (min {r['clone_min_max'][0]}, max "
@@ -525,9 +528,10 @@ def report(transport: str, args: argparse.Namespace, r: dict, log) -> None:
           file=log)
     print(f"landed write latency: p50 {fmt(L['p50'])} ms, p99 {fmt(L['p99'])} ms, max {fmt(L['max'])} ms (own file "
           f"p50 {fmt(L['own_p50'])} / p99 {fmt(L['own_p99'])}; shared file p50 {fmt(L['shared_p50'])} / p99 "
-          f"{fmt(L['shared_p99'])}); a task, its re-plans included, p50 {fmt(L['task_p50'])} / p99 {fmt(L['task_p99'])} ms; "
-          f"a rejection p50 {fmt(L['rejection_p50'])} ms; read p50 {fmt(L['read_p50'])} ms; {r['reservation_waits']} waited on a "
-          f"reservation; writes moved onto a newer head {r['moves']} times (at most {r['most_moves_in_one_write']} in one write); tail {r['tail_s']} s", file=log)
+          f"{fmt(L['shared_p99'])}); a task, its re-plans included, p50 {fmt(L['task_p50'])} / p99 "
+          f"{fmt(L['task_p99'])} ms; a rejection p50 {fmt(L['rejection_p50'])} ms; read p50 {fmt(L['read_p50'])} ms; "
+          f"{r['reservation_waits']} waited on a reservation; writes moved onto a newer head {r['moves']} times (at "
+          f"most {r['most_moves_in_one_write']} in one write); tail {r['tail_s']} s", file=log)
     print(f"load: loadavg {ld['start']} -> {ld['end']} (mean {ld['mean']}), machine CPU busy {ld['cpu_share']:.0%}",
           file=log)
     for name, part in (("idle", r["idle"]), ("under load", r["under_load"])):
@@ -580,7 +584,8 @@ def table(results: dict[str, dict]) -> str:
             ("write latency p50 / p99", lambda r: f"{fmt(r['latency_ms']['p50'])} / {fmt(r['latency_ms']['p99'])} ms"),
             ("a task, re-plans included, p50 / p99",
              lambda r: f"{fmt(r['latency_ms']['task_p50'])} / {fmt(r['latency_ms']['task_p99'])} ms"),
-            ("own file p50 / p99", lambda r: f"{fmt(r['latency_ms']['own_p50'])} / {fmt(r['latency_ms']['own_p99'])} ms"),
+            ("own file p50 / p99",
+             lambda r: f"{fmt(r['latency_ms']['own_p50'])} / {fmt(r['latency_ms']['own_p99'])} ms"),
             ("shared file p50 / p99",
              lambda r: f"{fmt(r['latency_ms']['shared_p50'])} / {fmt(r['latency_ms']['shared_p99'])} ms"),
             ("a shared-file task, re-plans included, p50 / p99",
@@ -609,8 +614,8 @@ def main() -> int:
     ap.add_argument("--agents", type=int, default=4, help="agent processes per clone (default 4)")
     ap.add_argument("--seconds", type=float, default=None, help="length of the agents' schedule (default 60; "
                                                                 "--quick 15)")
-    ap.add_argument("--min-gap", type=float, default=1.0, help="shortest gap between an agent's writes (s)")
-    ap.add_argument("--max-gap", type=float, default=3.0, help="longest gap between an agent's writes (s)")
+    ap.add_argument("--min-gap", type=float, default=1.0, help="shortest wait (s) from the end of an agent's write to its next")
+    ap.add_argument("--max-gap", type=float, default=3.0, help="longest wait (s) from the end of an agent's write to its next")
     ap.add_argument("--share", type=float, default=0.1, help="probability that a write goes to the shared file")
     ap.add_argument("--seed", type=int, default=1, help="seed of every agent's schedule and choices")
     ap.add_argument("--max-replans", type=int, default=5, help="re-plans after rejections before an agent gives up")
