@@ -231,6 +231,29 @@ def _journal(repo: Path, agent: str) -> bytes | None:
     return p.read_bytes() if p.exists() else None
 
 
+@pytest.mark.parametrize("how", ["core.sshCommand", "GIT_SSH", "GIT_SSH_COMMAND"])
+def test_the_users_ssh_command_reaches_the_server(tmp_path, monkeypatch, how):
+    """How the user's git reaches an ssh server (a deploy key, a jump host: core.sshCommand,
+    GIT_SSH, GIT_SSH_COMMAND) is how storm's fetches and pushes reach it; storm's own
+    default (ssh in batch mode) only when none is set."""
+    called = tmp_path / "ssh-called"
+    fake = tmp_path / "my-ssh"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> '{called}'\nexit 255\n")
+    fake.chmod(0o755)
+    a = make_repo(tmp_path / "a", init_storm=False)
+    git(a, "remote", "add", "origin", "ssh://git@server.example.invalid/proj.git")
+    monkeypatch.delenv("GIT_SSH_COMMAND", raising=False)
+    monkeypatch.delenv("GIT_SSH", raising=False)
+    env = {}
+    if how == "core.sshCommand":
+        git(a, "config", "core.sshCommand", str(fake))
+    else:
+        env[how] = str(fake)
+    r = storm(a, "init", "--remote", "origin", env=env)
+    assert r.returncode == 3, r.stderr
+    assert "server.example.invalid" in called.read_text(), r.stderr
+
+
 def test_unreachable_server_changes_nothing(tmp_path, daemon):
     srv = bare(daemon.base / "proj.git")
     url = daemon.url("proj.git")

@@ -71,8 +71,19 @@ def protocol_args(store: Store, url: str) -> list[str]:
     return ["-c", f"protocol.version={value}"]
 
 
+def ssh_env(store: Store) -> dict[str, str]:
+    """The environment of storm's fetches and pushes: never a prompt, and ssh in batch
+    mode unless the user chose how git reaches ssh servers (``GIT_SSH_COMMAND``,
+    ``GIT_SSH``, ``core.sshCommand``: a deploy key, a jump host) -- setting
+    ``GIT_SSH_COMMAND`` would override that choice."""
+    env = git_env(GIT_TERMINAL_PROMPT="0")
+    if not (env.get("GIT_SSH_COMMAND") or env.get("GIT_SSH") or store.config_get("core.sshCommand")):
+        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
+    return env
+
+
 def _git(store: Store, args: list[str], timeout: float, pre: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = git_env(GIT_TERMINAL_PROMPT="0", GIT_SSH_COMMAND=git_env().get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"))
+    env = ssh_env(store)
     try:
         return subprocess.run(["git", *(pre or []), *args], cwd=store.main_workdir, capture_output=True, env=env,
                               timeout=timeout, stdin=subprocess.DEVNULL)
