@@ -184,7 +184,7 @@ def test_the_agents_seen_record_of_the_wrong_type_is_an_error_doctor_moves_aside
     assert storm(repo, "intents").returncode == 0
 
 
-@pytest.mark.parametrize("name", ["remote-gate", "remote-rebased", "remote-queue", "remote-clone"])
+@pytest.mark.parametrize("name", ["remote-gate", "remote-rebased", "remote-queue"])
 def test_a_remote_clones_state_file_of_the_wrong_type_is_named_and_moved_aside_by_doctor(tmp_path, name):
     """A remote clone's own files under .git/storm (the back-off record, the map of
     moved writes, the queue's record) replaced by a directory: doctor names it and

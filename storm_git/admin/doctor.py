@@ -214,7 +214,8 @@ def _unused_remote(store: Store, fix: bool, out: list[Finding]) -> None:
     by_remote: dict[str, list[str]] = {}
     for r in refs:  # a clone copies refs/storm/* as the server has them: they come back until deleted there
         remote, rest = r[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
-        by_remote.setdefault(remote, []).append("refs/" + rest)
+        if rest.startswith("storm/"):
+            by_remote.setdefault(remote, []).append("refs/" + rest)
     for remote, names in sorted(by_remote.items()):
         detail += f"; {remote} has them too: git push {remote} --delete {' '.join(sorted(names))}"
     f = Finding("unused_remote_state", ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
