@@ -3,13 +3,11 @@
 Codex hooks)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
 
-from storm_git.core.paths import quoted
 from storm_git.cli.main import CONTEXT, _emit_json, cli, json_option
 
 
@@ -179,43 +177,6 @@ def harness_uninstall(which: str, as_json: bool) -> None:
         click.echo(line)
 
 
-ADVICE = {
-    "direct_conflict": "Another agent changed this file since you read it. Read it again and redo your change "
-                       "on top of theirs (do not paste your old version back).",
-    "stale_dependency": "A file you read changed since. Check your change still fits it (the diff is above), "
-                        "then retry.",
-    "unread_target": "You had not read this file. Its content is above and now counts as read: base your change "
-                     "on it and retry.",
-    "reserved": "Another agent is re-planning this file after its own conflict. Retry in a few seconds, or work "
-                "on something else first.",
-}
-
-
-def _reason(res) -> str:
-    """The text the model reads: what happened, the payload, what to do."""
-    from storm_git.core import render
-
-    r = res.rejection
-    tool = res.event.tool if res.event else "the tool"
-    if res.decision == "deny":
-        head = f"git storm refused this {tool} of {', '.join(map(quoted, res.paths))} (nothing was written)."
-    else:
-        head = (f"git storm could not record this {tool}: its result is on disk but is NOT part of the shared "
-                f"state ({', '.join(map(quoted, res.paths))}).")
-    return "\n".join(x for x in (head, render.rejection(r), ADVICE.get(r.reason, ""), res.message) if x)
-
-
-HOOK_LOCK_SECONDS = 40.0  # a hook's wait for a lock: well inside the harness's 60 s
-
-
-def _is_pre_write(hh, data: bytes, which: str) -> bool:
-    try:
-        e = hh.parse_event(data, which)
-    except Exception:  # noqa: BLE001 - only asked to word a refusal
-        return False
-    return e.pre and e.tool in hh.EDIT_TOOLS + hh.PATCH_TOOLS
-
-
 @harness.command("hook", context_settings=CONTEXT)
 @click.option("--harness", "which", type=click.Choice(["claude", "codex"]), default="claude", show_default=True,
               help="Which harness sends the event.")
@@ -226,53 +187,18 @@ def harness_hook(which: str, agent: str | None) -> None:
 
     Prints nothing when the call may go on (it never grants a permission
     itself); a denial as {"hookSpecificOutput": {"permissionDecision":
-    "deny", "permissionDecisionReason": ...}} with exit 0; a recorded write
-    that storm refused after the tool ran as {"decision": "block", "reason":
-    ...}. A bad event or an internal problem is one line on stderr and exit 1,
-    which the harness shows but does not treat as a denial. Outside a storm
+    "deny", "permissionDecisionReason": ...}} with exit 0; a write that
+    storm refused after the tool ran as {"decision": "block", "reason": ...}
+    (Codex, after a shell command: as additionalContext, so the command's
+    output stays). It fails closed: a problem before a tool is a denial, after
+    it a block, both read by the model; an event that is not JSON is exit 2
+    with the reason on stderr (blocking in both harnesses). Outside a storm
     repository, and in worktree mode, it does nothing.
 
     \b
     Example:
       git storm harness hook --harness claude < event.json
     """
-    from storm_git.cli.main import wait_with_a_deadline
-    from storm_git.core.errors import Busy, StormError
-    from storm_git.integrations import harness as hh
+    from storm_git.integrations.hook_main import main as hook_main
 
-    wait_with_a_deadline(cap=HOOK_LOCK_SECONDS)  # the harness kills a hook after 60 s
-    data = sys.stdin.buffer.read()
-    try:
-        res = hh.hook(data, harness=which, agent=agent)
-    except StormError as exc:
-        if isinstance(exc, Busy) and _is_pre_write(hh, data, which):
-            # an edit storm could not check must not go on unchecked: deny it, the model retries
-            reason = f"git storm could not check this edit now: {exc}. Nothing was written; retry in a moment."
-            click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                                          "permissionDecisionReason": reason}}, ensure_ascii=False))
-            sys.exit(0)
-        click.echo(f"git storm harness hook: {exc}".replace("\n", " "), err=True)
-        sys.exit(1)
-    except Exception as exc:  # noqa: BLE001 - never wedge the harness: exit 1 is non-blocking
-        if os.environ.get("STORM_DEBUG"):
-            raise
-        click.echo(f"git storm harness hook: internal error {type(exc).__name__}: {exc} "
-                   "(a bug: rerun with STORM_DEBUG=1 and report it)".replace("\n", " "), err=True)
-        sys.exit(1)
-    event = res.event.event if res.event else "PreToolUse"
-    if res.decision == "deny":
-        out = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                      "permissionDecisionReason": _reason(res)}}
-    elif res.decision == "block":
-        text = _reason(res)
-        out = {"decision": "block", "reason": text,
-               "hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
-    elif res.decision == "note" and res.message:
-        out = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": res.message}}
-    else:
-        out = None
-    if out is not None:
-        click.echo(json.dumps(out, ensure_ascii=False))
-    if os.environ.get("STORM_HOOK_LOG"):  # for debugging a setup: one line per call
-        with open(os.environ["STORM_HOOK_LOG"], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"event": event, **res.to_dict()}, ensure_ascii=False) + "\n")
+    sys.exit(hook_main(["--harness", which] + (["--agent", agent] if agent is not None else [])))

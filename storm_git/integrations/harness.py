@@ -184,22 +184,36 @@ def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str]
 # -- paths ----------------------------------------------------------------------------
 def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
     """The repository path of the file a tool's argument names, or None when storm
-    does not manage it (outside the shared working tree, in .git, an unusable name).
-    Symbolic links are followed, the last one too: the harnesses' file tools read and
-    write the file a link names (CLAUDE.md -> AGENTS.md). Before 2026-11-25 the link
-    itself was recorded and validated, and an edit through it left its target an
-    unmediated edit, checked against nothing."""
+    does not manage it (outside the shared working tree, or in git's own directory).
+    A name no file can have (a NUL, bytes that are not UTF-8) or one storm refuses
+    inside the tree raises BadPath: the hook refuses the call rather than let the
+    tool run unchecked. Symbolic links are followed, the last one too: the
+    harnesses' file tools read and write the file a link names (CLAUDE.md ->
+    AGENTS.md), so that file is what is validated and recorded."""
     if not isinstance(raw, str) or not raw:
         return None
+    shown = raw.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace") \
+        if not _encodable(raw) else raw
+    if "\0" in raw or not _encodable(raw):
+        raise BadPath(f"{shown!r} is not a usable file name (a NUL byte or bytes that are not UTF-8)",
+                      hint="name the file in plain UTF-8 text")
     full = raw if os.path.isabs(raw) else os.path.join(cwd, raw)
     top = os.path.realpath(store.main_workdir)
     real = os.path.realpath(full)
     if real != top and not real.startswith(top + os.sep):
         return None
+    rel = os.path.relpath(real, top).replace(os.sep, "/")
+    if rel == ".git" or rel.startswith(".git/"):
+        return None  # git's own files: not storm's to version
+    return normalize(rel)
+
+
+def _encodable(text: str) -> bool:
     try:
-        return normalize(os.path.relpath(real, top).replace(os.sep, "/"))
-    except BadPath:
-        return None
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def tool_paths(store: Store, event: HookEvent) -> list[str]:
@@ -349,6 +363,9 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     from ..storm.shared import _Verdict
 
     store = ws.store
+    content = event.tool_input.get("content")
+    if event.tool == "Write" and isinstance(content, str):  # refused before it lands, not after
+        ws._check_size(paths[0], content.encode("utf-8", "surrogateescape"))
     if event.harness == "codex":
         # Codex reads through the shell, which the hook cannot see: the patch's own
         # context lines are its read of each target it has not read otherwise.
@@ -412,7 +429,18 @@ def _release(store: Store, agent: str, paths: list[str]) -> None:
 
 def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     """Record the files the tool left on disk as the agent's write, validated against
-    the versions checked before it ran (without a pre hook: the disk record's, as adopt)."""
+    the versions checked before it ran (without a pre hook: the disk record's, as adopt)
+    and against the agent's whole read set again: a file it read may have changed
+    while the tool ran (its lease covers only the files it edits), and a write built
+    on a stale read must not land."""
+    try:
+        return _post_write(ws, agent, event, paths)
+    except BaseException:
+        _release(ws.store, agent, paths)  # the refusal goes to the model; the lease must not outlive it
+        raise
+
+
+def _post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     store = ws.store
     pending = _take_pending(_pending_file(store, agent, event, paths)) or {}
     expected_before = pending.get("expected") if isinstance(pending.get("expected"), dict) else {}
@@ -437,7 +465,8 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
     if not changes:
         _release(store, agent, paths)
         return HookResult(PASS, event, "nothing-changed", agent, paths)
-    res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=[], wait=True, op=OP,
+    # deps=None: the whole read set, as the pre hook validated it (expected covers the targets)
+    res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=None, wait=True, op=OP,
                    expected=expected)
     _release(store, agent, [p for p in paths if p not in changes])
     if res.accepted:
@@ -445,6 +474,7 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
         note = f"storm: recorded, flagged {', '.join(flagged)}" if flagged else ""
         return HookResult(NOTE if flagged else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
+    _release(store, agent, [p for p in paths if p in changes and p != getattr(res.rejection, "path", None)])
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res)
 
 

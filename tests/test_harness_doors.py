@@ -1,0 +1,133 @@
+"""The harness hooks fail closed: every event goes through ``git storm harness hook``
+in a real process on a real repository, as Claude Code and Codex run it.
+
+* a write built on a stale read never lands, even when the read file changes
+  while the tool runs (after the pre hook allowed the edit);
+* before a tool, whatever is not "allowed" is a deny the model reads (a name no
+  file can have, a Write over storm.maxFileBytes, an internal error); after it,
+  whatever storm refuses is a block the model reads; nothing exits 1, which
+  both harnesses treat as "carry on".
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from helpers import git, rev, show, snapshot_refs, storm
+from test_harness import claude_event, codex_event, decision, hook
+
+
+def read(repo, session, rel, use_id):
+    e = claude_event(repo, session, "PostToolUse", "Read", {"file_path": str(repo / rel)}, use_id)
+    assert decision(hook(repo, e)) is None
+
+
+def test_a_file_read_and_changed_while_the_edit_ran_refuses_the_write(repo):
+    """Write skew: A reads util and api, A's pre hook for an edit of api allows it
+    (its read set is valid then) and leases api only; B changes util meanwhile; A's
+    post hook must refuse A's api: A built it on a util that is no longer there."""
+    read(repo, "sess-A", "src/util.py", "r1")
+    read(repo, "sess-A", "src/api.py", "r2")
+    edit = {"file_path": str(repo / "src/api.py"), "old_string": "def fetch(url):",
+            "new_string": "def fetch(url, retries=3):", "replace_all": False}
+    assert decision(hook(repo, claude_event(repo, "sess-A", "PreToolUse", "Edit", edit, "e1"))) is None
+    # while A's Edit runs (a permission prompt, a slow disk), B writes util through its own hooks
+    read(repo, "sess-B", "src/util.py", "r3")
+    w = {"file_path": str(repo / "src/util.py"), "content": "def helper():\n    return 2\n"}
+    assert decision(hook(repo, claude_event(repo, "sess-B", "PreToolUse", "Write", w, "w1"))) is None
+    (repo / "src/util.py").write_text(w["content"])
+    assert decision(hook(repo, claude_event(repo, "sess-B", "PostToolUse", "Write", w, "w1"))) is None
+    head = rev(repo, "refs/storm/workspace")
+    # A's Edit tool writes api, then A's post hook
+    api = repo / "src/api.py"
+    api.write_text(api.read_text().replace("def fetch(url):", "def fetch(url, retries=3):"))
+    out = decision(hook(repo, claude_event(repo, "sess-A", "PostToolUse", "Edit", edit, "e1")))
+    assert out is not None and out["decision"] == "block", out
+    assert "stale_dependency" in out["reason"] and "src/util.py" in out["reason"]
+    assert "NOT part of the shared state" in out["reason"]
+    assert "hookSpecificOutput" not in out  # said once
+    assert rev(repo, "refs/storm/workspace") == head  # A's stale write did not land
+    assert b"retries" not in show(repo, "refs/storm/workspace", "src/api.py")
+
+
+def _pre_write(repo, tool_input, tool="Write", session="s1", harness="claude"):
+    e = claude_event(repo, session, "PreToolUse", tool, tool_input, "t1")
+    return hook(repo, json.dumps(e), "--harness", harness)
+
+
+def test_a_name_no_file_can_have_is_denied_not_passed(repo):
+    before = snapshot_refs(repo)
+    for name in (str(repo / "src") + "/a\u0000b.py", str(repo / "src") + "/a\udcffb.py"):
+        # json.dumps writes the lone surrogate as \udcff: valid JSON, as a harness may send
+        r = _pre_write(repo, {"file_path": name, "content": "x = 1\n"})
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        spec = json.loads(r.stdout)["hookSpecificOutput"]
+        assert spec["permissionDecision"] == "deny", spec
+        assert "not a usable file name" in spec["permissionDecisionReason"]
+    assert snapshot_refs(repo) == before
+
+
+def test_a_write_over_max_file_bytes_is_denied_before_it_lands(repo):
+    git(repo, "config", "storm.maxFileBytes", "200")
+    path = repo / "src/util.py"
+    assert path.stat().st_size < 200
+    r = _pre_write(repo, {"file_path": str(path), "content": "x" * 500})
+    spec = json.loads(r.stdout)["hookSpecificOutput"]
+    assert r.returncode == 0 and spec["permissionDecision"] == "deny"
+    assert "storm.maxFileBytes" in spec["permissionDecisionReason"]
+    # an edit that grows a file past the limit after the tool ran: a block the model reads
+    read(repo, "s2", "src/util.py", "r1")
+    edit = {"file_path": str(path), "old_string": "def", "new_string": "y" * 500, "replace_all": False}
+    assert decision(hook(repo, claude_event(repo, "s2", "PreToolUse", "Edit", edit, "e1"))) is None
+    path.write_text("y" * 500 + "\n")
+    r = hook(repo, claude_event(repo, "s2", "PostToolUse", "Edit", edit, "e1"))
+    out = decision(r)
+    assert out["decision"] == "block" and "storm.maxFileBytes" in out["reason"], out
+    assert "NOT part of the shared state" in out["reason"]
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    assert st["reservations"] == []  # the refused edit's lease ended with it
+
+
+def test_an_internal_error_denies_before_and_blocks_after(repo):
+    """A hook that crashes (here: its Python cannot import storm's library) must not
+    let the tool run unchecked: deny before, block after, never exit 1."""
+    broken = repo.parent / "broken"
+    broken.mkdir()
+    (broken / "pygit2.py").write_text("raise RuntimeError('simulated broken install')\n")
+    env = {"PYTHONPATH": str(broken)}
+
+    def hook(repo, event, *args, env):  # a new interpreter, which sees PYTHONPATH
+        return storm(repo, "harness", "hook", *args, input=json.dumps(event), env=env, fresh=True)
+
+    w = {"file_path": str(repo / "src/util.py"), "content": "x = 1\n"}
+    r = hook(repo, claude_event(repo, "s1", "PreToolUse", "Write", w, "w1"), env=env)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    spec = json.loads(r.stdout)["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "deny" and "internal error" in spec["permissionDecisionReason"]
+    r = hook(repo, claude_event(repo, "s1", "PostToolUse", "Write", w, "w1"), env=env)
+    out = decision(r)
+    assert out["decision"] == "block" and "internal error" in out["reason"]
+    # Codex after a shell command: the refusal is context, the command's output stays
+    r = hook(repo, codex_event(repo, "s1", "PostToolUse", "Bash", "cat x", "b1"), "--harness", "codex", env=env)
+    out = decision(r)
+    assert "decision" not in out and "internal error" in out["hookSpecificOutput"]["additionalContext"]
+
+
+def test_an_event_that_is_not_json_blocks_with_exit_2(repo):
+    before = snapshot_refs(repo)
+    for bad in ("not json", "[1, 2]", "{\"tool_name\": 1}"):
+        r = hook(repo, bad)
+        assert r.returncode == 2 and r.stdout == "", (bad, r.returncode, r.stdout)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = hook(repo, "{}", "--harness", "nope")
+    assert r.returncode == 2 and "--harness" in r.stderr
+    assert snapshot_refs(repo) == before
+
+
+def test_no_agent_id_is_a_deny_before_an_edit(repo):
+    e = claude_event(repo, "", "PreToolUse", "Write", {"file_path": str(repo / "a.py"), "content": ""}, "x")
+    r = hook(repo, e, env={"STORM_AGENT": ""})
+    spec = json.loads(r.stdout)["hookSpecificOutput"]
+    assert r.returncode == 0 and spec["permissionDecision"] == "deny" and "no agent id" in \
+        spec["permissionDecisionReason"]
+    assert not os.path.exists(repo / "a.py")
