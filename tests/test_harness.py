@@ -255,7 +255,7 @@ def test_agent_id_mapping():
     def ev(session: str, sub: str | None = None, harness: str = "claude") -> HookEvent:
         return HookEvent(harness, "PreToolUse", "Edit", {}, session, "/", "t", sub)
 
-    assert agent_for(ev("8f1c2a7e-55b1-4e0f-9d7a-0c3f"), env={}) == "claude-8f1c2a7e55b1"
+    assert agent_for(ev("8f1c2a7e-55b1-4e0f-9d7a-0c3f"), env={}) == "claude-8f1c2a7e55b14e0f9d7a0c3f"
     assert agent_for(ev("8f1c2a7e", harness="codex"), env={}) == "codex-8f1c2a7e"
     assert agent_for(ev("x"), env={"STORM_AGENT": "engineer_3"}) == "engineer_3"
     assert agent_for(ev("x"), "engineer_4", env={"STORM_AGENT": "engineer_3"}) == "engineer_4"

@@ -131,3 +131,19 @@ def test_no_agent_id_is_a_deny_before_an_edit(repo):
     assert r.returncode == 0 and spec["permissionDecision"] == "deny" and "no agent id" in \
         spec["permissionDecisionReason"]
     assert not os.path.exists(repo / "a.py")
+
+
+def test_two_codex_sessions_started_in_one_millisecond_are_two_agents(repo):
+    """Codex session ids are UUIDv7: the first 12 hex digits are the start time in ms."""
+    a, b = "019ac3f2-7d10-7a3b-9c4e-1f2a3b4c5d6e", "019ac3f2-7d10-7f00-8123-abcdefabcdef"
+    util = str(repo / "src/util.py")
+    for sid, use in ((a, "r1"), (b, "r2")):
+        e = claude_event(repo, sid, "PostToolUse", "Read", {"file_path": util}, use)
+        assert decision(hook(repo, json.dumps(e), "--harness", "codex")) is None
+    agents = {row["agent"] for row in json.loads(storm(repo, "status", "--json").stdout)["agents"]}
+    ids = {f"codex-{x.replace('-', '')}" for x in (a, b)}
+    assert ids <= agents, agents
+    # and a write by one is a conflict for the other, not its own earlier write
+    w = {"file_path": util, "content": "A = 1\n"}
+    assert decision(hook(repo, json.dumps(claude_event(repo, a, "PreToolUse", "Write", w, "w1")), "--harness",
+                         "codex")) is None

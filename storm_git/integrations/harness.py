@@ -162,15 +162,29 @@ def _slug(text: str, n: int) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", text)[:n]
 
 
+SESSION_CHARS = 32  # a UUID's 32 hex digits: the whole id, whatever version
+
+
+def session_slug(session_id: str) -> str:
+    """The session's part of an agent id: all its letters and digits (a UUID's 32),
+    or, for a longer id, 20 of them and 12 hex digits of a hash of the whole id.
+    Never a prefix alone: Codex's session ids are UUIDv7, whose first 12 digits are
+    the start time in milliseconds, shared by sessions started together."""
+    slug = _slug(session_id, len(session_id))
+    if len(slug) <= SESSION_CHARS:
+        return slug
+    return slug[:20] + hashlib.sha256(session_id.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
 def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str] | None = None) -> str:
     """The storm agent of a hook call: ``--agent``, else ``$STORM_AGENT``, else
-    ``<harness>-<first 12 letters/digits of session_id>``; a call made by a
-    subagent (``agent_id`` in the event) gets ``<that>-sub-<12 of agent_id>``,
-    since a subagent works concurrently and needs a read set of its own."""
+    ``<harness>-<session_slug(session_id)>``; a call made by a subagent (``agent_id``
+    in the event) gets ``<that>-sub-<12 of agent_id>``, since a subagent works
+    concurrently and needs a read set of its own."""
     env = os.environ if env is None else env
     base = explicit or env.get(ENV_VAR) or ""
     if not base:
-        sid = _slug(event.session_id, 12)
+        sid = session_slug(event.session_id)
         if not sid:
             raise BadEvent("no agent id: the event has no session_id and neither --agent nor "
                            f"{ENV_VAR} is set", hint="install with --agent ID or start the harness with "
