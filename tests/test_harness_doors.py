@@ -147,3 +147,44 @@ def test_two_codex_sessions_started_in_one_millisecond_are_two_agents(repo):
     w = {"file_path": util, "content": "A = 1\n"}
     assert decision(hook(repo, json.dumps(claude_event(repo, a, "PreToolUse", "Write", w, "w1")), "--harness",
                          "codex")) is None
+
+
+def _pre(repo, session, tool_input, use_id, tool="Write"):
+    return decision(hook(repo, claude_event(repo, session, "PreToolUse", tool, tool_input, use_id)))
+
+
+def test_a_lease_whose_edit_never_ran_is_taken_over_after_a_second(repo):
+    """A's pre hook leases util; A's tool never runs and no post hook comes (Codex after
+    a failed apply_patch, Claude Code refusing the edit). B must not wait out the
+    lease: with harnessWaitSeconds at 4, a 30 s lease held it to a 'reserved' denial."""
+    git(repo, "config", "storm.leaseSeconds", "30")
+    git(repo, "config", "storm.harnessWaitSeconds", "4")
+    util = repo / "src/util.py"
+    read(repo, "A", "src/util.py", "r1")
+    read(repo, "B", "src/util.py", "r2")
+    assert _pre(repo, "A", {"file_path": str(util), "content": "a = 1\n"}, "w1") is None
+    assert _pre(repo, "B", {"file_path": str(util), "content": "b = 2\n"}, "w2") is None  # after ~1 s
+    util.write_text("b = 2\n")
+    assert decision(hook(repo, claude_event(repo, "B", "PostToolUse", "Write",
+                                            {"file_path": str(util), "content": "b = 2\n"}, "w2"))) is None
+    assert show(repo, "refs/storm/workspace", "src/util.py") == b"b = 2\n"
+    # A's edit runs after all (a permission prompt answered late): refused, B's write stays
+    util.write_text("a = 1\n")
+    out = decision(hook(repo, claude_event(repo, "A", "PostToolUse", "Write",
+                                           {"file_path": str(util), "content": "a = 1\n"}, "w1")))
+    assert out["decision"] == "block" and "direct_conflict" in out["reason"]
+    assert show(repo, "refs/storm/workspace", "src/util.py") == b"b = 2\n"
+
+
+def test_a_lease_whose_edit_ran_is_waited_for(repo):
+    """The tool wrote the file and its post hook has not come yet: the lease holds."""
+    git(repo, "config", "storm.leaseSeconds", "30")
+    git(repo, "config", "storm.harnessWaitSeconds", "2")
+    util = repo / "src/util.py"
+    read(repo, "A", "src/util.py", "r1")
+    read(repo, "B", "src/util.py", "r2")
+    assert _pre(repo, "A", {"file_path": str(util), "content": "a = 1\n"}, "w1") is None
+    util.write_text("a = 1\n")  # A's Write tool ran
+    out = _pre(repo, "B", {"file_path": str(util), "content": "b = 2\n"}, "w2")
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "reserved" in out["hookSpecificOutput"]["permissionDecisionReason"]

@@ -57,6 +57,7 @@ PATCH_TOOLS = ("apply_patch",)
 READ_TOOLS = ("Read",)
 SHELL_TOOLS = ("Bash",)
 DEFAULT_LEASE_SECONDS = 10.0
+LEASE_GRACE = 1.0  # after this, a lease whose edit left the disk untouched is taken to have never run
 DEFAULT_WAIT_SECONDS = 20.0  # a hook's whole run must stay well under the harness's timeout (60 s)
 PENDING_MAX_AGE = 3600.0
 OP = "harness"
@@ -401,7 +402,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             tree = store.commit(head).tree
             now = reservations.clock()
             blocked = next((r for r in (reservations.get(store, p, now) for p in paths)
-                            if r is not None and r.holder != agent), None)
+                            if r is not None and r.holder != agent and not _never_ran(store, r, now)), None)
             if blocked is None:
                 verdict = ws._validate(tree, paths, reads, dict(reads), None, {})
                 if verdict.reason is None:
@@ -410,7 +411,10 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                     expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
                     _save_pending(_pending_file(store, agent, event, paths),
                                   {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
-                                   "time": time.time()})
+                                   "time": time.time(), "since": now, "pid": os.getppid(),
+                                   "tool_use_id": event.tool_use_id,
+                                   "disk": {p: _encode_state(disk.disk_state(store.main_workdir, p))
+                                            for p in paths}})
                     return HookResult(PASS, event, "validated-and-leased", agent, paths)
                 granted = ws._reject_locked(agent, OP, paths, verdict, head, now, hold)
                 break
@@ -430,6 +434,36 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         readsets.record(store, agent, [ReadEntry(p, hex_(getattr(ws._entry_or_none(tree, p), "oid", None)),
                                                  str(head)) for p in shown], why="was shown")
     return HookResult(DENY, event, "denied", agent, paths, rejection=rejection)
+
+
+def _never_ran(store: Store, lease: Reservation, now: float) -> bool:
+    """A harness lease whose edit never ran: its pre hook's record is over LEASE_GRACE
+    old and every file it leased is still as it was on disk then. The harness sends
+    no post hook when that happens (Codex after a failed ``apply_patch``; Claude Code
+    when it refuses an edit its pre hook allowed), and the lease would hold another
+    session's edit for the whole lease. Taking it over is safe even if the edit does
+    run later: that post hook validates against the version checked before, so it is
+    refused (with the diff) rather than undo the newer write. A reservation from a
+    rejection has no such record and is always kept."""
+    if now - lease.since < LEASE_GRACE:
+        return False
+    d = os.path.join(store.commondir, "storm", "harness", "pending", lease.holder)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            with open(os.path.join(d, name), encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if (not isinstance(rec, dict) or rec.get("kind") != "write" or lease.path not in (rec.get("paths") or [])
+                or rec.get("since") != lease.since or not isinstance(rec.get("disk"), dict)):
+            continue
+        return all(_encode_state(disk.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
+                   for p in rec["paths"])
+    return False
 
 
 def _release(store: Store, agent: str, paths: list[str]) -> None:
