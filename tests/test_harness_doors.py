@@ -188,3 +188,26 @@ def test_a_lease_whose_edit_ran_is_waited_for(repo):
     out = _pre(repo, "B", {"file_path": str(util), "content": "b = 2\n"}, "w2")
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "reserved" in out["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def test_a_re_read_tells_the_diff_and_who_made_it(repo):
+    """Claude Code refuses a stale edit itself ("modified since read") before any hook
+    runs, so the model never sees storm's rejection: its re-read carries the news."""
+    api = repo / "src/api.py"
+    read(repo, "sessA", "src/api.py", "r1")
+    read(repo, "sessB", "src/api.py", "r2")
+    edit = {"file_path": str(api), "old_string": "def fetch(url):", "new_string": "def fetch(url, timeout=10):",
+            "replace_all": False}
+    assert _pre(repo, "sessA", edit, "e1", tool="Edit") is None
+    api.write_text(api.read_text().replace("def fetch(url):", "def fetch(url, timeout=10):  # sessA: hangs"))
+    assert decision(hook(repo, claude_event(repo, "sessA", "PostToolUse", "Edit", edit, "e1"))) is None
+    e = claude_event(repo, "sessB", "PostToolUse", "Read", {"file_path": str(api)}, "r3")
+    out = decision(hook(repo, e))
+    note = out["hookSpecificOutput"]["additionalContext"]
+    assert "src/api.py changed since your previous read" in note and "by claude-sessA" in note
+    assert "+def fetch(url, timeout=10):  # sessA: hangs" in note and "-def fetch(url):" in note
+    assert "decision" not in out  # once, as context
+    # read again: nothing new to tell; A's own re-read of its write: nothing either
+    assert decision(hook(repo, claude_event(repo, "sessB", "PostToolUse", "Read", {"file_path": str(api)}, "r4"))) \
+        is None
+    read(repo, "sessA", "src/api.py", "r5")

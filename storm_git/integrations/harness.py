@@ -336,6 +336,8 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     store = ws.store
     top = store.main_workdir
     entries = []
+    before = readsets.load(store, agent)
+    news: list[str] = []
     with flocked(store.commondir, "worktree"):
         rtree, _ = disk.record_tree(store)
         head = ws.head()
@@ -350,6 +352,9 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             base = disk.entry_or_none(store, rtree, p)
             if disk.same(have, cur):
                 entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
+                seen = before.get(p)
+                if seen is not None and seen.blob != (hex_(cur.oid) if cur else None):
+                    news.append(_news(ws, p, seen, cur, head))
             else:
                 entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
                 (behind if disk.same(have, base) else unmediated).append(p)
@@ -357,7 +362,7 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             disk.sync_locked(store, behind)
     if entries:
         readsets.record(store, agent, entries, why="harness read")
-    notes = []
+    notes = list(news)
     if behind:
         notes.append(f"storm: you read an older version of {', '.join(behind)}; the file on disk is now the "
                      "shared head's: read it again before editing it")
@@ -367,6 +372,24 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                      "records it as part of your write (git storm status shows it; git storm checkout PATH "
                      "discards it)")
     return HookResult(NOTE if notes else PASS, event, "recorded-read", agent, paths, message="\n".join(notes))
+
+
+NEWS_MAX_CHARS = 6000
+
+
+def _news(ws: "SharedWorkspace", path: str, seen: ReadEntry, cur: Any, head: Any) -> str:
+    """What changed in ``path`` since the agent's previous read, and who changed it: the
+    diff and the authors a rejection would have shown. The harness may have refused the
+    agent's stale edit itself (Claude Code's "modified since read" check runs before any
+    hook), so a re-read is where the agent learns what happened."""
+    change = ws._change(path, seen, cur, head)
+    by = ", ".join(change.changed_by) or "another agent"
+    versions = f"{change.versions_behind} version(s)" if change.versions_behind else "changed"
+    diff = "(binary file)" if change.binary else change.diff
+    if len(diff) > NEWS_MAX_CHARS:
+        diff = diff[:NEWS_MAX_CHARS] + "\n… (diff cut; git storm log shows each write)"
+    return (f"storm: {path} changed since your previous read ({versions}, by {by}); what they changed:\n"
+            f"{diff}".rstrip())
 
 
 def _lease_seconds(store: Store) -> float:
