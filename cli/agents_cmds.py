@@ -126,55 +126,119 @@ def _install_lines(res, verb: str) -> list[str]:
 @click.argument("which", type=click.Choice(["claude", "codex"]), metavar="claude|codex")
 @click.option("--agent", "-a", metavar="ID", default=None,
               help="Bake this agent id into the hook command (only when one session uses these settings).")
+@click.option("--user", "user", is_flag=True,
+              help="Claude Code: install in the user's settings (~/.claude/settings.json), which a session "
+                   "started anywhere reads, a subdirectory included.")
+@click.option("--trust", is_flag=True,
+              help="Codex: also write the trust entries Codex needs to run the hooks into the user's Codex "
+                   "config (the project's trust_level and each hook's trusted_hash), and show them.")
 @json_option
-def harness_install(which: str, agent: str | None, as_json: bool) -> None:
+def harness_install(which: str, agent: str | None, user: bool, trust: bool, as_json: bool) -> None:
     """Write storm's hooks into the project's Claude Code or Codex settings.
 
     Merges into .claude/settings.json (claude) or .codex/hooks.json (codex),
     keeping the other keys and hooks; running it again changes nothing. A file
     storm creates is added to .git/info/exclude; a tracked file that changes is
-    reported. Codex loads project hooks only from a trusted project.
+    reported.
+
+    Claude Code reads .claude/settings.json where it starts: a session started
+    in a subdirectory runs without these hooks unless they are also in the
+    user's settings (--user). Codex runs a project's hooks only when the
+    user's Codex config trusts the project and each hook by its hash: install
+    says what is missing; --trust writes it (and prints what it wrote).
+    Exit 3 when the harness will not run the hooks as installed.
 
     \b
     Example:
       git storm harness install claude
-      git storm harness install codex --agent engineer_2
+      git storm harness install claude --user
+      git storm harness install codex --trust
     """
     from storm_git.admin.harness_install import install
+    from storm_git.core.errors import UsageError
     from storm_git.core.store import Store
 
-    res = install(Store.discover(), which, agent)
+    if trust and which != "codex":
+        raise UsageError("--trust is for Codex only", hint="git storm harness install codex --trust")
+    res = install(Store.discover(), which, agent, scope="user" if user else "project", trust=trust)
     if as_json:
         _emit_json(res.to_dict())
-        return
-    for line in _install_lines(res, "installed"):
-        click.echo(line)
-    for w in res.warnings:
-        click.echo(f"warning: {w}", err=True)
+    else:
+        for line in _install_lines(res, "installed"):
+            click.echo(line)
+        if res.trust_written:
+            click.echo(f"wrote to the user's Codex config:\n{res.trust_written.rstrip()}")
+        for w in res.warnings:
+            click.echo(f"warning: {w}", err=True)
+        if res.inactive:
+            click.echo("Codex will NOT run these hooks: " + "; ".join(res.inactive), err=True)
+            click.echo("  fix: git storm harness install codex --trust (writes the entries and shows them), or "
+                       "review the hooks with /hooks in Codex", err=True)
+    if res.inactive:
+        sys.exit(3)
 
 
 @harness.command("uninstall", context_settings=CONTEXT)
 @click.argument("which", type=click.Choice(["claude", "codex"]), metavar="claude|codex")
+@click.option("--user", "user", is_flag=True, help="Claude Code: remove storm's hooks from the user's settings.")
 @json_option
-def harness_uninstall(which: str, as_json: bool) -> None:
+def harness_uninstall(which: str, user: bool, as_json: bool) -> None:
     """Remove storm's hooks from the project's Claude Code or Codex settings.
 
     Only storm's own entries go; the file is put back byte for byte when
-    nothing else changed in it, and deleted when storm created it.
+    nothing else changed in it, and deleted when storm created it. Codex trust
+    entries in the user's config are left as they are (they name a hash only).
 
     \b
     Example:
       git storm harness uninstall claude
+      git storm harness uninstall claude --user
     """
     from storm_git.admin.harness_install import uninstall
     from storm_git.core.store import Store
 
-    res = uninstall(Store.discover(), which)
+    res = uninstall(Store.discover(), which, scope="user" if user else "project")
     if as_json:
         _emit_json(res.to_dict())
         return
     for line in _install_lines(res, "installed"):
         click.echo(line)
+
+
+@harness.command("status", context_settings=CONTEXT)
+@json_option
+def harness_status(as_json: bool) -> None:
+    """Say whether Claude Code and Codex will run storm's hooks here, and what is missing.
+
+    Claude Code: installed in the project's settings and/or the user's (only
+    the user's cover a session started in a subdirectory). Codex: installed in
+    .codex/hooks.json, the project trusted and each hook trusted by its current
+    hash in the user's Codex config. Exit 0 when every installed harness runs
+    them, 3 when one is installed but will not (the line says how to fix it).
+
+    \b
+    Example:
+      git storm harness status
+      git storm harness status --json
+    """
+    from storm_git.admin.harness_install import status
+    from storm_git.core.store import Store
+
+    rows = status(Store.discover())
+    if as_json:
+        _emit_json([r.to_dict() for r in rows])
+    else:
+        for r in rows:
+            where = ", ".join(r.installed) or "not installed"
+            state = ("active, from any directory" if r.active and r.subdirectories else
+                     "active when started at the top only" if r.active else "NOT active")
+            click.echo(f"{r.harness}: {state} ({where})")
+            for m in r.missing:
+                click.echo(f"  missing: {m}")
+            if r.fix:
+                click.echo(f"  fix: {r.fix}")
+    if any(r.installed and not r.active for r in rows):
+        sys.exit(3)
 
 
 @harness.command("hook", context_settings=CONTEXT)

@@ -211,3 +211,55 @@ def test_a_re_read_tells_the_diff_and_who_made_it(repo):
     assert decision(hook(repo, claude_event(repo, "sessB", "PostToolUse", "Read", {"file_path": str(api)}, "r4"))) \
         is None
     read(repo, "sessA", "src/api.py", "r5")
+
+
+def test_codex_install_says_what_codex_lacks_and_writes_trust_only_when_asked(repo, tmp_path):
+    home = tmp_path / "codex-home"
+    env = {"CODEX_HOME": str(home)}
+    r = storm(repo, "harness", "install", "codex", env=env)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "Codex will NOT run these hooks" in r.stderr and "is not trusted" in r.stderr
+    assert not (home / "config.toml").exists()  # nothing written without --trust
+    doc = json.loads(storm(repo, "doctor", "--json", env=env).stdout)
+    assert any(f["kind"] == "codex_hooks_untrusted" for f in doc["findings"])
+    home.mkdir()
+    (home / "config.toml").write_text('model = "m"\n\n[projects."/elsewhere"]\ntrust_level = "trusted"\n')
+    r = storm(repo, "harness", "install", "codex", "--trust", env=env)
+    assert r.returncode == 0, r.stderr
+    config = (home / "config.toml").read_text()
+    assert config.startswith('model = "m"\n') and "/elsewhere" in config  # kept
+    hooks_json = str(repo / ".codex/hooks.json")
+    for line in (f'[projects."{repo}"]', 'trust_level = "trusted"', f'[hooks.state."{hooks_json}:pre_tool_use:0:0"]',
+                 f'[hooks.state."{hooks_json}:post_tool_use:0:0"]', 'trusted_hash = "sha256:'):
+        assert line in config and line in r.stdout, line  # written, and shown
+    st = json.loads(storm(repo, "harness", "status", "--json", env=env).stdout)
+    assert [s for s in st if s["harness"] == "codex"][0]["active"] is True
+    # another command (here --agent) is another hash: untrusted again, and said so
+    r = storm(repo, "harness", "install", "codex", "--agent", "eng1", env=env)
+    assert r.returncode == 3 and "trusted with an old hash" in r.stderr
+    r = storm(repo, "harness", "status", env=env)
+    assert r.returncode == 3 and "codex: NOT active" in r.stdout
+    assert storm(repo, "harness", "install", "codex", "--agent", "eng1", "--trust", env=env).returncode == 0
+    config = (home / "config.toml").read_text()
+    assert config.count(f'[hooks.state."{hooks_json}:pre_tool_use:0:0"]') == 1  # replaced, not duplicated
+
+
+def test_claude_install_names_the_subdirectory_gap_and_user_scope_closes_it(repo, tmp_path):
+    cfg = tmp_path / "claude-config"
+    env = {"CLAUDE_CONFIG_DIR": str(cfg)}
+    r = storm(repo, "harness", "install", "claude", env=env)
+    assert r.returncode == 0 and "started in a subdirectory" in r.stderr and "--user" in r.stderr
+    st = {s["harness"]: s for s in json.loads(storm(repo, "harness", "status", "--json", env=env).stdout)}
+    assert st["claude"]["active"] and not st["claude"]["subdirectories"]
+    (cfg).mkdir()
+    (cfg / "settings.json").write_text(json.dumps({"model": "x", "hooks": {"Stop": [{"hooks": []}]}}))
+    r = storm(repo, "harness", "install", "claude", "--user", env=env)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((cfg / "settings.json").read_text())
+    assert data["model"] == "x" and "Stop" in data["hooks"] and "PreToolUse" in data["hooks"]
+    st = {s["harness"]: s for s in json.loads(storm(repo, "harness", "status", "--json", env=env).stdout)}
+    assert st["claude"]["subdirectories"] is True
+    assert storm(repo, "harness", "uninstall", "claude", "--user", env=env).returncode == 0
+    data = json.loads((cfg / "settings.json").read_text())
+    assert data == {"model": "x", "hooks": {"Stop": [{"hooks": []}]}}
+    assert storm(repo, "harness", "install", "codex", "--user", env=env).returncode == 2
