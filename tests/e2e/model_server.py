@@ -13,7 +13,13 @@ A step is ``{"tool": NAME, "input": {...}}`` (a function call; Codex's
 freeform ``apply_patch`` is ``{"tool": "apply_patch", "patch": TEXT}``), or
 ``{"text": ...}`` to end the turn. After the last step the session ends with
 "done". A step may be ``{"wait": PATH, ...}``: the answer is held until PATH
-exists, so two sessions can be put in a chosen order.
+exists, and ``{"after": [SESSION, N], ...}`` until SESSION has asked for its step
+N (so its tool call N-1 and both its hooks are done): two sessions are put in a
+chosen order without sleeping.
+
+What the harness sent after each tool call is recorded per session: the tool
+result and any text it added before the model's next turn (where a hook's
+``additionalContext`` lands).
 """
 from __future__ import annotations
 
@@ -38,20 +44,31 @@ class Script:
         self.seen_ids: set[str] = set()
         self.requests: list[dict[str, Any]] = []  # (path, marker, step) for debugging
         self.tools: dict[str, list[str]] = {}  # the tools each harness offered
+        self.progress: dict[str, int] = {}  # the highest step each session asked for
+        self.cond = threading.Condition(self.lock)
 
-    def record(self, session: str, call_id: str, name: str, output: Any, is_error: bool = False) -> None:
+    def record(self, session: str, call_id: str, name: str, output: Any, is_error: bool = False,
+               extra: str = "") -> None:
         with self.lock:
             if call_id in self.seen_ids:
                 return
             self.seen_ids.add(call_id)
             self.results.setdefault(session, []).append(
-                {"call_id": call_id, "tool": name, "output": _text(output), "is_error": is_error})
+                {"call_id": call_id, "tool": name, "output": _text(output), "is_error": is_error, "extra": extra})
 
     def step(self, session: str, index: int) -> dict[str, Any]:
+        with self.cond:
+            self.progress[session] = max(self.progress.get(session, -1), index)
+            self.cond.notify_all()
         steps = self.sessions.get(session, [])
         if index >= len(steps):
             return {"text": "done"}
         step = steps[index]
+        after = step.get("after")
+        if after:
+            with self.cond:
+                self.cond.wait_for(lambda: self.progress.get(after[0], -1) >= after[1],
+                                   timeout=float(step.get("timeout", 60)))
         wait = step.get("wait")
         if wait:
             deadline = time.monotonic() + float(step.get("timeout", 60))
@@ -60,8 +77,9 @@ class Script:
         return step
 
     def outputs(self, session: str) -> list[str]:
+        """Each tool call's result, with what the harness added after it."""
         with self.lock:
-            return [r["output"] for r in self.results.get(session, [])]
+            return [r["output"] + ("\n" + r["extra"] if r["extra"] else "") for r in self.results.get(session, [])]
 
 
 def _text(content: Any) -> str:
@@ -151,13 +169,23 @@ class Handler(BaseHTTPRequestHandler):
         session = _marker(body)
         messages = body.get("messages") or []
         names = {}
-        for m in messages:
-            for c in m.get("content") if isinstance(m.get("content"), list) else []:
+        for i, m in enumerate(messages):
+            blocks = m.get("content") if isinstance(m.get("content"), list) else []
+            for c in blocks:
                 if c.get("type") == "tool_use":
                     names[c.get("id")] = c.get("name")
-                if c.get("type") == "tool_result" and session:
-                    s.record(session, c.get("tool_use_id"), names.get(c.get("tool_use_id"), "?"),
-                             c.get("content"), bool(c.get("is_error")))
+            results = [c for c in blocks if c.get("type") == "tool_result"]
+            if not results or not session:
+                continue
+            # what else the harness sent before the model's next turn (hook context, reminders)
+            extra = [_text(c.get("text", "")) for c in blocks if c.get("type") == "text"]
+            for later in messages[i + 1:]:
+                if later.get("role") != "user":
+                    break
+                extra.append(_text(later.get("content")))
+            for c in results:
+                s.record(session, c.get("tool_use_id"), names.get(c.get("tool_use_id"), "?"), c.get("content"),
+                         bool(c.get("is_error")), "\n".join(x for x in extra if x))
         if session and body.get("tools"):
             s.tools.setdefault("claude", [t.get("name") for t in body["tools"]])
         index = sum(1 for m in messages if m.get("role") == "assistant")
@@ -199,13 +227,19 @@ class Handler(BaseHTTPRequestHandler):
         items = body.get("input") if isinstance(body.get("input"), list) else []
         names = {}
         calls = 0
-        for it in items:
+        for i, it in enumerate(items):
             t = it.get("type") if isinstance(it, dict) else None
             if t in ("function_call", "custom_tool_call", "local_shell_call"):
                 calls += 1
                 names[it.get("call_id")] = it.get("name", t)
             elif t in ("function_call_output", "custom_tool_call_output") and session:
-                s.record(session, it.get("call_id"), names.get(it.get("call_id"), "?"), it.get("output"))
+                extra = []
+                for later in items[i + 1:]:  # hook context arrives as messages after the output
+                    if not isinstance(later, dict) or later.get("type") not in (None, "message"):
+                        break
+                    extra.append(_text(later.get("content")))
+                s.record(session, it.get("call_id"), names.get(it.get("call_id"), "?"), it.get("output"),
+                         extra="\n".join(x for x in extra if x))
         if session and body.get("tools"):
             s.tools.setdefault("codex", [t.get("name") or t.get("type") for t in body["tools"]])
         step = s.step(session, calls) if session else {"text": "ok"}

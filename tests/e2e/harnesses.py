@@ -1,0 +1,108 @@
+"""Starting the real Claude Code and Codex against the scripted model, with nothing
+leaving the machine: the model is on 127.0.0.1, every proxy variable points at a
+closed port on 127.0.0.1 (127.0.0.1 itself excluded), telemetry, updates and
+Codex's plugins and apps are off, and each run has its own HOME and CODEX_HOME."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CODEX_MODEL = "gpt-5.5"  # a slug codex 0.171 knows: with an unknown one it offers no apply_patch
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nobody listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def base_env(home: Path, hook_log: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTHROPIC", "CLAUDE", "OPENAI", "CODEX", "STORM_AGENT"))}
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    env.update(HOME=str(home), HTTP_PROXY=proxy, HTTPS_PROXY=proxy, ALL_PROXY=proxy, http_proxy=proxy,
+               https_proxy=proxy, all_proxy=proxy, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
+               STORM_HOOK_LOG=str(hook_log))
+    return env
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen
+    name: str
+
+    def wait(self, timeout: float = 90) -> subprocess.CompletedProcess:
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(f"{self.name} did not finish in {timeout}s:\n{err[-2000:]}") from None
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+
+def claude(bin_dir: Path, cwd: Path, prompt: str, port: int, home: Path, hook_log: Path,
+           extra_env: dict[str, str] | None = None) -> Run:
+    """``claude -p`` as root in a sandbox (IS_SANDBOX=1 allows skipping permissions)."""
+    env = base_env(home, hook_log)
+    env.update(ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}", ANTHROPIC_API_KEY="sk-storm-test", IS_SANDBOX="1",
+               DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", CLAUDE_CONFIG_DIR=str(home / ".claude"))
+    env.update(extra_env or {})
+    proc = subprocess.Popen([str(bin_dir / "claude"), "-p", prompt, "--output-format", "json",
+                             "--dangerously-skip-permissions", "--debug-file", str(home / "claude-debug.log")],
+                            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return Run(proc, f"claude {prompt!r}")
+
+
+def codex_home(home: Path, port: int, extra_toml: str = "") -> Path:
+    """A CODEX_HOME whose config uses the scripted model and turns off what reaches out."""
+    ch = home / ".codex"
+    ch.mkdir(parents=True, exist_ok=True)
+    (ch / "config.toml").write_text(f'''model = "{CODEX_MODEL}"
+model_provider = "storm_test"
+
+[model_providers.storm_test]
+name = "storm test model"
+base_url = "http://127.0.0.1:{port}/v1"
+wire_api = "responses"
+env_key = "STORM_TEST_KEY"
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+daemon_auto_start = false
+in_app_updates = false
+browser_use = false
+computer_use = false
+
+''' + extra_toml)
+    return ch
+
+
+def codex(bin_dir: Path, cwd: Path, prompt: str, home: Path, hook_log: Path,
+          extra_env: dict[str, str] | None = None) -> Run:
+    env = base_env(home, hook_log)
+    env.update(CODEX_HOME=str(home / ".codex"), STORM_TEST_KEY="sk-storm-test")
+    env.update(extra_env or {})
+    proc = subprocess.Popen([str(bin_dir / "codex"), "exec", "--json", "--dangerously-bypass-approvals-and-sandbox",
+                             "--skip-git-repo-check", prompt],
+                            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return Run(proc, f"codex {prompt!r}")
+
+
+def hook_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
