@@ -137,6 +137,11 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {}
         path = self.path.split("?")[0]
+        raw_dir = os.environ.get("STORM_E2E_RAW")  # every request as sent, for debugging a scenario
+        if raw_dir:
+            os.makedirs(raw_dir, exist_ok=True)
+            with open(os.path.join(raw_dir, f"{time.time():.6f}.json"), "wb") as fh:
+                fh.write(raw)
         if path.endswith("/messages/count_tokens"):
             return self._json({"input_tokens": 10})
         if path.endswith("/messages"):
@@ -234,7 +239,11 @@ class Handler(BaseHTTPRequestHandler):
                 names[it.get("call_id")] = it.get("name", t)
             elif t in ("function_call_output", "custom_tool_call_output") and session:
                 extra = []
-                for later in items[i + 1:]:  # hook context arrives as messages after the output
+                for earlier in reversed(items[:i]):  # Codex puts hook context just before the output
+                    if not isinstance(earlier, dict) or earlier.get("type") not in (None, "message"):
+                        break
+                    extra.insert(0, _text(earlier.get("content")))
+                for later in items[i + 1:]:  # ... or after it
                     if not isinstance(later, dict) or later.get("type") not in (None, "message"):
                         break
                     extra.append(_text(later.get("content")))
