@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ..core import disk, events, intents, readsets, render, reservations
+from ..core import disk, events, readsets, reservations
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
@@ -450,6 +450,8 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                 break
         time.sleep(min(0.1, max(0.01, blocked.remaining())))
     rejection = ws._payload(agent, verdict, head, reads, granted)
+    from ..core import intents  # only a denial pays for it: the hook runs on every tool call
+
     rejection.intents_in_diff = intents.in_rejection(store, rejection)
     if verdict.reason != RESERVED:  # as every storm rejection: what it showed now counts as read
         shown = list(dict.fromkeys([rejection.path, *(s.path for s in rejection.stale),
@@ -634,6 +636,8 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
         return HookResult(NOTE if note else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
     if reverted:
+        from ..core import render
+
         note = "\n".join(x for x in (note, "storm: " + render.reverted_by_command(reverted)) if x)
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res,
                       message=note)

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""What one harness hook call costs, process start included, beside a plain
+``python -c pass`` started the same way.
+
+A harness starts ``git storm harness hook`` for every tool call (an Edit pays
+two, a Read one): hundreds a session. Not a test: it prints medians and ratios.
+
+For each kind of call, on a fresh storm repository with the default files:
+
+* ``nothing``   PreToolUse of a Read: storm has nothing to do before a read;
+* ``read``      PostToolUse of a Read: the version seen goes into the read set;
+* ``pre-edit``  PreToolUse of an Edit: the read set validated, the file leased;
+* ``post-edit`` PostToolUse of that Edit: the file recorded as a write;
+* ``bash``      Pre- and PostToolUse of a Bash command that changes nothing (two calls);
+
+each run as the harness runs it (the installed ``git-storm``, the event on stdin),
+and through the click command line (``python -m storm_git.cli.main``'s route, what
+the hook cost before it had its own entry), with bytecode cached and without
+(``PYTHONDONTWRITEBYTECODE=1`` and an empty ``PYTHONPYCACHEPREFIX``: every module
+compiled at every start, as an editable install that never wrote its .pyc files).
+
+    python3 benchmarks/bench_hook.py              # 15 rounds
+    python3 benchmarks/bench_hook.py --rounds 40 --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FILES = {"src/api.py": "def fetch(url):\n    return http_get(url)\n", "src/util.py": "def clamp(x):\n    return x\n"}
+CLICK_ROUTE = ("import sys; sys.argv = ['git-storm', 'harness', 'hook'] + sys.argv[1:]; "
+               "from storm_git.cli.main import main; main()")
+
+
+def git(repo: str, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def make_repo(root: str) -> str:
+    repo = os.path.join(root, "repo")
+    os.makedirs(os.path.join(repo, "src"))
+    git(repo, "init", "-q", "-b", "main")
+    for rel, text in FILES.items():
+        with open(os.path.join(repo, rel), "w") as fh:
+            fh.write(text)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
+    subprocess.run(["git-storm", "init"], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def event(repo: str, name: str, tool: str, tool_input: dict, use_id: str) -> bytes:
+    e = {"session_id": "bench", "cwd": repo, "hook_event_name": name, "tool_name": tool, "tool_input": tool_input,
+         "tool_use_id": use_id, "permission_mode": "default"}
+    if name == "PostToolUse":
+        e["tool_response"] = {"success": True}
+    return json.dumps(e).encode()
+
+
+def timed(argv: list[str], data: bytes, cwd: str, env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(argv, input=data, cwd=cwd, env=env, capture_output=True)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{argv} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
+    return dt
+
+
+def envs(tmp: str) -> dict[str, dict[str, str]]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("STORM_", "PYTHON"))}
+    cold = dict(base, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=os.path.join(tmp, "no-pycache"))
+    return {"cached": base, "no bytecode": cold}
+
+
+def run(rounds: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="bench-hook-")
+    try:
+        repo = make_repo(tmp)
+        api = os.path.join(repo, "src/api.py")
+        exe = shutil.which("git-storm")
+        if exe is None:
+            raise SystemExit("git-storm is not on PATH: run with the interpreter that has it installed")
+        routes = {"hook entry": [exe, "harness", "hook", "--harness", "claude"],
+                  "click CLI": [sys.executable, "-c", CLICK_ROUTE, "--harness", "claude"]}
+        baseline = [sys.executable, "-c", "pass"]
+        out: dict = {"rounds": rounds, "python": sys.version.split()[0], "rows": []}
+        for env_name, env in envs(tmp).items():
+            if env_name == "cached":  # make sure the bytecode is there
+                subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(
+                    os.path.dirname(__import__("storm_git").__file__))], capture_output=True)
+            base = statistics.median(timed(baseline, b"", repo, env) for _ in range(rounds))
+            out["rows"].append({"env": env_name, "route": "python -c pass", "kind": "baseline",
+                                "median_ms": base * 1e3, "ratio": 1.0})
+            for route, argv in routes.items():
+                samples: dict[str, list[float]] = {k: [] for k in ("nothing", "read", "pre-edit", "post-edit", "bash")}
+                for i in range(rounds):
+                    uid = f"{env_name}-{route}-{i}"
+                    samples["nothing"].append(timed(argv, event(repo, "PreToolUse", "Read", {"file_path": api}, uid),
+                                                    repo, env))
+                    samples["read"].append(timed(argv, event(repo, "PostToolUse", "Read", {"file_path": api}, uid),
+                                                 repo, env))
+                    edit = {"file_path": api, "old_string": "url", "new_string": "url", "replace_all": True}
+                    samples["pre-edit"].append(timed(argv, event(repo, "PreToolUse", "Edit", edit, uid), repo, env))
+                    with open(api, "a") as fh:  # the Edit tool's own write
+                        fh.write(f"# {i}\n")
+                    samples["post-edit"].append(timed(argv, event(repo, "PostToolUse", "Edit", edit, uid), repo, env))
+                    bash = {"command": "true"}
+                    samples["bash"].append(timed(argv, event(repo, "PreToolUse", "Bash", bash, uid + "b"), repo, env)
+                                           + timed(argv, event(repo, "PostToolUse", "Bash", bash, uid + "b"), repo, env))
+                for kind, xs in samples.items():
+                    m = statistics.median(xs)
+                    out["rows"].append({"env": env_name, "route": route, "kind": kind, "median_ms": m * 1e3,
+                                        "ratio": m / base})
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--json", action="store_true", help="JSON on stdout")
+    args = ap.parse_args()
+    res = run(args.rounds)
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return
+    print(f"hook call cost, median of {res['rounds']} (Python {res['python']}, process start included)")
+    print(f"{'bytecode':<12} {'route':<15} {'call':<10} {'median ms':>10} {'x python -c pass':>17}")
+    for r in res["rows"]:
+        print(f"{r['env']:<12} {r['route']:<15} {r['kind']:<10} {r['median_ms']:>10.1f} {r['ratio']:>17.1f}")
+
+
+if __name__ == "__main__":
+    main()
