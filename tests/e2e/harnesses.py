@@ -106,3 +106,32 @@ def hook_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def use_other_build(settings: Path) -> bool:
+    """Point storm's hook command in a settings file at another build's ``git-storm``
+    (``STORM_E2E_HOOK``), to show a scenario failing before a fix; False when unset.
+    Codex then needs trust entries for the new command: see trust_codex_hooks."""
+    other = os.environ.get("STORM_E2E_HOOK")
+    if not other or not settings.exists():
+        return False
+    data = json.loads(settings.read_text())
+    for groups in (data.get("hooks") or {}).values():
+        for g in groups or []:
+            for h in g.get("hooks") or []:
+                cmd = h.get("command", "")
+                if " harness hook" in cmd:
+                    h["command"] = other + cmd[cmd.index(" harness hook"):]
+    settings.write_text(json.dumps(data, indent=2))
+    return True
+
+
+def trust_codex_hooks(repo: Path, codex_home_dir: Path) -> None:
+    """Trust whatever storm hook commands .codex/hooks.json holds (for use_other_build)."""
+    from storm_git.admin import codex_trust
+
+    hooks_file = repo / ".codex/hooks.json"
+    data = json.loads(hooks_file.read_text())
+    state = codex_trust.check(str(repo), str(hooks_file), data, lambda g: " harness hook" in json.dumps(g),
+                              {"CODEX_HOME": str(codex_home_dir)})
+    codex_trust.write(state)

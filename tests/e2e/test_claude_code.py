@@ -30,6 +30,7 @@ def world(tmp_path):
 def install(repo: Path, home: Path, *args: str) -> None:
     r = storm(repo, "harness", "install", "claude", *args, env={"CLAUDE_CONFIG_DIR": str(home / ".claude")})
     assert r.returncode == 0, r.stderr
+    hx.use_other_build(home / ".claude/settings.json" if "--user" in args else repo / ".claude/settings.json")
 
 
 def play(bin_dir, repo, home, log, sessions, cwd=None, **kw):

@@ -39,6 +39,8 @@ def play(bin_dir, repo, home, log, sessions, cwd=None, trust=True, extra_toml=""
     env = {"CODEX_HOME": str(home / ".codex")}
     r = storm(repo, "harness", "install", "codex", *(["--trust"] if trust else []), env=env)
     assert r.returncode == (0 if trust else 3), r.stderr
+    if hx.use_other_build(repo / ".codex/hooks.json") and trust:
+        hx.trust_codex_hooks(repo, home / ".codex")
     try:
         runs = [hx.codex(bin_dir, cwd or repo, f"[[{name}]] do the task", home, log) for name in sessions]
         for r in [run.wait() for run in runs]:
