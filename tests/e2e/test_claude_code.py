@@ -207,3 +207,20 @@ def test_without_storm_hooks_nothing_is_recorded_and_status_says_so(harness_bin,
     assert b"lo, hi" in workspace(repo, "src/util.py") and head
     st = json.loads(storm(repo, "status", "--json").stdout)
     assert [u["path"] for u in st["unmediated"]] == ["src/util.py"]
+
+
+def test_over_the_size_limit_a_write_is_denied_and_an_edit_blocked_once(harness_bin, world):
+    repo, home, log = world
+    install(repo, home)
+    git(repo, "config", "storm.maxFileBytes", "200")
+    util, big = str(repo / "src/util.py"), str(repo / "src/big.txt")
+    script = play(harness_bin, repo, home, log, {
+        "A": [{"tool": "Write", "input": {"file_path": big, "content": "x" * 500}},
+              {"tool": "Read", "input": {"file_path": util}},
+              {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp", "new_string": "y" * 300}}],
+    })
+    out = script.outputs("A")
+    assert "storm.maxFileBytes" in out[0] and "nothing was written" in out[0].lower(), out[0]
+    assert not (repo / "src/big.txt").exists()  # denied before it landed
+    assert out[2].count("NOT part of the shared state") == 1, out[2]  # the block, read once
+    assert b"yyy" not in workspace(repo, "src/util.py")

@@ -110,12 +110,14 @@ def test_a_command_keeps_its_output_when_storm_refuses_what_it_wrote(harness_bin
     script = play(harness_bin, repo, home, log, {
         "A": [{"tool": "exec_command", "input": {"cmd": "head -c 500 /dev/zero | tr '\\\\0' x > src/big.txt; "
                                                         "echo the-command-output"}},
-              {"tool": "exec_command", "input": {"cmd": "sed -i 's/lo, hi/low, high/' src/util.py"}}],
+              {"tool": "exec_command", "input": {"cmd": "sed -i 's/lo, hi/low, high/' src/util.py"}},
+              {"tool": "exec_command", "input": {"cmd": "echo half > src/half.txt; echo failing; exit 3"}}],
     })
     out = script.outputs("A")
     assert "the-command-output" in out[0], out[0]  # never replaced
     assert "storm.maxFileBytes" in out[0] and out[0].count("could not record this Bash") == 1, out[0]  # told once
     assert b"low, high" in workspace(repo, "src/util.py")  # a shell edit is recorded
+    assert "failing" in out[2] and workspace(repo, "src/half.txt") == b"half\n"  # a failing one's too
 
 
 def test_a_session_started_in_a_subdirectory_is_guarded(harness_bin, world):
