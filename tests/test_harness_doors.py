@@ -263,3 +263,21 @@ def test_claude_install_names_the_subdirectory_gap_and_user_scope_closes_it(repo
     data = json.loads((cfg / "settings.json").read_text())
     assert data == {"model": "x", "hooks": {"Stop": [{"hooks": []}]}}
     assert storm(repo, "harness", "install", "codex", "--user", env=env).returncode == 2
+
+
+def test_the_hook_knows_without_pygit2_only_what_is_surely_not_storm(repo, tmp_path):
+    from storm_git.integrations.hook_main import surely_not_storm
+
+    env = {"HOME": str(tmp_path / "nohome")}
+    plain = tmp_path / "plain"
+    (plain / "sub").mkdir(parents=True)
+    git(plain, "init", "-q")
+    assert surely_not_storm(str(plain / "sub"), env)  # a repository without storm
+    assert surely_not_storm("/", env)  # no repository at all
+    assert not surely_not_storm(str(repo / "src"), env)  # storm.mode is in its config
+    assert not surely_not_storm(str(plain), {**env, "GIT_DIR": str(repo / ".git")})
+    git(plain, "config", "include.path", str(repo / ".git/config"))  # storm's settings by include
+    assert not surely_not_storm(str(plain), env)
+    # a linked worktree of a storm repository: its .git is a file
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
+    assert not surely_not_storm(str(tmp_path / "wt"), env)

@@ -135,8 +135,78 @@ def _set_wait_policy() -> None:
     set_wait_policy(WaitPolicy(timeout=timeout, on_wait=on_wait))
 
 
+def _config_says_storm(path: str) -> bool:
+    """True unless the git config file at ``path`` surely holds no storm setting and
+    includes no other file (absent: nothing)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().lower()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return b"storm" in text or b"include" in text
+
+
+def surely_not_storm(cwd: str, env: dict[str, str] | None = None) -> bool:
+    """True only when the directory is certainly not in a storm repository, found
+    without pygit2: no repository above it, or one whose config (and the user's and
+    the system's) names neither storm nor an include. Anything unusual (GIT_DIR,
+    config in the environment, an unreadable file) says False: the full check runs.
+    With the hooks in Claude Code's user settings, every tool call in every project
+    runs the hook; outside storm it should cost little more than starting Python."""
+    env = os.environ if env is None else env
+    if any(k.startswith("GIT_CONFIG") or k in ("GIT_DIR", "GIT_COMMON_DIR") for k in env):
+        return False
+    d = os.path.abspath(cwd)
+    while True:
+        dot = os.path.join(d, ".git")
+        if os.path.isdir(dot):
+            gitdir = dot
+            break
+        if os.path.isfile(dot):
+            try:
+                with open(dot, encoding="utf-8") as fh:
+                    line = fh.read().strip()
+            except (OSError, UnicodeDecodeError):
+                return False
+            if not line.startswith("gitdir:"):
+                return False
+            gitdir = os.path.join(d, line[7:].strip())
+            break
+        parent = os.path.dirname(d)
+        if parent == d:
+            return True  # not in a git repository at all
+        d = parent
+    common = gitdir
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+            common = os.path.join(gitdir, fh.read().strip())
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError):
+        return False
+    home = env.get("HOME") or os.path.expanduser("~")
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    files = [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree"),
+             os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"), "/etc/gitconfig"]
+    return not any(_config_says_storm(f) for f in files)
+
+
+def _cwd_of(data: bytes) -> str | None:
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    cwd = obj.get("cwd") if isinstance(obj, dict) else None
+    return cwd if isinstance(cwd, str) and cwd else None
+
+
 def run(data: bytes, harness: str = "claude", agent: str | None = None) -> tuple[dict[str, Any] | None, str, int]:
     """One hook call: (JSON to print, text for stderr, exit code)."""
+    cwd = _cwd_of(data)
+    if cwd is not None and surely_not_storm(cwd):
+        return None, "", 0  # what the full path answers outside a storm repository, without loading it
     from ..core.errors import StormError
 
     try:
