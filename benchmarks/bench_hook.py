@@ -19,8 +19,15 @@ the hook cost before it had its own entry), with bytecode cached and without
 (``PYTHONDONTWRITEBYTECODE=1`` and an empty ``PYTHONPYCACHEPREFIX``: every module
 compiled at every start, as an editable install that never wrote its .pyc files).
 
+A shared machine's load moves wall-clock medians by a factor of several;
+``--instructions`` counts instructions instead (valgrind's callgrind, one run of
+each call, the harness's process and its children): the same count whatever the
+load, so two builds compare exactly. ``--before PATH`` adds another build's
+``git-storm`` as a route (the hook as it was).
+
     python3 benchmarks/bench_hook.py              # 15 rounds
     python3 benchmarks/bench_hook.py --rounds 40 --json
+    python3 benchmarks/bench_hook.py --instructions --before /old/venv/bin/git-storm
 """
 from __future__ import annotations
 
@@ -64,12 +71,20 @@ def event(repo: str, name: str, tool: str, tool_input: dict, use_id: str) -> byt
     return json.dumps(e).encode()
 
 
+INSTRUCTIONS = False  # --instructions: "time" is a count of instructions (callgrind)
+
+
 def timed(argv: list[str], data: bytes, cwd: str, env: dict[str, str]) -> float:
+    if INSTRUCTIONS:
+        argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null", *argv]
     t = time.perf_counter()
     r = subprocess.run(argv, input=data, cwd=cwd, env=env, capture_output=True)
     dt = time.perf_counter() - t
     if r.returncode != 0:
         raise SystemExit(f"{argv} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
+    if INSTRUCTIONS:
+        counts = [int(line.split()[-1]) for line in r.stderr.decode().splitlines() if "Collected :" in line]
+        return float(sum(counts))
     return dt
 
 
@@ -79,7 +94,7 @@ def envs(tmp: str) -> dict[str, dict[str, str]]:
     return {"cached": base, "no bytecode": cold}
 
 
-def run(rounds: int) -> dict:
+def run(rounds: int, before: str | None = None, plain: bool = True) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-hook-")
     try:
         repo = make_repo(tmp)
@@ -89,6 +104,11 @@ def run(rounds: int) -> dict:
             raise SystemExit("git-storm is not on PATH: run with the interpreter that has it installed")
         routes = {"hook entry": [exe, "harness", "hook", "--harness", "claude"],
                   "click CLI": [sys.executable, "-c", CLICK_ROUTE, "--harness", "claude"]}
+        if before:
+            routes["before"] = [before, "harness", "hook", "--harness", "claude"]
+        outside = os.path.join(tmp, "plain")  # a repository without storm (a user-level install)
+        os.makedirs(outside)
+        git(outside, "init", "-q")
         baseline = [sys.executable, "-c", "pass"]
         out: dict = {"rounds": rounds, "python": sys.version.split()[0], "rows": []}
         for env_name, env in envs(tmp).items():
@@ -97,10 +117,13 @@ def run(rounds: int) -> dict:
                     os.path.dirname(__import__("storm_git").__file__))], capture_output=True)
             base = statistics.median(timed(baseline, b"", repo, env) for _ in range(rounds))
             out["rows"].append({"env": env_name, "route": "python -c pass", "kind": "baseline",
-                                "median_ms": base * 1e3, "ratio": 1.0})
+                                "median": base if INSTRUCTIONS else base * 1e3, "ratio": 1.0})
             for route, argv in routes.items():
-                samples: dict[str, list[float]] = {k: [] for k in ("nothing", "read", "pre-edit", "post-edit", "bash")}
+                samples: dict[str, list[float]] = {k: [] for k in ("not storm", "nothing", "read", "pre-edit",
+                                                                   "post-edit", "bash")}
                 for i in range(rounds):
+                    samples["not storm"].append(timed(argv, event(outside, "PreToolUse", "Write", {
+                        "file_path": os.path.join(outside, "a.py"), "content": "x"}, f"p{i}"), outside, env))
                     uid = f"{env_name}-{route}-{i}"
                     samples["nothing"].append(timed(argv, event(repo, "PreToolUse", "Read", {"file_path": api}, uid),
                                                     repo, env))
@@ -116,8 +139,8 @@ def run(rounds: int) -> dict:
                                            + timed(argv, event(repo, "PostToolUse", "Bash", bash, uid + "b"), repo, env))
                 for kind, xs in samples.items():
                     m = statistics.median(xs)
-                    out["rows"].append({"env": env_name, "route": route, "kind": kind, "median_ms": m * 1e3,
-                                        "ratio": m / base})
+                    out["rows"].append({"env": env_name, "route": route, "kind": kind,
+                                        "median": m if INSTRUCTIONS else m * 1e3, "ratio": m / base})
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,15 +150,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", action="store_true", help="JSON on stdout")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions with valgrind's callgrind instead of timing (load-independent)")
+    ap.add_argument("--before", metavar="GIT_STORM", help="another build's git-storm, measured as a third route")
     args = ap.parse_args()
-    res = run(args.rounds)
+    global INSTRUCTIONS
+    INSTRUCTIONS = args.instructions
+    res = run(1 if args.instructions else args.rounds, args.before)
+    res["unit"] = "instructions" if args.instructions else "ms"
     if args.json:
         print(json.dumps(res, indent=1))
         return
+    unit = "Minstr" if args.instructions else "ms"
     print(f"hook call cost, median of {res['rounds']} (Python {res['python']}, process start included)")
-    print(f"{'bytecode':<12} {'route':<15} {'call':<10} {'median ms':>10} {'x python -c pass':>17}")
+    print(f"{'bytecode':<12} {'route':<15} {'call':<10} {'median ' + unit:>12} {'x python -c pass':>17}")
     for r in res["rows"]:
-        print(f"{r['env']:<12} {r['route']:<15} {r['kind']:<10} {r['median_ms']:>10.1f} {r['ratio']:>17.1f}")
+        value = r["median"] / 1e6 if args.instructions else r["median"]
+        print(f"{r['env']:<12} {r['route']:<15} {r['kind']:<10} {value:>12.1f} {r['ratio']:>17.1f}")
 
 
 if __name__ == "__main__":
