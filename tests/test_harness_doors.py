@@ -153,16 +153,22 @@ def _pre(repo, session, tool_input, use_id, tool="Write"):
     return decision(hook(repo, claude_event(repo, session, "PreToolUse", tool, tool_input, use_id)))
 
 
-def test_a_lease_whose_edit_never_ran_is_taken_over_after_a_second(repo):
-    """A's pre hook leases util; A's tool never runs and no post hook comes (Codex after
-    a failed apply_patch, Claude Code refusing the edit). B must not wait out the
-    lease: with harnessWaitSeconds at 4, a 30 s lease held it to a 'reserved' denial."""
+def _a_leases_util(repo, wait_seconds: str):
+    """A and B read util; A's pre hook for a Write of it takes a 30 s lease."""
     git(repo, "config", "storm.leaseSeconds", "30")
-    git(repo, "config", "storm.harnessWaitSeconds", "4")
+    git(repo, "config", "storm.harnessWaitSeconds", wait_seconds)
     util = repo / "src/util.py"
     read(repo, "A", "src/util.py", "r1")
     read(repo, "B", "src/util.py", "r2")
     assert _pre(repo, "A", {"file_path": str(util), "content": "a = 1\n"}, "w1") is None
+    return util
+
+
+def test_a_lease_whose_edit_never_ran_is_taken_over_after_a_second(repo):
+    """A's pre hook leases util; A's tool never runs and no post hook comes (Codex after
+    a failed apply_patch, Claude Code refusing the edit). B must not wait out the
+    lease: with harnessWaitSeconds at 4, a 30 s lease held it to a 'reserved' denial."""
+    util = _a_leases_util(repo, "4")
     assert _pre(repo, "B", {"file_path": str(util), "content": "b = 2\n"}, "w2") is None  # after ~1 s
     util.write_text("b = 2\n")
     assert decision(hook(repo, claude_event(repo, "B", "PostToolUse", "Write",
@@ -178,12 +184,7 @@ def test_a_lease_whose_edit_never_ran_is_taken_over_after_a_second(repo):
 
 def test_a_lease_whose_edit_ran_is_waited_for(repo):
     """The tool wrote the file and its post hook has not come yet: the lease holds."""
-    git(repo, "config", "storm.leaseSeconds", "30")
-    git(repo, "config", "storm.harnessWaitSeconds", "2")
-    util = repo / "src/util.py"
-    read(repo, "A", "src/util.py", "r1")
-    read(repo, "B", "src/util.py", "r2")
-    assert _pre(repo, "A", {"file_path": str(util), "content": "a = 1\n"}, "w1") is None
+    util = _a_leases_util(repo, "2")
     util.write_text("a = 1\n")  # A's Write tool ran
     out = _pre(repo, "B", {"file_path": str(util), "content": "b = 2\n"}, "w2")
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"

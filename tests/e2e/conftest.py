@@ -15,6 +15,7 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 # captured before the suite's hermetic HOME replaces it: the installs are cached across runs
 CACHE = os.environ.get("STORM_HARNESS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "storm-harnesses")
 
@@ -37,3 +38,14 @@ def harness_bin() -> Path:
     path = Path(r.stdout.strip().splitlines()[-1])
     assert (path / "claude").exists() and (path / "codex").exists(), path
     return path
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(a storm repository with the default files, a HOME for the harness, the hook log)."""
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    home.mkdir()
+    return repo, home, tmp_path / "hooks.jsonl"

@@ -135,3 +135,29 @@ def trust_codex_hooks(repo: Path, codex_home_dir: Path) -> None:
     state = codex_trust.check(str(repo), str(hooks_file), data, lambda g: " harness hook" in json.dumps(g),
                               {"CODEX_HOME": str(codex_home_dir)})
     codex_trust.write(state)
+
+
+def finish(runs: list[Run], server: Any, script: Any) -> None:
+    """Wait for every session (each must end well), stop the model, and keep what each
+    session's model saw in STORM_E2E_DUMP (a directory) when it is set."""
+    try:
+        for r in [run.wait() for run in runs]:
+            assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
+    finally:
+        server.shutdown()
+    dump = os.environ.get("STORM_E2E_DUMP")
+    if dump:
+        Path(dump).mkdir(parents=True, exist_ok=True)
+        name = os.environ.get("PYTEST_CURRENT_TEST", "run").split(" ")[0].split("::")[-1]
+        (Path(dump) / f"{name}.json").write_text(json.dumps(script.results, indent=1))
+
+
+def writers(log: Path, path: str) -> list[str]:
+    """The agents whose writes of ``path`` the hooks recorded, in order."""
+    return [e["agent"] for e in hook_log(log) if e.get("action") == "recorded-write" and path in e["paths"]]
+
+
+def workspace(repo: Path, path: str) -> bytes:
+    """``path`` at the shared head, as git has it."""
+    return subprocess.run(["git", "show", f"refs/storm/workspace:{path}"], cwd=repo, check=True,
+                          capture_output=True).stdout

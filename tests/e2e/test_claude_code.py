@@ -4,7 +4,6 @@ is what a model would have seen. Run with ``pytest -m harness tests/e2e``."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -14,17 +13,12 @@ import harnesses as hx
 from model_server import Script, serve
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import git, make_repo, show, storm  # noqa: E402
+from helpers import git, storm  # noqa: E402
+
+workspace = hx.workspace
 
 pytestmark = pytest.mark.harness
 
-
-@pytest.fixture
-def world(tmp_path):
-    repo = make_repo(tmp_path / "repo")
-    home = tmp_path / "home"
-    home.mkdir()
-    return repo, home, tmp_path / "hooks.jsonl"
 
 
 def install(repo: Path, home: Path, *args: str) -> None:
@@ -37,27 +31,12 @@ def play(bin_dir, repo, home, log, sessions, cwd=None, **kw):
     """Run one Claude Code per session (concurrently) on the script; return it."""
     script = Script(sessions)
     server, port = serve(script)
-    try:
-        runs = [hx.claude(bin_dir, cwd or repo, f"[[{name}]] do the task", port, home, log, **kw)
-                for name in sessions if not name.endswith("-sub")]
-        for r in [run.wait() for run in runs]:
-            assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
-    finally:
-        server.shutdown()
-    dump = os.environ.get("STORM_E2E_DUMP")  # what each session's model saw, for a person to read
-    if dump:
-        Path(dump).mkdir(parents=True, exist_ok=True)
-        name = os.environ.get("PYTEST_CURRENT_TEST", "run").split(" ")[0].split("::")[-1]
-        (Path(dump) / f"{name}.json").write_text(json.dumps(script.results, indent=1))
+    runs = [hx.claude(bin_dir, cwd or repo, f"[[{name}]] do the task", port, home, log, **kw)
+            for name in sessions if not name.endswith("-sub")]
+    hx.finish(runs, server, script)
     return script
 
 
-def agents_that_wrote(log: Path, path: str) -> list[str]:
-    return [e["agent"] for e in hx.hook_log(log) if e.get("action") == "recorded-write" and path in e["paths"]]
-
-
-def workspace(repo: Path, path: str) -> bytes:
-    return show(repo, "refs/storm/workspace", path)
 
 
 def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_again(harness_bin, world):
@@ -75,7 +54,7 @@ def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_agai
               {"tool": "Edit", "input": {"file_path": api, "old_string": "return http_get(url)",
                                          "new_string": "return http_get(url, 5)"}}],
     })
-    [a] = agents_that_wrote(log, "src/api.py")[:1]
+    [a] = hx.writers(log, "src/api.py")[:1]
     out = script.outputs("B")
     # Claude Code's own check refuses the stale edit before any hook runs ...
     assert "modified since read" in out[1], out[1]
@@ -84,7 +63,7 @@ def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_agai
     assert "+def fetch(url, timeout=10):  # A: callers hang" in out[2]
     content = workspace(repo, "src/api.py").decode()
     assert "timeout=10" in content and "http_get(url, 5)" in content  # no lost update
-    writers = agents_that_wrote(log, "src/api.py")
+    writers = hx.writers(log, "src/api.py")
     assert len(set(writers)) == 2 and a in writers
     assert (repo / "src/api.py").read_bytes() == workspace(repo, "src/api.py")
     st = json.loads(storm(repo, "status", "--json").stdout)
@@ -120,7 +99,7 @@ def test_a_stale_dependency_is_denied_with_the_diff_and_the_retry_lands(harness_
 def test_new_file_shell_edit_failing_edit_and_an_unread_file_in_one_session(harness_bin, world):
     repo, home, log = world
     install(repo, home)
-    client, util, new = str(repo / "src/client.py"), str(repo / "src/util.py"), str(repo / "src/new.py")
+    client, new = str(repo / "src/client.py"), str(repo / "src/new.py")
     script = play(harness_bin, repo, home, log, {
         "A": [{"tool": "Write", "input": {"file_path": new, "content": "X = 1\n"}},
               {"tool": "Bash", "input": {"command": "sed -i 's/lo, hi/low, high/' src/util.py && echo edited",
@@ -162,7 +141,7 @@ def test_a_subagent_is_an_agent_of_its_own(harness_bin, world):
                   {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
                                              "new_string": "def clamp(x, lo, hi):  # sub: checked"}}],
     })
-    [writer] = agents_that_wrote(log, "src/util.py")
+    [writer] = hx.writers(log, "src/util.py")
     assert writer.startswith("claude-") and "-sub-" in writer
     assert b"# sub: checked" in workspace(repo, "src/util.py")
 
@@ -186,7 +165,7 @@ def test_a_session_started_in_a_subdirectory(harness_bin, world):
     storm(repo, "checkout", "src/util.py")
     install(repo, home, "--user")
     play(harness_bin, repo, home, log, {"B": steps("b")}, cwd=repo / "src")
-    assert agents_that_wrote(log, "src/util.py")
+    assert hx.writers(log, "src/util.py")
     assert b"def clamp_b(" in workspace(repo, "src/util.py")
     # at the top, with both settings installed, each hook runs once (the same command)
     n = len(hx.hook_log(log))

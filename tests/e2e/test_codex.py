@@ -3,8 +3,6 @@
 ``pytest -m harness tests/e2e``."""
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -14,7 +12,9 @@ import harnesses as hx
 from model_server import Script, serve
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import git, make_repo, show, storm  # noqa: E402
+from helpers import git, storm  # noqa: E402
+
+workspace = hx.workspace
 
 pytestmark = pytest.mark.harness
 
@@ -23,13 +23,6 @@ def patch(path: str, *hunks: tuple[str, str]) -> str:
     body = "".join(f"@@\n-{old}\n+{new}\n" for old, new in hunks)
     return f"*** Begin Patch\n*** Update File: {path}\n{body}*** End Patch\n"
 
-
-@pytest.fixture
-def world(tmp_path):
-    repo = make_repo(tmp_path / "repo")
-    home = tmp_path / "home"
-    home.mkdir()
-    return repo, home, tmp_path / "hooks.jsonl"
 
 
 def play(bin_dir, repo, home, log, sessions, cwd=None, trust=True, extra_toml=""):
@@ -41,26 +34,11 @@ def play(bin_dir, repo, home, log, sessions, cwd=None, trust=True, extra_toml=""
     assert r.returncode == (0 if trust else 3), r.stderr
     if hx.use_other_build(repo / ".codex/hooks.json") and trust:
         hx.trust_codex_hooks(repo, home / ".codex")
-    try:
-        runs = [hx.codex(bin_dir, cwd or repo, f"[[{name}]] do the task", home, log) for name in sessions]
-        for r in [run.wait() for run in runs]:
-            assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
-    finally:
-        server.shutdown()
-    dump = os.environ.get("STORM_E2E_DUMP")
-    if dump:
-        Path(dump).mkdir(parents=True, exist_ok=True)
-        name = os.environ.get("PYTEST_CURRENT_TEST", "run").split(" ")[0].split("::")[-1]
-        (Path(dump) / f"{name}.json").write_text(json.dumps(script.results, indent=1))
+    runs = [hx.codex(bin_dir, cwd or repo, f"[[{name}]] do the task", home, log) for name in sessions]
+    hx.finish(runs, server, script)
     return script
 
 
-def writes(log: Path, path: str) -> list[str]:
-    return [e["agent"] for e in hx.hook_log(log) if e.get("action") == "recorded-write" and path in e["paths"]]
-
-
-def workspace(repo: Path, path: str) -> bytes:
-    return show(repo, "refs/storm/workspace", path)
 
 
 def test_untrusted_hooks_never_run_and_install_says_so(harness_bin, world):
@@ -74,7 +52,7 @@ def test_untrusted_hooks_never_run_and_install_says_so(harness_bin, world):
     assert r.returncode == 3 and "codex: NOT active" in r.stdout and "not trusted" in r.stdout
     storm(repo, "checkout", "src/util.py")
     play(harness_bin, repo, home, log, steps, trust=True)
-    assert writes(log, "src/util.py") and b"lo=0" in workspace(repo, "src/util.py")
+    assert hx.writers(log, "src/util.py") and b"lo=0" in workspace(repo, "src/util.py")
 
 
 def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, world):
@@ -99,7 +77,7 @@ def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, 
     assert "Success" in a[2], a[2]  # A's next patch was not held by B's lease
     content = workspace(repo, "src/api.py").decode()
     assert "timeout=10" in content and "http_get(url, timeout)" in content and "retries" not in content
-    assert len(set(writes(log, "src/api.py"))) == 1
+    assert len(set(hx.writers(log, "src/api.py"))) == 1
     agents = {e["agent"] for e in hx.hook_log(log)}
     assert len(agents) == 2 and all(x.startswith("codex-") for x in agents)  # two sessions, two agents
 
@@ -125,4 +103,4 @@ def test_a_session_started_in_a_subdirectory_is_guarded(harness_bin, world):
     play(harness_bin, repo, home, log, {
         "A": [{"tool": "apply_patch", "patch": patch("util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))}],
     }, cwd=repo / "src")
-    assert writes(log, "src/util.py") and b"hi=9" in workspace(repo, "src/util.py")
+    assert hx.writers(log, "src/util.py") and b"hi=9" in workspace(repo, "src/util.py")
