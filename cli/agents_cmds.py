@@ -93,20 +93,24 @@ def harness() -> None:
     """Claude Code and Codex hooks: agents keep their own file tools, storm validates.
 
     'install' writes the hooks into the project's .claude/settings.json
-    (Claude Code) or .codex/hooks.json (Codex), merged with what is there;
-    'uninstall' removes exactly them. The harness then runs 'git storm harness
-    hook' around each tool call: after Read the version seen is recorded;
-    before Edit/MultiEdit/Write (Codex: apply_patch) the agent's read set is
-    validated and the file leased for storm.leaseSeconds (default 10), or the
-    call is denied with the diff as the reason; after it the file on disk is
-    recorded as the agent's write; Bash calls are recorded as exec records
-    commands. Agent id: --agent, else $STORM_AGENT, else derived from the
-    session id. See docs/agents.md.
+    (Claude Code; --user: the user's settings, read wherever a session starts)
+    or .codex/hooks.json (Codex; --trust also writes the trust Codex needs to
+    run them), merged with what is there; 'status' says whether each harness
+    will run them and what is missing; 'uninstall' removes exactly them. The
+    harness then runs 'git storm harness hook' around each tool call: after
+    Read the version seen is recorded (with what changed since a previous
+    read); before Edit/MultiEdit/Write (Codex: apply_patch) the agent's read
+    set is validated and the file leased for storm.leaseSeconds (default 10),
+    or the call is denied with the diff; after it the file on disk is recorded
+    as the agent's write, validated again; Bash calls are recorded as exec
+    records commands. Agent id: --agent, else $STORM_AGENT, else derived from
+    the session id. See docs/agents.md.
 
     \b
     Example:
-      git storm harness install claude
-      STORM_AGENT=engineer_1 claude     # each session its own agent
+      git storm harness install claude --user
+      git storm harness install codex --trust
+      git storm harness status
       git storm harness uninstall claude
     """
 
