@@ -7,16 +7,20 @@ harness expects. The flow, per tool:
 
 * after ``Read``: the version the agent saw is recorded in its read set (the
   shared head's blob when the disk holds it; otherwise the version the disk's
-  content derives from, see :func:`post_read`);
+  content derives from, see :func:`post_read`), with what changed since the
+  agent's previous read of the file and who changed it;
 * before ``Edit``/``MultiEdit``/``Write``/``NotebookEdit`` (Codex: ``apply_patch``): the agent's
   read set is validated for those paths exactly as a write is, and a short
   *lease* (a reservation, ``storm.leaseSeconds``, default 10 s) is taken on
   them, so no other agent's write lands between the check and the tool's own
   write; or the call is denied with the rejection (diff, current content) as
   the reason, and, as with every storm rejection, what it showed now counts as
-  read;
+  read. A lease whose edit never ran (no post hook comes) is taken over by
+  another agent after LEASE_GRACE (:func:`_never_ran`);
 * after it: the file now on disk is recorded as the agent's write, validated
-  against the version checked before (``expected``), which also ends the lease;
+  against the version checked before (``expected``) and the agent's whole read
+  set again (a file read may have changed while the tool ran), which also ends
+  the lease;
 * before and after ``Bash``: the pre-hook marks the file-system clock (or
   snapshots, as ``exec`` does), the post-hook finds the files the command
   changed and records them as one write (``Storm-Op: exec``).
@@ -434,7 +438,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                     expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
                     _save_pending(_pending_file(store, agent, event, paths),
                                   {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
-                                   "time": time.time(), "since": now, "pid": os.getppid(),
+                                   "time": time.time(), "since": now,
                                    "tool_use_id": event.tool_use_id,
                                    "disk": {p: _encode_state(disk.disk_state(store.main_workdir, p))
                                             for p in paths}})

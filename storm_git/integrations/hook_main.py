@@ -125,7 +125,7 @@ def _set_wait_policy() -> None:
     from ..core.locks import WaitPolicy, set_wait_policy
 
     def timeout(commondir: str) -> float | None:
-        from ..cli.main import lock_timeout  # only when a lock is actually waited for
+        from ..core.lockconfig import lock_timeout  # only when a lock is actually waited for
 
         return lock_timeout(commondir, cap=HOOK_LOCK_SECONDS)
 
