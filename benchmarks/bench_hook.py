@@ -94,7 +94,7 @@ def envs(tmp: str) -> dict[str, dict[str, str]]:
     return {"cached": base, "no bytecode": cold}
 
 
-def run(rounds: int, before: str | None = None, plain: bool = True) -> dict:
+def run(rounds: int, before: str | None = None, cached_only: bool = False) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-hook-")
     try:
         repo = make_repo(tmp)
@@ -112,6 +112,8 @@ def run(rounds: int, before: str | None = None, plain: bool = True) -> dict:
         baseline = [sys.executable, "-c", "pass"]
         out: dict = {"rounds": rounds, "python": sys.version.split()[0], "rows": []}
         for env_name, env in envs(tmp).items():
+            if cached_only and env_name != "cached":
+                continue
             if env_name == "cached":  # make sure the bytecode is there
                 subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(
                     os.path.dirname(__import__("storm_git").__file__))], capture_output=True)
@@ -153,10 +155,12 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true",
                     help="count instructions with valgrind's callgrind instead of timing (load-independent)")
     ap.add_argument("--before", metavar="GIT_STORM", help="another build's git-storm, measured as a third route")
+    ap.add_argument("--cached-only", action="store_true", help="only with bytecode cached (an uncached run under "
+                                                                 "callgrind mostly counts the compiler)")
     args = ap.parse_args()
     global INSTRUCTIONS
     INSTRUCTIONS = args.instructions
-    res = run(1 if args.instructions else args.rounds, args.before)
+    res = run(1 if args.instructions else args.rounds, args.before, args.cached_only)
     res["unit"] = "instructions" if args.instructions else "ms"
     if args.json:
         print(json.dumps(res, indent=1))
