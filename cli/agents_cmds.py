@@ -3,15 +3,11 @@
 Codex hooks)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-import shlex
-
 import click
 
-from storm_git.core.paths import quoted
 from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
 
 
@@ -97,20 +93,24 @@ def harness() -> None:
     """Claude Code and Codex hooks: agents keep their own file tools, storm validates.
 
     'install' writes the hooks into the project's .claude/settings.json
-    (Claude Code) or .codex/hooks.json (Codex), merged with what is there;
-    'uninstall' removes exactly them. The harness then runs 'git storm harness
-    hook' around each tool call: after Read the version seen is recorded;
-    before Edit/MultiEdit/Write (Codex: apply_patch) the agent's read set is
-    validated and the file leased for storm.leaseSeconds (default 10), or the
-    call is denied with the diff as the reason; after it the file on disk is
-    recorded as the agent's write; Bash calls are recorded as exec records
-    commands. Agent id: --agent, else $STORM_AGENT, else derived from the
-    session id. See docs/agents.md.
+    (Claude Code; --user: the user's settings, read wherever a session starts)
+    or .codex/hooks.json (Codex; --trust also writes the trust Codex needs to
+    run them), merged with what is there; 'status' says whether each harness
+    will run them and what is missing; 'uninstall' removes exactly them. The
+    harness then runs 'git storm harness hook' around each tool call: after
+    Read the version seen is recorded (with what changed since a previous
+    read); before Edit/MultiEdit/Write (Codex: apply_patch) the agent's read
+    set is validated and the file leased for storm.leaseSeconds (default 10),
+    or the call is denied with the diff; after it the file on disk is recorded
+    as the agent's write, validated again; Bash calls are recorded as exec
+    records commands. Agent id: --agent, else $STORM_AGENT, else derived from
+    the session id. See docs/agents.md.
 
     \b
     Example:
-      git storm harness install claude
-      STORM_AGENT=engineer_1 claude     # each session its own agent
+      git storm harness install claude --user
+      git storm harness install codex --trust
+      git storm harness status
       git storm harness uninstall claude
     """
 
@@ -130,50 +130,78 @@ def _install_lines(res, verb: str) -> list[str]:
 @click.argument("which", type=click.Choice(["claude", "codex"]), metavar="claude|codex")
 @click.option("--agent", "-a", metavar="ID", default=None,
               help="Bake this agent id into the hook command (only when one session uses these settings).")
+@click.option("--user", "user", is_flag=True,
+              help="Claude Code: install in the user's settings (~/.claude/settings.json), which a session "
+                   "started anywhere reads, a subdirectory included.")
+@click.option("--trust", is_flag=True,
+              help="Codex: also write the trust entries Codex needs to run the hooks into the user's Codex "
+                   "config (the project's trust_level and each hook's trusted_hash), and show them.")
 @json_option
-def harness_install(which: str, agent: str | None, as_json: bool) -> None:
+def harness_install(which: str, agent: str | None, user: bool, trust: bool, as_json: bool) -> None:
     """Write storm's hooks into the project's Claude Code or Codex settings.
 
     Merges into .claude/settings.json (claude) or .codex/hooks.json (codex),
     keeping the other keys and hooks; running it again changes nothing. A file
     storm creates is added to .git/info/exclude; a tracked file that changes is
-    reported. Codex loads project hooks only from a trusted project.
+    reported.
+
+    Claude Code reads .claude/settings.json where it starts: a session started
+    in a subdirectory runs without these hooks unless they are also in the
+    user's settings (--user). Codex runs a project's hooks only when the
+    user's Codex config trusts the project and each hook by its hash: install
+    says what is missing; --trust writes it (and prints what it wrote).
+    Exit 3 when the harness will not run the hooks as installed.
 
     \b
     Example:
       git storm harness install claude
-      git storm harness install codex --agent engineer_2
+      git storm harness install claude --user
+      git storm harness install codex --trust
     """
     from storm_git.admin.harness_install import install
+    from storm_git.core.errors import UsageError
     from storm_git.core.store import Store
 
-    res = install(Store.discover(), which, agent)
+    if trust and which != "codex":
+        raise UsageError("--trust is for Codex only", hint="git storm harness install codex --trust")
+    res = install(Store.discover(), which, agent, scope="user" if user else "project", trust=trust)
     if as_json:
         _emit_json(res.to_dict())
-        return
-    for line in _install_lines(res, "installed"):
-        click.echo(line)
-    for w in res.warnings:
-        click.echo(f"warning: {w}", err=True)
+    else:
+        for line in _install_lines(res, "installed"):
+            click.echo(line)
+        if res.trust_written:
+            click.echo(f"wrote to the user's Codex config:\n{res.trust_written.rstrip()}")
+        for w in res.warnings:
+            click.echo(f"warning: {w}", err=True)
+        if res.inactive:
+            click.echo("Codex will NOT run these hooks: " + "; ".join(res.inactive), err=True)
+            click.echo("  fix: git storm harness install codex --trust (writes the entries and shows them), or "
+                       "review the hooks with /hooks in Codex", err=True)
+    if res.inactive:
+        sys.exit(3)
 
 
 @harness.command("uninstall", context_settings=CONTEXT)
 @click.argument("which", type=click.Choice(["claude", "codex"]), metavar="claude|codex")
+@click.option("--user", "user", is_flag=True, help="Claude Code: remove storm's hooks from the user's settings.")
 @json_option
-def harness_uninstall(which: str, as_json: bool) -> None:
+def harness_uninstall(which: str, user: bool, as_json: bool) -> None:
     """Remove storm's hooks from the project's Claude Code or Codex settings.
 
     Only storm's own entries go; the file is put back byte for byte when
-    nothing else changed in it, and deleted when storm created it.
+    nothing else changed in it, and deleted when storm created it. Codex trust
+    entries in the user's config are left as they are (they name a hash only).
 
     \b
     Example:
       git storm harness uninstall claude
+      git storm harness uninstall claude --user
     """
     from storm_git.admin.harness_install import uninstall
     from storm_git.core.store import Store
 
-    res = uninstall(Store.discover(), which)
+    res = uninstall(Store.discover(), which, scope="user" if user else "project")
     if as_json:
         _emit_json(res.to_dict())
         return
@@ -181,47 +209,40 @@ def harness_uninstall(which: str, as_json: bool) -> None:
         click.echo(line)
 
 
-ADVICE = {
-    "direct_conflict": "Another agent changed this file since you read it. Read it again and redo your change "
-                       "on top of theirs (do not paste your old version back).",
-    "stale_dependency": "A file you read changed since. Check your change still fits it (the diff is above), "
-                        "then retry.",
-    "unread_target": "You had not read this file. Its content is above and now counts as read: base your change "
-                     "on it and retry.",
-    "reserved": "Another agent is re-planning this file after its own conflict. Retry in a few seconds, or work "
-                "on something else first.",
-}
+@harness.command("status", context_settings=CONTEXT)
+@json_option
+def harness_status(as_json: bool) -> None:
+    """Say whether Claude Code and Codex will run storm's hooks here, and what is missing.
 
+    Claude Code: installed in the project's settings and/or the user's (only
+    the user's cover a session started in a subdirectory). Codex: installed in
+    .codex/hooks.json, the project trusted and each hook trusted by its current
+    hash in the user's Codex config. Exit 0 when every installed harness runs
+    them, 3 when one is installed but will not (the line says how to fix it).
 
-def _reason(res) -> str:
-    """The text the model reads: what happened, the payload, what to do."""
-    from storm_git.core import render
+    \b
+    Example:
+      git storm harness status
+      git storm harness status --json
+    """
+    from storm_git.admin.harness_install import status
+    from storm_git.core.store import Store
 
-    r = res.rejection
-    tool = res.event.tool if res.event else "the tool"
-    if res.decision == "deny":
-        head = f"git storm refused this {tool} of {', '.join(map(quoted, res.paths))} (nothing was written)."
+    rows = status(Store.discover())
+    if as_json:
+        _emit_json([r.to_dict() for r in rows])
     else:
-        head = (f"git storm could not record this {tool}: its result is on disk but is NOT part of the shared "
-                f"state ({', '.join(map(quoted, res.paths))}).")
-    advice = ADVICE.get(r.reason, "")
-    offer = getattr(r, "rebased", None)
-    if offer is not None and offer.clean and res.decision == "deny":
-        advice = (f"Your change re-applies cleanly on the current version (the last diff above). If that is still "
-                  f"what you want, accept it with the shell command: git storm write {shlex.quote(r.path)} "
-                  f"--rebased --agent {res.agent}; otherwise read the file again and redo your change.")
-    return "\n".join(x for x in (head, render.rejection(r), advice, res.message) if x)
-
-
-HOOK_LOCK_SECONDS = 40.0  # a hook's wait for a lock: well inside the harness's 60 s
-
-
-def _is_pre_write(hh, data: bytes, which: str) -> bool:
-    try:
-        e = hh.parse_event(data, which)
-    except Exception:  # noqa: BLE001 - only asked to word a refusal
-        return False
-    return e.pre and e.tool in hh.EDIT_TOOLS + hh.PATCH_TOOLS
+        for r in rows:
+            where = ", ".join(r.installed) or "not installed"
+            state = ("active, from any directory" if r.active and r.subdirectories else
+                     "active when started at the top only" if r.active else "NOT active")
+            click.echo(f"{r.harness}: {state} ({where})")
+            for m in r.missing:
+                click.echo(f"  missing: {m}")
+            if r.fix:
+                click.echo(f"  fix: {r.fix}")
+    if any(r.installed and not r.active for r in rows):
+        sys.exit(3)
 
 
 @harness.command("hook", context_settings=CONTEXT)
@@ -234,53 +255,18 @@ def harness_hook(which: str, agent: str | None) -> None:
 
     Prints nothing when the call may go on (it never grants a permission
     itself); a denial as {"hookSpecificOutput": {"permissionDecision":
-    "deny", "permissionDecisionReason": ...}} with exit 0; a recorded write
-    that storm refused after the tool ran as {"decision": "block", "reason":
-    ...}. A bad event or an internal problem is one line on stderr and exit 1,
-    which the harness shows but does not treat as a denial. Outside a storm
+    "deny", "permissionDecisionReason": ...}} with exit 0; a write that
+    storm refused after the tool ran as {"decision": "block", "reason": ...}
+    (Codex, after a shell command: as additionalContext, so the command's
+    output stays). It fails closed: a problem before a tool is a denial, after
+    it a block, both read by the model; an event that is not JSON is exit 2
+    with the reason on stderr (blocking in both harnesses). Outside a storm
     repository, and in worktree mode, it does nothing.
 
     \b
     Example:
       git storm harness hook --harness claude < event.json
     """
-    from storm_git.cli.app import wait_with_a_deadline
-    from storm_git.core.errors import Busy, StormError
-    from storm_git.integrations import harness as hh
+    from storm_git.integrations.hook_main import main as hook_main
 
-    wait_with_a_deadline(cap=HOOK_LOCK_SECONDS)  # the harness kills a hook after 60 s
-    data = sys.stdin.buffer.read()
-    try:
-        res = hh.hook(data, harness=which, agent=agent)
-    except StormError as exc:
-        if isinstance(exc, Busy) and _is_pre_write(hh, data, which):
-            # an edit storm could not check must not go on unchecked: deny it, the model retries
-            reason = f"git storm could not check this edit now: {exc}. Nothing was written; retry in a moment."
-            click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                                          "permissionDecisionReason": reason}}, ensure_ascii=False))
-            sys.exit(0)
-        click.echo(f"git storm harness hook: {exc}".replace("\n", " "), err=True)
-        sys.exit(1)
-    except Exception as exc:  # noqa: BLE001 - never wedge the harness: exit 1 is non-blocking
-        if os.environ.get("STORM_DEBUG"):
-            raise
-        click.echo(f"git storm harness hook: internal error {type(exc).__name__}: {exc} "
-                   "(a bug: rerun with STORM_DEBUG=1 and report it)".replace("\n", " "), err=True)
-        sys.exit(1)
-    event = res.event.event if res.event else "PreToolUse"
-    if res.decision == "deny":
-        out = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                      "permissionDecisionReason": _reason(res)}}
-    elif res.decision == "block":
-        text = _reason(res)
-        out = {"decision": "block", "reason": text,
-               "hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
-    elif res.decision == "note" and res.message:
-        out = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": res.message}}
-    else:
-        out = None
-    if out is not None:
-        click.echo(json.dumps(out, ensure_ascii=False))
-    if os.environ.get("STORM_HOOK_LOG"):  # for debugging a setup: one line per call
-        with open(os.environ["STORM_HOOK_LOG"], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"event": event, **res.to_dict()}, ensure_ascii=False) + "\n")
+    sys.exit(hook_main(["--harness", which] + (["--agent", agent] if agent is not None else [])))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Any, Callable
 
@@ -88,28 +87,11 @@ def cli() -> None:
     """
 
 
-DEFAULT_LOCK_TIMEOUT = 300.0
-
-
 def lock_timeout(commondir: str, *, cap: float | None = None) -> float | None:
-    """``storm.lockTimeout`` (seconds; 0: forever), read only when a lock is taken
-    (the fast path never reads it). ``cap``: at most this (a harness's hook budget)."""
-    from storm_git.core.errors import UsageError
-    from storm_git.core.store import git_env
+    """``storm.lockTimeout`` (storm_git.core.lockconfig), imported when a lock is waited for."""
+    from storm_git.core.lockconfig import lock_timeout as configured
 
-    r = subprocess.run(["git", "--git-dir", commondir, "config", "--get", "storm.lockTimeout"],
-                       capture_output=True, env=git_env())
-    raw = r.stdout.decode("utf-8", "replace").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_LOCK_TIMEOUT
-    except ValueError:
-        raise UsageError(f"storm.lockTimeout is {raw!r}, not a number of seconds",
-                         hint="git config storm.lockTimeout 300 (0: wait as long as it takes)") from None
-    if value < 0 or value != value:
-        raise UsageError(f"storm.lockTimeout is {raw!r}, not a number of seconds",
-                         hint="git config storm.lockTimeout 300 (0: wait as long as it takes)")
-    out = None if value == 0 else value
-    return out if cap is None else min(out if out is not None else cap, cap)
+    return configured(commondir, cap=cap)
 
 
 def say_waiting(w) -> None:

@@ -1,4 +1,4 @@
 """``python -m storm_git`` runs the git-storm command line."""
-from storm_git.cli.main import main
+from storm_git.entry import main
 
 main()

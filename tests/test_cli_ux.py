@@ -417,7 +417,7 @@ def test_a_harness_edit_storm_cannot_check_in_time_is_denied_not_let_through(rep
         holder.wait()
     assert r.returncode == 0, r.stderr
     spec = json.loads(r.stdout)["hookSpecificOutput"]
-    assert spec["permissionDecision"] == "deny" and "could not check this edit" in spec["permissionDecisionReason"]
+    assert spec["permissionDecision"] == "deny" and "could not check this Edit" in spec["permissionDecisionReason"]
 
 
 # -- the command list, grouped ------------------------------------------------------------

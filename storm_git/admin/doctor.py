@@ -68,6 +68,10 @@ What it looks for:
 * ``unused_remote_state`` (harmless): copies of server refs and files that older
   remote clients kept (a turn ref, a line of waiting clones, a relay's records);
   nothing reads them. The fix deletes them.
+* ``codex_hooks_untrusted``: ``.codex/hooks.json`` holds storm's hooks but the
+  user's Codex config does not trust the project or a hook's current hash, so
+  Codex silently never runs them. Not fixed here: trusting hooks is the user's
+  decision (``git storm harness install codex --trust`` writes the entries).
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -401,6 +405,11 @@ def _index_lock(store: Store, fix: bool, out: list[Finding]) -> None:
 
 
 def _harness_hooks(store: Store, fix: bool, out: list[Finding]) -> None:
+    trust = harness_install.codex_state(store)
+    if trust is not None and not trust.ok:  # never written by --fix: trusting hooks is the user's call
+        out.append(Finding("codex_hooks_untrusted", harness_install.TARGETS["codex"],
+                           "Codex will not run storm's hooks: " + "; ".join(trust.missing())
+                           + " (git storm harness install codex --trust writes the entries and shows them)", False))
     for st in harness_install.stale_installs(store):
         f = Finding("stale_harness_hooks", st.file,
                     f"storm's {st.harness} hooks predate this git storm: {', '.join(st.missing)} "

@@ -7,16 +7,20 @@ harness expects. The flow, per tool:
 
 * after ``Read``: the version the agent saw is recorded in its read set (the
   shared head's blob when the disk holds it; otherwise the version the disk's
-  content derives from, see :func:`post_read`);
+  content derives from, see :func:`post_read`), with what changed since the
+  agent's previous read of the file and who changed it;
 * before ``Edit``/``MultiEdit``/``Write``/``NotebookEdit`` (Codex: ``apply_patch``): the agent's
   read set is validated for those paths exactly as a write is, and a short
   *lease* (a reservation, ``storm.leaseSeconds``, default 10 s) is taken on
   them, so no other agent's write lands between the check and the tool's own
   write; or the call is denied with the rejection (diff, current content) as
   the reason, and, as with every storm rejection, what it showed now counts as
-  read;
+  read. A lease whose edit never ran (no post hook comes) is taken over by
+  another agent after LEASE_GRACE (:func:`_never_ran`);
 * after it: the file now on disk is recorded as the agent's write, validated
-  against the version checked before (``expected``), which also ends the lease;
+  against the version checked before (``expected``) and the agent's whole read
+  set again (a file read may have changed while the tool ran), which also ends
+  the lease;
 * before and after ``Bash``: the pre-hook marks the file-system clock (or
   snapshots, as ``exec`` does), the post-hook finds the files the command
   changed and records them as one write (``Storm-Op: exec``).
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ..core import disk, events, intents, readsets, render, reservations
+from ..core import disk, events, readsets, reservations
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
@@ -57,6 +61,7 @@ PATCH_TOOLS = ("apply_patch",)
 READ_TOOLS = ("Read",)
 SHELL_TOOLS = ("Bash",)
 DEFAULT_LEASE_SECONDS = 10.0
+LEASE_GRACE = 1.0  # after this, a lease whose edit left the disk untouched is taken to have never run
 DEFAULT_WAIT_SECONDS = 20.0  # a hook's whole run must stay well under the harness's timeout (60 s)
 PENDING_MAX_AGE = 3600.0
 OP = "harness"
@@ -162,15 +167,29 @@ def _slug(text: str, n: int) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", text)[:n]
 
 
+SESSION_CHARS = 32  # a UUID's 32 hex digits: the whole id, whatever version
+
+
+def session_slug(session_id: str) -> str:
+    """The session's part of an agent id: all its letters and digits (a UUID's 32),
+    or, for a longer id, 20 of them and 12 hex digits of a hash of the whole id.
+    Never a prefix alone: Codex's session ids are UUIDv7, whose first 12 digits are
+    the start time in milliseconds, shared by sessions started together."""
+    slug = _slug(session_id, len(session_id))
+    if len(slug) <= SESSION_CHARS:
+        return slug
+    return slug[:20] + hashlib.sha256(session_id.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
 def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str] | None = None) -> str:
     """The storm agent of a hook call: ``--agent``, else ``$STORM_AGENT``, else
-    ``<harness>-<first 12 letters/digits of session_id>``; a call made by a
-    subagent (``agent_id`` in the event) gets ``<that>-sub-<12 of agent_id>``,
-    since a subagent works concurrently and needs a read set of its own."""
+    ``<harness>-<session_slug(session_id)>``; a call made by a subagent (``agent_id``
+    in the event) gets ``<that>-sub-<12 of agent_id>``, since a subagent works
+    concurrently and needs a read set of its own."""
     env = os.environ if env is None else env
     base = explicit or env.get(ENV_VAR) or ""
     if not base:
-        sid = _slug(event.session_id, 12)
+        sid = session_slug(event.session_id)
         if not sid:
             raise BadEvent("no agent id: the event has no session_id and neither --agent nor "
                            f"{ENV_VAR} is set", hint="install with --agent ID or start the harness with "
@@ -184,22 +203,36 @@ def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str]
 # -- paths ----------------------------------------------------------------------------
 def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
     """The repository path of the file a tool's argument names, or None when storm
-    does not manage it (outside the shared working tree, in .git, an unusable name).
-    Symbolic links are followed, the last one too: the harnesses' file tools read and
-    write the file a link names (CLAUDE.md -> AGENTS.md); recording the link itself
-    would leave an edit through it an unmediated edit of its target, checked against
-    nothing."""
+    does not manage it (outside the shared working tree, or in git's own directory).
+    A name no file can have (a NUL, bytes that are not UTF-8) or one storm refuses
+    inside the tree raises BadPath: the hook refuses the call rather than let the
+    tool run unchecked. Symbolic links are followed, the last one too: the
+    harnesses' file tools read and write the file a link names (CLAUDE.md ->
+    AGENTS.md), so that file is what is validated and recorded."""
     if not isinstance(raw, str) or not raw:
         return None
+    shown = raw.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace") \
+        if not _encodable(raw) else raw
+    if "\0" in raw or not _encodable(raw):
+        raise BadPath(f"{shown!r} is not a usable file name (a NUL byte or bytes that are not UTF-8)",
+                      hint="name the file in plain UTF-8 text")
     full = raw if os.path.isabs(raw) else os.path.join(cwd, raw)
     top = os.path.realpath(store.main_workdir)
     real = os.path.realpath(full)
     if real != top and not real.startswith(top + os.sep):
         return None
+    rel = os.path.relpath(real, top).replace(os.sep, "/")
+    if rel == ".git" or rel.startswith(".git/"):
+        return None  # git's own files: not storm's to version
+    return normalize(rel)
+
+
+def _encodable(text: str) -> bool:
     try:
-        return normalize(os.path.relpath(real, top).replace(os.sep, "/"))
-    except BadPath:
-        return None
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def tool_paths(store: Store, event: HookEvent) -> list[str]:
@@ -308,6 +341,8 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     store = ws.store
     top = store.main_workdir
     entries = []
+    before = readsets.load(store, agent)
+    news: list[str] = []
     with flocked(store.commondir, "worktree"):
         rtree, _ = disk.record_tree(store)
         head = ws.head()
@@ -322,6 +357,9 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             base = disk.entry_or_none(store, rtree, p)
             if disk.same(have, cur):
                 entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
+                seen = before.get(p)
+                if seen is not None and seen.blob != (hex_(cur.oid) if cur else None):
+                    news.append(_news(ws, p, seen, cur, head))
             else:
                 entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
                 (behind if disk.same(have, base) else unmediated).append(p)
@@ -329,7 +367,7 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             disk.sync_locked(store, behind)
     if entries:
         readsets.record(store, agent, entries, why="harness read")
-    notes = []
+    notes = list(news)
     if behind:
         notes.append(f"storm: you read an older version of {', '.join(behind)}; the file on disk is now the "
                      "shared head's: read it again before editing it")
@@ -339,6 +377,24 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                      "records it as part of your write (git storm status shows it; git storm checkout PATH "
                      "discards it)")
     return HookResult(NOTE if notes else PASS, event, "recorded-read", agent, paths, message="\n".join(notes))
+
+
+NEWS_MAX_CHARS = 6000
+
+
+def _news(ws: "SharedWorkspace", path: str, seen: ReadEntry, cur: Any, head: Any) -> str:
+    """What changed in ``path`` since the agent's previous read, and who changed it: the
+    diff and the authors a rejection would have shown. The harness may have refused the
+    agent's stale edit itself (Claude Code's "modified since read" check runs before any
+    hook), so a re-read is where the agent learns what happened."""
+    change = ws._change(path, seen, cur, head)
+    by = ", ".join(change.changed_by) or "another agent"
+    versions = f"{change.versions_behind} version(s)" if change.versions_behind else "changed"
+    diff = "(binary file)" if change.binary else change.diff
+    if len(diff) > NEWS_MAX_CHARS:
+        diff = diff[:NEWS_MAX_CHARS] + "\n… (diff cut; git storm log shows each write)"
+    return (f"storm: {path} changed since your previous read ({versions}, by {by}); what they changed:\n"
+            f"{diff}".rstrip())
 
 
 def _lease_seconds(store: Store) -> float:
@@ -351,6 +407,9 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
 
     store = ws.store
     ws.catch_up(agent)  # on a remote: validate and lease against the server's head
+    content = event.tool_input.get("content")
+    if event.tool == "Write" and isinstance(content, str):  # refused before it lands, not after
+        ws._check_size(paths[0], content.encode("utf-8", "surrogateescape"))
     if event.harness == "codex":
         # Codex reads through the shell, which the hook cannot see: the patch's own
         # context lines are its read of each target it has not read otherwise.
@@ -372,7 +431,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             tree = store.commit(head).tree
             now = reservations.clock()
             blocked = next((r for r in (reservations.get(store, p, now) for p in paths)
-                            if r is not None and r.holder != agent), None)
+                            if r is not None and r.holder != agent and not _never_ran(store, r, now)), None)
             if blocked is None:
                 verdict = ws._validate(tree, paths, reads, dict(reads), None, {})
                 if verdict.reason is None:
@@ -381,7 +440,10 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                     expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
                     _save_pending(_pending_file(store, agent, event, paths),
                                   {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
-                                   "time": time.time()})
+                                   "time": time.time(), "since": now,
+                                   "tool_use_id": event.tool_use_id,
+                                   "disk": {p: _encode_state(disk.disk_state(store.main_workdir, p))
+                                            for p in paths}})
                     break
                 granted = ws._reject_locked(agent, OP, paths, verdict, head, now, hold)
                 break
@@ -397,6 +459,8 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     if verdict.reason is None:
         return HookResult(PASS, event, "validated-and-leased", agent, paths)
     rejection = ws._payload(agent, verdict, head, reads, granted)
+    from ..core import intents  # only a denial pays for it: the hook runs on every tool call
+
     rejection.intents_in_diff = intents.in_rejection(store, rejection)
     if verdict.reason == DIRECT_CONFLICT and len(paths) == 1:
         seen = reads.get(rejection.path)
@@ -427,6 +491,36 @@ def intended_content(event: HookEvent, base: bytes | None) -> bytes | None:
     return text.replace(old, new, -1 if inp.get("replace_all") else 1).encode("utf-8")
 
 
+def _never_ran(store: Store, lease: Reservation, now: float) -> bool:
+    """A harness lease whose edit never ran: its pre hook's record is over LEASE_GRACE
+    old and every file it leased is still as it was on disk then. The harness sends
+    no post hook when that happens (Codex after a failed ``apply_patch``; Claude Code
+    when it refuses an edit its pre hook allowed), and the lease would hold another
+    session's edit for the whole lease. Taking it over is safe even if the edit does
+    run later: that post hook validates against the version checked before, so it is
+    refused (with the diff) rather than undo the newer write. A reservation from a
+    rejection has no such record and is always kept."""
+    if now - lease.since < LEASE_GRACE:
+        return False
+    d = os.path.join(store.commondir, "storm", "harness", "pending", lease.holder)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            with open(os.path.join(d, name), encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if (not isinstance(rec, dict) or rec.get("kind") != "write" or lease.path not in (rec.get("paths") or [])
+                or rec.get("since") != lease.since or not isinstance(rec.get("disk"), dict)):
+            continue
+        return all(_encode_state(disk.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
+                   for p in rec["paths"])
+    return False
+
+
 def _release(store: Store, agent: str, paths: list[str]) -> bool:
     """End the agent's own leases on ``paths`` (never another agent's); whether any ended."""
     with flocked(store.commondir, "workspace"):
@@ -439,7 +533,19 @@ def _release(store: Store, agent: str, paths: list[str]) -> bool:
 
 def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     """Record the files the tool left on disk as the agent's write, validated against
-    the versions checked before it ran (without a pre hook: the disk record's, as adopt)."""
+    the versions checked before it ran (without a pre hook: the disk record's, as adopt)
+    and against the agent's whole read set again: a file it read may have changed
+    while the tool ran (its lease covers only the files it edits), and a write built
+    on a stale read must not land."""
+    try:
+        return _post_write(ws, agent, event, paths)
+    except BaseException:
+        if _release(ws.store, agent, paths):  # the refusal goes to the model; the lease must not outlive it
+            ws.publish_reservations()
+        raise
+
+
+def _post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     store = ws.store
     pending = _take_pending(_pending_file(store, agent, event, paths)) or {}
     expected_before = pending.get("expected") if isinstance(pending.get("expected"), dict) else {}
@@ -465,7 +571,8 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
         if _release(store, agent, paths):
             ws.publish_reservations()
         return HookResult(PASS, event, "nothing-changed", agent, paths)
-    res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=[], wait=True, op=OP,
+    # deps=None: the whole read set, as the pre hook validated it (expected covers the targets)
+    res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=None, wait=True, op=OP,
                    expected=expected)
     if _release(store, agent, [p for p in paths if p not in changes]):
         ws.publish_reservations()
@@ -474,6 +581,8 @@ def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[
         note = f"storm: recorded, flagged {', '.join(flagged)}" if flagged else ""
         return HookResult(NOTE if flagged else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
+    if _release(store, agent, [p for p in paths if p in changes and p != getattr(res.rejection, "path", None)]):
+        ws.publish_reservations()
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res)
 
 
@@ -562,6 +671,8 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
         return HookResult(NOTE if note else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
     if reverted:
+        from ..core import render
+
         note = "\n".join(x for x in (note, "storm: " + render.reverted_by_command(reverted)) if x)
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res,
                       message=note)

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""What one harness hook call costs, process start included, beside a plain
+``python -c pass`` started the same way.
+
+A harness starts ``git storm harness hook`` for every tool call (an Edit pays
+two, a Read one): hundreds a session. Not a test: it prints medians and ratios.
+
+For each kind of call, on a fresh storm repository with the default files:
+
+* ``nothing``   PreToolUse of a Read: storm has nothing to do before a read;
+* ``read``      PostToolUse of a Read: the version seen goes into the read set;
+* ``pre-edit``  PreToolUse of an Edit: the read set validated, the file leased;
+* ``post-edit`` PostToolUse of that Edit: the file recorded as a write;
+* ``bash``      Pre- and PostToolUse of a Bash command that changes nothing (two calls);
+
+each run as the harness runs it (the installed ``git-storm``, the event on stdin),
+and through the click command line (``python -m storm_git.cli.main``'s route, what
+the hook cost before it had its own entry), with bytecode cached and without
+(``PYTHONDONTWRITEBYTECODE=1`` and an empty ``PYTHONPYCACHEPREFIX``: every module
+compiled at every start, as an editable install that never wrote its .pyc files).
+
+A shared machine's load moves wall-clock medians by a factor of several;
+``--instructions`` counts instructions instead (valgrind's callgrind, one run of
+each call, the harness's process and its children): the same count whatever the
+load, so two builds compare exactly. ``--before PATH`` adds another build's
+``git-storm`` as a route (the hook as it was).
+
+    python3 benchmarks/bench_hook.py              # 15 rounds
+    python3 benchmarks/bench_hook.py --rounds 40 --json
+    python3 benchmarks/bench_hook.py --instructions --before /old/venv/bin/git-storm
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FILES = {"src/api.py": "def fetch(url):\n    return http_get(url)\n", "src/util.py": "def clamp(x):\n    return x\n"}
+CLICK_ROUTE = ("import sys; sys.argv = ['git-storm', 'harness', 'hook'] + sys.argv[1:]; "
+               "from storm_git.cli.main import main; main()")
+
+
+def git(repo: str, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def make_repo(root: str) -> str:
+    repo = os.path.join(root, "repo")
+    os.makedirs(os.path.join(repo, "src"))
+    git(repo, "init", "-q", "-b", "main")
+    for rel, text in FILES.items():
+        with open(os.path.join(repo, rel), "w") as fh:
+            fh.write(text)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
+    subprocess.run(["git-storm", "init"], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def event(repo: str, name: str, tool: str, tool_input: dict, use_id: str) -> bytes:
+    e = {"session_id": "bench", "cwd": repo, "hook_event_name": name, "tool_name": tool, "tool_input": tool_input,
+         "tool_use_id": use_id, "permission_mode": "default"}
+    if name == "PostToolUse":
+        e["tool_response"] = {"success": True}
+    return json.dumps(e).encode()
+
+
+INSTRUCTIONS = False  # --instructions: "time" is a count of instructions (callgrind)
+
+
+def timed(argv: list[str], data: bytes, cwd: str, env: dict[str, str]) -> float:
+    if INSTRUCTIONS:
+        argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null", *argv]
+    t = time.perf_counter()
+    r = subprocess.run(argv, input=data, cwd=cwd, env=env, capture_output=True)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{argv} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
+    if INSTRUCTIONS:
+        counts = [int(line.split()[-1]) for line in r.stderr.decode().splitlines() if "Collected :" in line]
+        return float(sum(counts))
+    return dt
+
+
+def envs(tmp: str) -> dict[str, dict[str, str]]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("STORM_", "PYTHON"))}
+    cold = dict(base, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=os.path.join(tmp, "no-pycache"))
+    return {"cached": base, "no bytecode": cold}
+
+
+def run(rounds: int, before: str | None = None, cached_only: bool = False) -> dict:
+    tmp = tempfile.mkdtemp(prefix="bench-hook-")
+    try:
+        repo = make_repo(tmp)
+        api = os.path.join(repo, "src/api.py")
+        exe = shutil.which("git-storm")
+        if exe is None:
+            raise SystemExit("git-storm is not on PATH: run with the interpreter that has it installed")
+        routes = {"hook entry": [exe, "harness", "hook", "--harness", "claude"],
+                  "click CLI": [sys.executable, "-c", CLICK_ROUTE, "--harness", "claude"]}
+        if before:
+            routes["before"] = [before, "harness", "hook", "--harness", "claude"]
+        outside = os.path.join(tmp, "plain")  # a repository without storm (a user-level install)
+        os.makedirs(outside)
+        git(outside, "init", "-q")
+        baseline = [sys.executable, "-c", "pass"]
+        out: dict = {"rounds": rounds, "python": sys.version.split()[0], "rows": []}
+        for env_name, env in envs(tmp).items():
+            if cached_only and env_name != "cached":
+                continue
+            if env_name == "cached":  # make sure the bytecode is there
+                subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(
+                    os.path.dirname(__import__("storm_git").__file__))], capture_output=True)
+            base = statistics.median(timed(baseline, b"", repo, env) for _ in range(rounds))
+            out["rows"].append({"env": env_name, "route": "python -c pass", "kind": "baseline",
+                                "median": base if INSTRUCTIONS else base * 1e3, "ratio": 1.0})
+            for route, argv in routes.items():
+                samples: dict[str, list[float]] = {k: [] for k in ("not storm", "nothing", "read", "pre-edit",
+                                                                   "post-edit", "bash")}
+                for i in range(rounds):
+                    samples["not storm"].append(timed(argv, event(outside, "PreToolUse", "Write", {
+                        "file_path": os.path.join(outside, "a.py"), "content": "x"}, f"p{i}"), outside, env))
+                    uid = f"{env_name}-{route}-{i}"
+                    samples["nothing"].append(timed(argv, event(repo, "PreToolUse", "Read", {"file_path": api}, uid),
+                                                    repo, env))
+                    samples["read"].append(timed(argv, event(repo, "PostToolUse", "Read", {"file_path": api}, uid),
+                                                 repo, env))
+                    edit = {"file_path": api, "old_string": "url", "new_string": "url", "replace_all": True}
+                    samples["pre-edit"].append(timed(argv, event(repo, "PreToolUse", "Edit", edit, uid), repo, env))
+                    with open(api, "a") as fh:  # the Edit tool's own write
+                        fh.write(f"# {i}\n")
+                    samples["post-edit"].append(timed(argv, event(repo, "PostToolUse", "Edit", edit, uid), repo, env))
+                    bash = {"command": "true"}
+                    samples["bash"].append(timed(argv, event(repo, "PreToolUse", "Bash", bash, uid + "b"), repo, env)
+                                           + timed(argv, event(repo, "PostToolUse", "Bash", bash, uid + "b"), repo, env))
+                for kind, xs in samples.items():
+                    m = statistics.median(xs)
+                    out["rows"].append({"env": env_name, "route": route, "kind": kind,
+                                        "median": m if INSTRUCTIONS else m * 1e3, "ratio": m / base})
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--json", action="store_true", help="JSON on stdout")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions with valgrind's callgrind instead of timing (load-independent)")
+    ap.add_argument("--before", metavar="GIT_STORM", help="another build's git-storm, measured as a third route")
+    ap.add_argument("--cached-only", action="store_true", help="only with bytecode cached (an uncached run under "
+                                                                 "callgrind mostly counts the compiler)")
+    args = ap.parse_args()
+    global INSTRUCTIONS
+    INSTRUCTIONS = args.instructions
+    res = run(1 if args.instructions else args.rounds, args.before, args.cached_only)
+    res["unit"] = "instructions" if args.instructions else "ms"
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return
+    unit = "Minstr" if args.instructions else "ms"
+    print(f"hook call cost, median of {res['rounds']} (Python {res['python']}, process start included)")
+    print(f"{'bytecode':<12} {'route':<15} {'call':<10} {'median ' + unit:>12} {'x python -c pass':>17}")
+    for r in res["rows"]:
+        value = r["median"] / 1e6 if args.instructions else r["median"]
+        print(f"{r['env']:<12} {r['route']:<15} {r['kind']:<10} {value:>12.1f} {r['ratio']:>17.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Codex itself (from npm) drives git storm through its hooks; a scripted model on
+127.0.0.1 plays the tool calls and records what Codex sent back. Run with
+``pytest -m harness tests/e2e``."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import harnesses as hx
+from model_server import Script, serve
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from helpers import git, storm  # noqa: E402
+
+workspace = hx.workspace
+
+pytestmark = pytest.mark.harness
+
+
+def patch(path: str, *hunks: tuple[str, str]) -> str:
+    body = "".join(f"@@\n-{old}\n+{new}\n" for old, new in hunks)
+    return f"*** Begin Patch\n*** Update File: {path}\n{body}*** End Patch\n"
+
+
+
+def play(bin_dir, repo, home, log, sessions, cwd=None, trust=True, extra_toml=""):
+    script = Script(sessions)
+    server, port = serve(script)
+    hx.codex_home(home, port, extra_toml)
+    env = {"CODEX_HOME": str(home / ".codex")}
+    r = storm(repo, "harness", "install", "codex", *(["--trust"] if trust else []), env=env)
+    assert r.returncode == (0 if trust else 3), r.stderr
+    if hx.use_other_build(repo / ".codex/hooks.json") and trust:
+        hx.trust_codex_hooks(repo, home / ".codex")
+    runs = [hx.codex(bin_dir, cwd or repo, f"[[{name}]] do the task", home, log) for name in sessions]
+    hx.finish(runs, server, script)
+    return script
+
+
+
+
+def test_untrusted_hooks_never_run_and_install_says_so(harness_bin, world):
+    repo, home, log = world
+    steps = {"A": [{"tool": "apply_patch", "patch": patch("src/util.py", ("def clamp(x, lo, hi):",
+                                                                          "def clamp(x, lo=0, hi=1):"))}]}
+    script = play(harness_bin, repo, home, log, steps, trust=False)
+    assert "Success" in script.outputs("A")[0]  # the patch landed on disk ...
+    assert hx.hook_log(log) == []  # ... with no hook at all: codex exec said nothing
+    r = storm(repo, "harness", "status", env={"CODEX_HOME": str(home / ".codex")})
+    assert r.returncode == 3 and "codex: NOT active" in r.stdout and "not trusted" in r.stdout
+    storm(repo, "checkout", "src/util.py")
+    play(harness_bin, repo, home, log, steps, trust=True)
+    assert hx.writers(log, "src/util.py") and b"lo=0" in workspace(repo, "src/util.py")
+
+
+def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, world):
+    """Codex sends no post hook when apply_patch fails: the lease its pre hook took
+    must not hold the other session for the lease's 30 s (the wait is capped at 5 s
+    here, so a held lease would be a 'reserved' denial)."""
+    repo, home, log = world
+    git(repo, "config", "storm.leaseSeconds", "30")
+    git(repo, "config", "storm.harnessWaitSeconds", "5")
+    script = play(harness_bin, repo, home, log, {
+        "A": [{"tool": "exec_command", "input": {"cmd": "cat src/api.py"}},
+              {"tool": "apply_patch", "patch": patch("src/api.py", ("def fetch(url):", "def fetch(url, timeout=10):"))},
+              {"after": ["B", 2], "tool": "apply_patch",
+               "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url, timeout)"))}],
+        "B": [{"tool": "exec_command", "input": {"cmd": "cat src/api.py"}},
+              {"after": ["A", 2], "tool": "apply_patch",  # stale context: fails to apply
+               "patch": patch("src/api.py", ("def fetch(url):", "def fetch(url, retries=3):"))}],
+    })
+    a, b = script.outputs("A"), script.outputs("B")
+    assert "def fetch(url):" in a[0] and "def fetch(url):" in b[0]  # the shell reads
+    assert "Success" not in b[1], b[1]  # B's patch failed
+    assert "Success" in a[2], a[2]  # A's next patch was not held by B's lease
+    content = workspace(repo, "src/api.py").decode()
+    assert "timeout=10" in content and "http_get(url, timeout)" in content and "retries" not in content
+    assert len(set(hx.writers(log, "src/api.py"))) == 1
+    agents = {e["agent"] for e in hx.hook_log(log)}
+    assert len(agents) == 2 and all(x.startswith("codex-") for x in agents)  # two sessions, two agents
+
+
+def test_a_command_keeps_its_output_when_storm_refuses_what_it_wrote(harness_bin, world):
+    repo, home, log = world
+    git(repo, "config", "storm.maxFileBytes", "100")
+    script = play(harness_bin, repo, home, log, {
+        "A": [{"tool": "exec_command", "input": {"cmd": "head -c 500 /dev/zero | tr '\\\\0' x > src/big.txt; "
+                                                        "echo the-command-output"}},
+              {"tool": "exec_command", "input": {"cmd": "sed -i 's/lo, hi/low, high/' src/util.py"}},
+              {"tool": "exec_command", "input": {"cmd": "echo half > src/half.txt; echo failing; exit 3"}}],
+    })
+    out = script.outputs("A")
+    assert "the-command-output" in out[0], out[0]  # never replaced
+    assert "storm.maxFileBytes" in out[0] and out[0].count("could not record this Bash") == 1, out[0]  # told once
+    assert b"low, high" in workspace(repo, "src/util.py")  # a shell edit is recorded
+    assert "failing" in out[2] and workspace(repo, "src/half.txt") == b"half\n"  # a failing one's too
+
+
+def test_a_session_started_in_a_subdirectory_is_guarded(harness_bin, world):
+    repo, home, log = world
+    play(harness_bin, repo, home, log, {
+        "A": [{"tool": "apply_patch", "patch": patch("util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))}],
+    }, cwd=repo / "src")
+    assert hx.writers(log, "src/util.py") and b"hi=9" in workspace(repo, "src/util.py")
