@@ -354,8 +354,6 @@ def test_a_revert_among_many_changed_files_is_still_found(repo):
     assert len(res["paths"]) == 41
 
 
-@pytest.mark.xfail(strict=True, reason="the harness Bash door (storm_git/integrations/harness.py, post_shell) "
-                                       "records a file that held a person's edit before the command as the agent's")
 def test_the_harness_bash_door_never_credits_an_edit_already_on_disk(repo):
     """What exec promises, through a harness's Bash tool: the PostToolUse of a command
     that changed a file already holding a person's edit records nothing of it."""
@@ -366,6 +364,12 @@ def test_the_harness_bash_door_never_credits_an_edit_already_on_disk(repo):
     pre = storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PreToolUse"}))
     assert pre.returncode == 0, pre.stderr
     subprocess.run(["sed", "-i", "s/clamp/bound/", "src/util.py"], cwd=repo, check=True)
-    storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PostToolUse",
-                                                     "tool_response": {"stdout": "", "interrupted": False}}))
+    (repo / "src" / "api.py").write_text("def fetch(url):\n    return None\n")  # the command's own change
+    post = storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PostToolUse",
+                                                            "tool_response": {"stdout": "", "interrupted": False}}))
+    assert post.returncode == 0, post.stderr
     assert b"local tweak" not in show(repo, "refs/storm/workspace", "src/util.py")
+    assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url):\n    return None\n"
+    told = json.loads(post.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "src/util.py held an edit made outside storm before this command" in told, told
+    assert "src/util.py" in storm(repo, "status").stdout  # still the person's, listed

@@ -187,9 +187,8 @@ def _pre_write(repo: Path, **change: object) -> dict:
     return e
 
 
-# PreToolUse events the hook answers with exit 1, which both harnesses treat as
-# non-blocking: the tool runs unchecked. A pre-hook must deny instead. The fix belongs
-# in storm_git/integrations/harness.py (not changed here).
+# PreToolUse events a hook could fail on (a name no file can have, no session, not
+# JSON): both harnesses treat exit 1 as "carry on", so each must be a deny (or exit 2).
 HOOK_GAPS = {
     "no session_id": lambda repo: {k: v for k, v in _pre_write(repo).items() if k != "session_id"},
     "NUL in file_path": lambda repo: _pre_write(repo, tool_input={"file_path": str(repo / "a\x00b.py"),
@@ -201,8 +200,6 @@ HOOK_GAPS = {
 
 
 @pytest.mark.parametrize("gap", sorted(HOOK_GAPS))
-@pytest.mark.xfail(strict=True, reason="the harness pre-hook exits 1 (non-blocking: the tool runs unchecked) "
-                                       "where it must deny")
 def test_a_pre_hook_that_cannot_decide_denies(repo, gap):
     event = HOOK_GAPS[gap](repo)
     r = storm(repo, "harness", "hook", input=event if isinstance(event, str) else json.dumps(event))

@@ -47,16 +47,6 @@ NOT_CARRIED = {
     ("exec", "dotgit"),  # inside .git: git status never lists it, so no command's change is ever seen there
     ("harness", "climbs out"),  # outside the shared tree: not storm's to govern (the harness's own rules apply)
 }
-# The harness hook door (storm_git/integrations/harness.py, repo_path) answers "not in the
-# shared tree" for a name normalize refuses, and lets the tool run: the Write tool then puts
-# the file on disk unvalidated. Not fixed here (another change owns that module).
-HOOK_ALLOWS = "the harness pre-hook lets a name storm refuses through as outside the shared tree"
-HOOK_XFAIL = {"dotgit", "dotgit upper", "dotgit deeper", "NTFS short name", "NTFS trailing dots", "HFS+ ignored code point",
-              "NTFS data stream", "newline", "not UTF-8", "component too long"}
-# A NUL in file_path (valid JSON) makes the pre-hook fail with "internal error" and exit 1,
-# which both harnesses treat as non-blocking: the tool runs unchecked.
-HOOK_CRASHES = "the harness pre-hook exits 1 (internal error, non-blocking) on a NUL in file_path"
-
 COUNTS: dict[str, int] = {}
 
 
@@ -66,10 +56,6 @@ def _cells():
             marks = []
             if (door, name) in NOT_CARRIED:
                 marks.append(pytest.mark.skip(reason=f"the {door} door cannot carry this name"))
-            elif door == "harness" and name in HOOK_XFAIL:
-                marks.append(pytest.mark.xfail(strict=True, reason=HOOK_ALLOWS))
-            elif door == "harness" and name == "NUL":
-                marks.append(pytest.mark.xfail(strict=True, reason=HOOK_CRASHES))
             yield pytest.param(door, name, id=f"{door}-{name}", marks=marks)
 
 

@@ -618,6 +618,10 @@ def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult
     if before is not None:
         data["before"] = {"head": str(before.head), "record": str(before.record.id),
                           "dirty": {p: _encode_state(v) for p, v in before.dirty.items()}}
+    # the edits already on disk (a person's): never credited to the agent whose command ran
+    with flocked(store.commondir, "worktree"):
+        edited = (before or tracking.snapshot(store)).dirty
+    data["edited"] = {p: _encode_state(v) for p, v in edited.items()}
     _save_pending(_pending_file(store, agent, event, []), data)
     return HookResult(PASS, event, "snapshot-taken", agent)
 
@@ -650,6 +654,13 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
             if r is not None and r.holder != agent:
                 left.append(p)
                 del changes[p], expected[p]
+        edited = pending.get("edited") if isinstance(pending.get("edited"), dict) else {}
+        mixed = []
+        for p in [p for p in changes if p in edited]:
+            if after.dirty.get(p) != _decode_state(edited[p]):
+                mixed.append(p)  # the command changed it too: its change cannot be told from that edit
+            del changes[p]
+            expected.pop(p, None)
         for p in changes:
             tracking.check_recordable(store, p, after.dirty.get(p), ws)
         reverted = tracking.revert_targets(store, after.head, start, after, expected)
@@ -659,6 +670,12 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
             ws._check_size(p, content)
     note = (f"storm: {', '.join(left)} changed while another agent held it; not recorded as yours"
             if left else "")
+    if mixed:
+        note = "\n".join(x for x in (note, (
+            f"storm: {', '.join(mixed)} held an edit made outside storm before this command, and the command "
+            "changed it too; not recorded as yours (git storm status shows it: record the earlier edit as its "
+            "author's with git storm adopt PATH --agent NAME, or drop it with git storm checkout PATH, then run "
+            "the command again)")) if x)
     if not changes:
         return HookResult(NOTE if note else PASS, event, "no-file-changed", agent, message=note)
     command = shell_command(event)
