@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, rev, snapshot_refs, storm, storm_json
+from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 from storm_git.core import events, scope
 from storm_git import open_workspace
 from storm_git.core.errors import NotFound, RepoStateError, UsageError

@@ -201,9 +201,11 @@ def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str]
 
 
 # -- paths ----------------------------------------------------------------------------
-def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
+def repo_path(store: Store, raw: Any, cwd: str, *, for_write: bool = False) -> str | None:
     """The repository path of the file a tool's argument names, or None when storm
-    does not manage it (outside the shared working tree, or in git's own directory).
+    does not manage it (outside the shared working tree, or in git's own directory
+    for a read). A write into git's own directory (its hooks, its config) is refused
+    with BadPath, as storm's own writes refuse it.
     A name no file can have (a NUL, bytes that are not UTF-8) or one storm refuses
     inside the tree raises BadPath: the hook refuses the call rather than let the
     tool run unchecked. Symbolic links are followed, the last one too: the
@@ -223,6 +225,9 @@ def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
         return None
     rel = os.path.relpath(real, top).replace(os.sep, "/")
     if rel == ".git" or rel.startswith(".git/"):
+        if for_write:
+            raise BadPath(f"{rel} is inside git's own directory: an agent's edit there (a hook, the config) "
+                          "is refused", hint="edit files of the working tree; git's directory is not shared state")
         return None  # git's own files: not storm's to version
     return normalize(rel)
 
@@ -243,7 +248,8 @@ def tool_paths(store: Store, event: HookEvent) -> list[str]:
         raws = patch_paths(text)
     else:
         raws = [inp.get("file_path") or inp.get("notebook_path") or inp.get("path")]
-    return list(dict.fromkeys(p for p in (repo_path(store, r, event.cwd) for r in raws) if p))
+    write = event.tool not in READ_TOOLS
+    return list(dict.fromkeys(p for p in (repo_path(store, r, event.cwd, for_write=write) for r in raws) if p))
 
 
 def shell_command(event: HookEvent) -> str:
