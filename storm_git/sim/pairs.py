@@ -1,0 +1,414 @@
+"""Feature pairs (CooperBench's layout) replayed by two agents in each mode.
+
+A pairs directory holds task folders; a task folder has ``setup.sh`` naming
+``BASE_COMMIT=<sha>`` (a commit of ``--repo``) and ``feature<K>/feature.patch``
+(the feature's implementation) with ``feature<K>/tests.patch`` (its tests). Each
+pair of features of a task is one workload: two agents start from the base
+commit, feature i's agent writes first, feature j's second. It runs in three
+modes, every agent step a ``git storm`` command (:mod:`storm_git.sim.cli_agent`):
+
+* ``worktree``: each agent commits on its branch, the manager merges; a
+  conflicting pair is caught at merge.
+* ``storm``: the second writer of a shared file is rejected (caught at write)
+  and re-plans: re-reads and re-applies its change.
+* ``storm+rebased``: the same rejection, cleared by accepting the rebased change
+  the rejection offers when it has no conflict markers (one call).
+
+With tests, each feature's tests (its tests.patch applied on an export of the
+integrated result) run on every result; a feature whose tests pass on its own
+but fail on a result that integrated without a conflicting hunk is a semantic
+conflict. Every feature that integrated cleanly must keep each line it added:
+one missing is a lost update, as is anything :func:`metrics.lost_updates` finds.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..core.errors import UsageError
+from . import runner
+from .metrics import RunMetrics, added_lines
+from .workload import Change, Files, Workload, tree_files
+
+MODES = ("worktree", "storm", "storm+rebased")
+CAUGHT = ("write", "merge", "tests", "never", "none")
+TEST_TIMEOUT = 900
+DEFAULT_TEST_CMD = "python -m pytest -q -p no:cacheprovider $STORM_TEST_FILES"
+_BASE = re.compile(r"""^\s*BASE_COMMIT\s*=\s*["']?([0-9a-fA-F]{7,40})["']?\s*$""", re.M)
+_FEATURE = re.compile(r"^feature(\d+)$")
+
+
+@dataclass
+class Feature:
+    task: str
+    number: int
+    patch: str  # feature.patch
+    tests: str | None  # tests.patch (None: the feature has no tests)
+    change: Change
+    tree: str  # the base tree with the feature applied (for its tests alone)
+
+
+@dataclass
+class Task:
+    name: str
+    base: str
+    features: list[Feature]
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    caught: str  # one of CAUGHT
+    rejections: int = 0
+    rebased_accepted: int = 0
+    rebased_refused: int = 0
+    rebased_via: list[str] = field(default_factory=list)
+    rereads: int = 0
+    merge_conflicts: int = 0
+    judgement: int = 0
+    lost_updates: int = 0
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    agent_calls: int = 0
+    wall_s: float = 0.0
+    tests: dict[str, bool | None] = field(default_factory=dict)  # feature -> its tests pass on the result
+    tests_s: float = 0.0
+    semantic: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PairResult:
+    task: str
+    f1: int
+    f2: int
+    shared: list[str]  # files both features change
+    gold_conflict: bool | None  # the dataset's verdict (git merge of the two patches), when given
+    modes: dict[str, ModeResult] = field(default_factory=dict)
+
+
+# -- loading -------------------------------------------------------------------------
+def _git(repo: str, *args: str, env: dict[str, str] | None = None) -> bytes:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, env=env)
+    if r.returncode != 0:
+        msg = r.stderr.decode(errors="replace").strip().splitlines()
+        raise UsageError(f"git {' '.join(args[:2])} failed in {repo}: {msg[-1] if msg else r.returncode}")
+    return r.stdout
+
+
+def base_commit(setup_sh: str) -> str:
+    """The ``BASE_COMMIT=...`` a task's setup.sh names."""
+    with open(setup_sh, encoding="utf-8", errors="replace") as fh:
+        m = _BASE.search(fh.read())
+    if not m:
+        raise UsageError(f"{setup_sh} names no BASE_COMMIT=<sha>")
+    return m.group(1)
+
+
+def _apply(repo: str, base: str, patch: str) -> str:
+    """The tree of ``base`` with ``patch`` applied (a temporary index; nothing else changes)."""
+    with tempfile.TemporaryDirectory(prefix="storm-pairs-") as d:
+        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(d, "index"))
+        _git(repo, "read-tree", base, env=env)
+        for extra in ((), ("--ignore-whitespace",), ("--3way",)):
+            r = subprocess.run(["git", "apply", "--cached", *extra, os.path.abspath(patch)], cwd=repo,
+                               capture_output=True, env=env)
+            if r.returncode == 0:
+                return _git(repo, "write-tree", env=env).decode().strip()
+            _git(repo, "read-tree", base, env=env)
+        err = r.stderr.decode(errors="replace").strip().splitlines()
+        raise UsageError(f"{patch} does not apply to {base[:10]}: {err[-1] if err else ''}")
+
+
+def _show(repo: str, rev: str, path: str) -> bytes | None:
+    r = subprocess.run(["git", "cat-file", "blob", f"{rev}:{path}"], cwd=repo, capture_output=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def _feature(repo: str, task: str, base: str, number: int, folder: str) -> Feature:
+    patch = os.path.join(folder, "feature.patch")
+    tree = _apply(repo, base, patch)
+    paths = [p for p in _git(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", base, tree)
+             .decode("utf-8", "surrogateescape").split("\0") if p]
+    tests = os.path.join(folder, "tests.patch")
+    change = Change(f"{task} feature {number}", paths, parent={p: _show(repo, base, p) for p in paths},
+                    post={p: _show(repo, tree, p) for p in paths})
+    return Feature(task, number, patch, tests if os.path.isfile(tests) else None, change, tree)
+
+
+def load(pairs_dir: str, repo: str, tasks: tuple[str, ...] = (), features: tuple[int, ...] = ()) -> list[Task]:
+    """The tasks of ``pairs_dir`` (all, or those named: ``task2800`` or ``2800``) with
+    their features (all, or those numbered in ``features``)."""
+    if not os.path.isdir(pairs_dir):
+        raise UsageError(f"--pairs {pairs_dir}: not a directory")
+    _git(repo, "rev-parse", "--git-dir")
+    want = {t if not t.isdigit() else f"task{t}" for t in tasks}
+    out = []
+    for name in sorted(os.listdir(pairs_dir)):
+        folder = os.path.join(pairs_dir, name)
+        if not os.path.isfile(os.path.join(folder, "setup.sh")) or (want and name not in want):
+            continue
+        base = _git(repo, "rev-parse", "--verify", base_commit(os.path.join(folder, "setup.sh")) + "^{commit}",
+                    ).decode().strip()
+        numbered = sorted((int(m.group(1)), f) for f in os.listdir(folder) if (m := _FEATURE.match(f))
+                          and os.path.isfile(os.path.join(folder, f, "feature.patch")))
+        feats = [_feature(repo, name, base, k, os.path.join(folder, f)) for k, f in numbered
+                 if not features or k in features]
+        out.append(Task(name, base, feats))
+    missing = want - {t.name for t in out}
+    if missing:
+        raise UsageError(f"--tasks: no task folder {sorted(missing)[0]} (with setup.sh) in {pairs_dir}")
+    if not out:
+        raise UsageError(f"--pairs {pairs_dir}: no task folder with setup.sh")
+    return out
+
+
+def workload(task: Task, a: Feature, b: Feature, base: Files) -> Workload:
+    """Two agents, one feature each; ``a`` writes first."""
+    first, second = (Change.from_json(f.change.to_json()) for f in (a, b))
+    first.args["_order"], second.args["_order"] = 0, 1
+    return Workload(f"{task.name} f{a.number}+f{b.number}", "pairs", base, [[first], [second]],
+                    params={"task": task.name, "base": task.base, "features": [a.number, b.number]})
+
+
+# -- tests -----------------------------------------------------------------------------
+def test_files(patch: str) -> list[str]:
+    """The files a tests.patch creates or changes."""
+    with open(patch, encoding="utf-8", errors="replace") as fh:
+        return list(dict.fromkeys(ln[6:].strip() for ln in fh if ln.startswith("+++ b/")))
+
+
+class Tests:
+    """Runs a feature's tests on a tree, once per (tree, feature): the same result
+    reached in two modes is tested once."""
+
+    def __init__(self, cmd: str | None) -> None:
+        self.cmd = cmd or DEFAULT_TEST_CMD
+        self.cache: dict[tuple[str, str], tuple[bool, str]] = {}
+        self.seconds = 0.0
+
+    def run(self, repo: str, tree: str, f: Feature) -> tuple[bool, str] | None:
+        """(passed, tail of the output); None when the feature has no tests."""
+        if f.tests is None:
+            return None
+        key = (tree, hashlib.sha256(open(f.tests, "rb").read() + self.cmd.encode()).hexdigest())
+        if key not in self.cache:
+            t0 = time.monotonic()
+            self.cache[key] = self._run(repo, tree, f.tests)
+            self.seconds += time.monotonic() - t0
+        return self.cache[key]
+
+    def _run(self, repo: str, tree: str, patch: str) -> tuple[bool, str]:
+        out = tempfile.mkdtemp(prefix="storm-pairs-test-")
+        try:
+            subprocess.run(["tar", "-x", "-C", out], input=_git(repo, "archive", "--format=tar", tree), check=True)
+            r = subprocess.run(["git", "apply", "--ignore-whitespace", os.path.abspath(patch)], cwd=out,
+                               capture_output=True)
+            if r.returncode != 0:
+                return False, "tests.patch does not apply: " + r.stderr.decode(errors="replace").strip()[-300:]
+            src = [d for d in ("src",) if os.path.isdir(os.path.join(out, d))]
+            env = dict(os.environ, STORM_TEST_FILES=" ".join(test_files(patch)),
+                       PYTHONPATH=os.pathsep.join([os.path.join(out, d) for d in src] + [out]),
+                       PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                       PYTHONDONTWRITEBYTECODE="1")
+            try:
+                r = subprocess.run(self.cmd, shell=True, cwd=out, capture_output=True, env=env, timeout=TEST_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                return False, f"timed out after {TEST_TIMEOUT}s"
+            return r.returncode == 0, (r.stdout + r.stderr).decode(errors="replace").strip()[-400:]
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+# -- one pair --------------------------------------------------------------------------
+def survivors(f: Feature, final: Files) -> list[dict[str, Any]]:
+    """The lines ``f`` added that ``final`` lacks, per file (empty: its change survived)."""
+    lost = []
+    for p in f.change.targets:
+        have = set((final.get(p) or b"").splitlines())
+        gone = [ln for ln in added_lines(f.change.parent.get(p), f.change.post.get(p)) if ln not in have]
+        if gone:
+            lost.append({"feature": f.number, "path": p, "lines": [g.decode("utf-8", "replace") for g in gone[:5]]})
+    return lost
+
+
+def _agent_opts(mode: str) -> tuple[str, dict[str, Any]]:
+    return ("worktree", {"via": "cli"}) if mode == "worktree" else (
+        "storm", {"via": "cli", "rebased": mode == "storm+rebased"})
+
+
+def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, ...], tests: Tests | None,
+             alone: dict[int, bool | None], gold: bool | None) -> PairResult:
+    """Replay the pair in each mode; classify how each mode caught it."""
+    w = workload(task, a, b, base)
+    shared = sorted(set(a.change.targets) & set(b.change.targets))
+    pr = PairResult(task.name, a.number, b.number, shared, gold)
+    for mode in modes:
+        kind, opts = _agent_opts(mode)
+        res = ModeResult(mode, "none")
+
+        def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res) -> None:
+            final = {p: _show(repo, rev, p) for p in set(a.change.targets) | set(b.change.targets)}
+            if m.judgement == 0:  # integrated without a conflicting hunk: both changes must be there
+                res.lost = survivors(a, final) + survivors(b, final)
+            if tests is None or m.judgement:
+                return  # a hunk resolved by the scripted agent's rule (its own side) is no real agent's result
+            tree = _git(repo, "rev-parse", f"{rev}^{{tree}}").decode().strip()
+            t0 = time.monotonic()
+            for f in (a, b):
+                got = tests.run(repo, tree, f)
+                res.tests[str(f.number)] = None if got is None else got[0]
+            res.tests_s = time.monotonic() - t0
+
+        try:
+            m = runner.run(w, kind, agent_opts=opts, on_final=inspect)
+        except Exception as exc:  # noqa: BLE001 - one broken run must not lose the others
+            if isinstance(exc, UsageError):
+                raise
+            m = runner.failed_run(w, kind, "full", f"{type(exc).__name__}: {exc}")
+        res.rejections, res.rereads, res.judgement = m.rejections, m.rereads, m.judgement
+        res.rebased_accepted, res.rebased_refused, res.rebased_via = m.rebased_accepted, m.rebased_refused, m.rebased_via
+        res.merge_conflicts, res.agent_calls, res.wall_s = m.caught_at_merge, m.agent_calls, round(m.wall_s, 3)
+        res.lost_updates = m.lost_updates + len(res.lost)
+        res.errors = m.agent_errors + m.notes
+        failing = [k for k, ok in res.tests.items() if ok is False and alone.get(int(k)) is not False]
+        res.semantic = bool(failing) and m.judgement == 0 and not res.errors
+        if kind == "storm" and m.rejections:
+            res.caught = "write"
+        elif kind == "worktree" and m.caught_at_merge:
+            res.caught = "merge"
+        elif failing:
+            res.caught = "tests"
+        elif res.lost_updates:
+            res.caught = "never"
+        pr.modes[mode] = res
+    return pr
+
+
+# -- the whole workload ----------------------------------------------------------------
+@dataclass
+class PairsReport:
+    plan: dict[str, Any]
+    pairs: list[PairResult] = field(default_factory=list)
+    alone: dict[str, dict[str, bool | None]] = field(default_factory=dict)  # task -> feature -> tests pass alone
+    started: str = ""
+    seconds: float = 0.0
+    tests_s: float = 0.0
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per mode: the pairs by how they were caught, rejections, rebased clears,
+        lost updates, semantic conflicts, agent calls, wall time."""
+        out: dict[str, dict[str, float]] = {}
+        for pr in self.pairs:
+            for mode, r in pr.modes.items():
+                t = out.setdefault(mode, {k: 0 for k in ("pairs", *(f"caught_{c}" for c in CAUGHT), "rejections",
+                                                         "rebased_accepted", "rebased_refused", "lost_updates",
+                                                         "semantic", "tests_failed", "agent_calls", "wall_s",
+                                                         "errors", "clean_pairs", "clean_pairs_calls",
+                                                         "clean_pairs_rejections")})
+                t["pairs"] += 1
+                t[f"caught_{r.caught}"] += 1
+                for k in ("rejections", "rebased_accepted", "rebased_refused", "lost_updates", "agent_calls", "wall_s"):
+                    t[k] += getattr(r, k)
+                t["semantic"] += int(r.semantic)
+                t["tests_failed"] += int(any(v is False for v in r.tests.values()))
+                t["errors"] += int(bool(r.errors))
+                if merges_cleanly(pr):
+                    t["clean_pairs"] += 1
+                    t["clean_pairs_calls"] += r.agent_calls
+                    t["clean_pairs_rejections"] += r.rejections
+        for t in out.values():
+            t["wall_s"] = round(t["wall_s"], 2)
+        return out
+
+    def gold_agreement(self) -> dict[str, Any]:
+        """Worktree mode's merge conflicts against the dataset's verdicts."""
+        rows = [(pr, pr.modes["worktree"]) for pr in self.pairs if pr.gold_conflict is not None and "worktree" in pr.modes]
+        differ = [f"{pr.task} f{pr.f1}+f{pr.f2}: merge {'conflicts' if r.merge_conflicts else 'clean'}, "
+                  f"dataset {'conflict' if pr.gold_conflict else 'clean'}"
+                  for pr, r in rows if bool(r.merge_conflicts) != pr.gold_conflict]
+        return {"compared": len(rows), "agree": len(rows) - len(differ), "differ": differ,
+                "gold_conflicting": sum(1 for pr, _ in rows if pr.gold_conflict),
+                "merge_conflicting": sum(1 for _, r in rows if r.merge_conflicts)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan, "started": self.started, "seconds": round(self.seconds, 2),
+                "tests_s": round(self.tests_s, 2), "definitions": DEFINITIONS, "totals": self.totals(),
+                "gold": self.gold_agreement(), "alone": self.alone,
+                "pairs": [asdict(p) for p in self.pairs]}
+
+
+def merges_cleanly(pr: PairResult) -> bool:
+    """git merges the pair without a conflict (worktree mode's merge; else the dataset's verdict)."""
+    wt = pr.modes.get("worktree")
+    if wt is not None and not wt.errors:
+        return not wt.merge_conflicts
+    return pr.gold_conflict is False
+
+
+DEFINITIONS = {
+    "caught": "how a mode caught the pair: write (storm: a rejection), merge (worktree: the merge conflicted), "
+              "tests (integrated without either, a feature's tests fail), never (a feature's change is missing "
+              "from the result and no test failed), none (nothing to catch)",
+    "rebased_accepted": "rejections cleared by accepting the rebased change (one call each)",
+    "rebased_refused": "rejections whose rebased change had conflict markers: the agent re-planned",
+    "lost_updates": "lines a feature added missing from a result it integrated into without a conflicting hunk, "
+                    "plus accepted writes undone unseen (must be 0)",
+    "semantic": "integrated without a conflicting hunk, yet a feature's tests fail that pass on the feature alone",
+    "agent_calls": "git storm commands and file reads/writes of both agents, merge resolution included",
+    "wall_s": "agents' processes and the integration, tests not included",
+}
+
+
+def gold_verdicts(pairs_dir: str) -> dict[tuple[str, int, int], bool]:
+    """``gold_conflicts.json`` of the pairs directory, when there is one: (task, f1, f2) -> conflict."""
+    import json
+
+    path = os.path.join(pairs_dir, "gold_conflicts.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as fh:
+        rows = json.load(fh).get("pairs", [])
+    return {(f"task{r['task_id']}", *sorted((int(r["f1"]), int(r["f2"])))): bool(r["has_conflict"]) for r in rows}
+
+
+def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features: tuple[int, ...] = (),
+             modes: tuple[str, ...] = MODES, run_tests: bool = False, test_cmd: str | None = None,
+             on_pair: Callable[[PairResult], None] | None = None) -> PairsReport:
+    """Every pair of every task of ``pairs_dir`` in each of ``modes``."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown pair mode {unknown[0]!r}", hint=f"choose from {', '.join(MODES)}")
+    repo = os.path.abspath(repo)
+    loaded = load(pairs_dir, repo, tasks, features)
+    gold = gold_verdicts(pairs_dir)
+    tests = Tests(test_cmd) if run_tests or test_cmd else None
+    report = PairsReport({"pairs": os.path.abspath(pairs_dir), "repo": repo, "tasks": list(tasks),
+                          "features": list(features), "modes": list(modes), "tests": tests.cmd if tests else None},
+                         started=time.strftime("%Y-%m-%d %H:%M:%S"))
+    t0 = time.monotonic()
+    for task in loaded:
+        base = tree_files(repo, task.base)
+        alone: dict[int, bool | None] = {}
+        if tests:
+            for f in task.features:
+                got = tests.run(repo, f.tree, f)
+                alone[f.number] = None if got is None else got[0]
+        report.alone[task.name] = {str(k): v for k, v in alone.items()}
+        for a, b in itertools.combinations(task.features, 2):
+            pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)))
+            report.pairs.append(pr)
+            if on_pair:
+                on_pair(pr)
+    report.seconds = time.monotonic() - t0
+    report.tests_s = tests.seconds if tests else 0.0
+    return report
