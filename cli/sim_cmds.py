@@ -57,10 +57,23 @@ def _seed(text: str) -> int | None:
 @click.option("--quick", is_flag=True,
               help="A small run (under a minute on 2 cores): the scenarios with 2 agents, no coupling sweep; "
                    "with --repo, 8 commits.")
+@click.option("--pairs", "pairs_dir", metavar="DIR", default=None,
+              help="Replay feature pairs (CooperBench's layout: task folders with setup.sh naming BASE_COMMIT, "
+                   "feature<K>/feature.patch and tests.patch) on --repo: each pair by two agents working "
+                   "through the git storm CLI, in worktree mode, storm mode, and storm mode accepting rebased "
+                   "changes.")
+@click.option("--tasks", metavar="NAME[,NAME...]", default=None,
+              help="With --pairs: only these task folders (task2800 or 2800).")
+@click.option("--features", metavar="K[,K...]", default=None,
+              help="With --pairs: only pairs among these feature numbers.")
+@click.option("--run-tests", is_flag=True,
+              help="With --pairs: run each feature's tests (its tests.patch applied, pytest on the files it "
+                   "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
              test_cmd: str | None, deps: str, modes: str, max_commits: int, seed: str, out: str | None,
-             quick: bool, as_json: bool) -> None:
+             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, run_tests: bool,
+             as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
     One real process per agent, a fresh temporary repository per run. Storm
@@ -78,7 +91,14 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
       git storm simulate --scenarios --agents 2,4,8 --out docs/simulation
       git storm simulate --repo . --range HEAD~20..HEAD --agents 4 \\
           --test-cmd 'python -m compileall -q .' --out sim-replay
+      git storm simulate --pairs cooperbench-click --repo click --run-tests --out sim-pairs
+
+    With --pairs, --test-cmd runs in an export of each result after the feature's
+    tests.patch is applied, $STORM_TEST_FILES naming the test files it touches.
     """
+    if pairs_dir is not None:
+        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, out, as_json)
+        return
     from storm_git.sim import report as rep
     from storm_git.sim.suite import Plan, simulate as run_plan
 
@@ -112,5 +132,40 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     errors = [e for r in result.runs for e in r.agent_errors]
     if lost or errors:
         click.echo(f"git storm: {lost} lost update(s), {len(errors)} agent error(s) in the simulation "
+                   "(a bug in storm or the simulator: report it with the JSON)", err=True)
+        sys.exit(1)
+
+
+def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, features: str | None, modes: str,
+                    run_tests: bool, test_cmd: str | None, out: str | None, as_json: bool) -> None:
+    from storm_git.sim import pairs, pairs_report
+
+    if repo is None:
+        raise click.UsageError("--pairs needs --repo: the repository holding the tasks' base commits")
+    chosen = pairs.MODES if modes == "both" else tuple(m for m in pairs.MODES if m.split("+")[0] == modes)
+
+    def done(pr) -> None:
+        cells = ", ".join(f"{m}: {r.caught}" + (f" ({r.rebased_accepted} rebased)" if r.rebased_accepted else "")
+                          + (" SEMANTIC" if r.semantic else "") + (f" ERROR {r.errors[0]}" if r.errors else "")
+                          for m, r in pr.modes.items())
+        click.echo(f"simulate: {pr.task} f{pr.f1}+f{pr.f2}: {cells}", err=True)
+
+    result = pairs.simulate(pairs_dir, repo, tasks=tuple(x.strip() for x in (tasks or "").split(",") if x.strip()),
+                            features=_numbers(int, features, "--features"), modes=chosen, run_tests=run_tests,
+                            test_cmd=test_cmd, on_pair=done)
+    data = result.to_dict()
+    written = pairs_report.write(data, out) if out else None
+    if written and written["plots_skipped"]:
+        click.echo(f"simulate: {written['plots_skipped']}", err=True)
+    if as_json:
+        _emit_json(dict(data, written=written))
+    else:
+        click.echo(pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip())
+        if written:
+            click.echo(f"\nreport: {', '.join(written['files'])} in {out}")
+    totals = data["totals"].values()
+    lost, errors = sum(t["lost_updates"] for t in totals), sum(t["errors"] for t in totals)
+    if lost or errors:
+        click.echo(f"git storm: {lost:.0f} lost update(s), {errors:.0f} run(s) with agent errors in the simulation "
                    "(a bug in storm or the simulator: report it with the JSON)", err=True)
         sys.exit(1)

@@ -1,0 +1,109 @@
+"""The pair replay's report: JSON (everything), Markdown (the same numbers) and one
+PNG plot (matplotlib, optional as for the other simulation reports)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+PLOT = "pairs.png"
+CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", "#e9c46a"),
+          ("caught_tests", "by tests", "#f4a261"), ("caught_never", "never", "#e76f51"),
+          ("caught_none", "nothing to catch", "#cccccc")]
+
+
+def _tests(r: dict[str, Any]) -> str:
+    if not r["tests"]:
+        return "-"
+    return " ".join(f"f{k} {'pass' if v else ('-' if v is None else 'FAIL')}" for k, v in r["tests"].items())
+
+
+def totals_table(data: dict[str, Any]) -> list[str]:
+    lines = ["| mode | pairs | at write | at merge | by tests | never | rejections | cleared by rebased change "
+             "| lost updates | semantic conflicts | agent calls | calls per cleanly merging pair | wall s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for mode, t in data["totals"].items():
+        per = f"{t['clean_pairs_calls'] / t['clean_pairs']:.1f}" if t["clean_pairs"] else "-"
+        lines.append(f"| {mode} | {t['pairs']:.0f} | {t['caught_write']:.0f} | {t['caught_merge']:.0f} | "
+                     f"{t['caught_tests']:.0f} | {t['caught_never']:.0f} | {t['rejections']:.0f} | "
+                     f"{t['rebased_accepted']:.0f} | {t['lost_updates']:.0f} | {t['semantic']:.0f} | "
+                     f"{t['agent_calls']:.0f} | {per} | {t['wall_s']:.1f} |")
+    return lines
+
+
+def markdown(data: dict[str, Any], plot: str | None = None) -> str:
+    pairs = data["pairs"]
+    lines = ["# git storm simulate --pairs", "",
+             f"{len(pairs)} pairs, {data['seconds']:.0f} s (of it tests {data['tests_s']:.0f} s), "
+             f"started {data['started']}.", "", "## Totals per mode", ""] + totals_table(data)
+    g = data["gold"]
+    if g["compared"]:
+        lines += ["", "## Worktree mode's merge against the dataset's verdicts", "",
+                  f"{g['agree']} of {g['compared']} pairs agree (merge conflicts: {g['merge_conflicting']}; "
+                  f"dataset: {g['gold_conflicting']} conflicting)."]
+        lines += [f"* {d}" for d in g["differ"]]
+    lines += ["", "## Every pair", "",
+              "| pair | shared files | mode | caught | rejections | rebased | calls | lost | tests | semantic | wall s |",
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for p in pairs:
+        for mode, r in p["modes"].items():
+            lines.append(f"| {p['task']} f{p['f1']}+f{p['f2']} | {', '.join(p['shared']) or '-'} | {mode} | "
+                         f"{r['caught']} | {r['rejections']} | {r['rebased_accepted']} | {r['agent_calls']} | "
+                         f"{r['lost_updates']} | {_tests(r)} | {'yes' if r['semantic'] else '-'} | {r['wall_s']:.1f} |")
+    lines += ["", "## Definitions", ""] + [f"* `{k}`: {v}" for k, v in data["definitions"].items()]
+    notes = [f"* {p['task']} f{p['f1']}+f{p['f2']} {m}: {e}" for p in pairs for m, r in p["modes"].items()
+             for e in r["errors"]]
+    if notes:
+        lines += ["", "## Errors and notes", ""] + notes
+    if plot:
+        lines += ["", "## Plot", "", f"![{plot}]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def write(data: dict[str, Any], out: str) -> dict[str, Any]:
+    """report.json, report.md and the plot into ``out``; what was written."""
+    os.makedirs(out, exist_ok=True)
+    plotted, note = plot(data, out)
+    with open(os.path.join(out, "report.json"), "w") as fh:
+        json.dump(data, fh, indent=1)
+    with open(os.path.join(out, "report.md"), "w") as fh:
+        fh.write(markdown(data, plotted))
+    return {"dir": out, "files": ["report.json", "report.md"] + ([plotted] if plotted else []), "plots_skipped": note}
+
+
+def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
+    """Left: pairs by how each mode caught them; right: agent calls per pair, cleanly
+    merging pairs and conflicting ones. (None, reason) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None, "matplotlib is not installed: plot skipped (pip install 'git-storm[sim]')"
+    modes = list(data["totals"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    bottom = [0.0] * len(modes)
+    for key, name, color in CAUGHT:
+        vals = [data["totals"][m][key] for m in modes]
+        left.bar(modes, vals, bottom=bottom, color=color, edgecolor="black", linewidth=0.4, label=name)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    left.set_ylabel("pairs")
+    left.set_title("How each mode caught the pairs", fontsize=10)
+    left.legend(fontsize=8)
+    clean = [p for p in data["pairs"] if p["modes"].get("worktree") and not p["modes"]["worktree"]["merge_conflicts"]]
+    conflicting = [p for p in data["pairs"] if p not in clean]
+    width = 0.38
+    for j, (group, name) in enumerate(((clean, "cleanly merging pairs"), (conflicting, "conflicting pairs"))):
+        vals = [sum(p["modes"][m]["agent_calls"] for p in group if m in p["modes"]) / len(group) if group else 0
+                for m in modes]
+        right.bar([i + (j - 0.5) * width for i in range(len(modes))], vals, width, label=f"{name} ({len(group)})",
+                  color=["#264653", "#e76f51"][j])
+    right.set_xticks(range(len(modes)), modes)
+    right.set_ylabel("agent calls per pair (both agents)")
+    right.set_title("What the pairs cost the agents", fontsize=10)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, PLOT), dpi=110)
+    plt.close(fig)
+    return PLOT, None
