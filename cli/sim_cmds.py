@@ -66,14 +66,16 @@ def _seed(text: str) -> int | None:
               help="With --pairs: only these task folders (task2800 or 2800).")
 @click.option("--features", metavar="K[,K...]", default=None,
               help="With --pairs: only pairs among these feature numbers.")
+@click.option("--shard", metavar="I/N", default="1/1", show_default=True,
+              help="With --pairs: only the I-th of every N pairs (a long run split over processes).")
 @click.option("--run-tests", is_flag=True,
               help="With --pairs: run each feature's tests (its tests.patch applied, pytest on the files it "
                    "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
              test_cmd: str | None, deps: str, modes: str, max_commits: int, seed: str, out: str | None,
-             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, run_tests: bool,
-             as_json: bool) -> None:
+             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
+             run_tests: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
     One real process per agent, a fresh temporary repository per run. Storm
@@ -97,7 +99,7 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     tests.patch is applied, $STORM_TEST_FILES naming the test files it touches.
     """
     if pairs_dir is not None:
-        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, out, as_json)
+        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, _shard(shard), out, as_json)
         return
     from storm_git.sim import report as rep
     from storm_git.sim.suite import Plan, simulate as run_plan
@@ -136,8 +138,16 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
         sys.exit(1)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    i, _, n = text.partition("/")
+    if not (i.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(i) <= int(n):
+        raise click.BadParameter(f"{text!r} is not I/N with 1 <= I <= N, e.g. 2/3", param_hint="--shard")
+    return int(i), int(n)
+
+
 def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, features: str | None, modes: str,
-                    run_tests: bool, test_cmd: str | None, out: str | None, as_json: bool) -> None:
+                    run_tests: bool, test_cmd: str | None, shard: tuple[int, int], out: str | None,
+                    as_json: bool) -> None:
     from storm_git.sim import pairs, pairs_report
 
     if repo is None:
@@ -152,7 +162,7 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
 
     result = pairs.simulate(pairs_dir, repo, tasks=tuple(x.strip() for x in (tasks or "").split(",") if x.strip()),
                             features=_numbers(int, features, "--features"), modes=chosen, run_tests=run_tests,
-                            test_cmd=test_cmd, on_pair=done)
+                            test_cmd=test_cmd, shard=shard, on_pair=done)
     data = result.to_dict()
     written = pairs_report.write(data, out) if out else None
     if written and written["plots_skipped"]:

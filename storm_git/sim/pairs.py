@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.errors import UsageError
-from . import runner
+from . import pairs_report, runner
 from .metrics import RunMetrics, added_lines
 from .workload import Change, Files, Workload, tree_files
 
@@ -248,7 +248,8 @@ def _agent_opts(mode: str) -> tuple[str, dict[str, Any]]:
 
 def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, ...], tests: Tests | None,
              alone: dict[int, bool | None], gold: bool | None) -> PairResult:
-    """Replay the pair in each mode; classify how each mode caught it."""
+    """Replay the pair in each mode; classify how each mode caught it. ``alone`` gains
+    whether each feature tested on a result passes its tests on its own."""
     w = workload(task, a, b, base)
     shared = sorted(set(a.change.targets) & set(b.change.targets))
     pr = PairResult(task.name, a.number, b.number, shared, gold)
@@ -267,6 +268,9 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
             for f in (a, b):
                 got = tests.run(repo, tree, f)
                 res.tests[str(f.number)] = None if got is None else got[0]
+                if f.number not in alone:  # the feature on its own: are its tests a fair judge?
+                    got = tests.run(repo, f.tree, f)
+                    alone[f.number] = None if got is None else got[0]
             res.tests_s = time.monotonic() - t0
 
         try:
@@ -304,55 +308,10 @@ class PairsReport:
     seconds: float = 0.0
     tests_s: float = 0.0
 
-    def totals(self) -> dict[str, dict[str, float]]:
-        """Per mode: the pairs by how they were caught, rejections, rebased clears,
-        lost updates, semantic conflicts, agent calls, wall time."""
-        out: dict[str, dict[str, float]] = {}
-        for pr in self.pairs:
-            for mode, r in pr.modes.items():
-                t = out.setdefault(mode, {k: 0 for k in ("pairs", *(f"caught_{c}" for c in CAUGHT), "rejections",
-                                                         "rebased_accepted", "rebased_refused", "lost_updates",
-                                                         "semantic", "tests_failed", "agent_calls", "wall_s",
-                                                         "errors", "clean_pairs", "clean_pairs_calls",
-                                                         "clean_pairs_rejections")})
-                t["pairs"] += 1
-                t[f"caught_{r.caught}"] += 1
-                for k in ("rejections", "rebased_accepted", "rebased_refused", "lost_updates", "agent_calls", "wall_s"):
-                    t[k] += getattr(r, k)
-                t["semantic"] += int(r.semantic)
-                t["tests_failed"] += int(any(v is False for v in r.tests.values()))
-                t["errors"] += int(bool(r.errors))
-                if merges_cleanly(pr):
-                    t["clean_pairs"] += 1
-                    t["clean_pairs_calls"] += r.agent_calls
-                    t["clean_pairs_rejections"] += r.rejections
-        for t in out.values():
-            t["wall_s"] = round(t["wall_s"], 2)
-        return out
-
-    def gold_agreement(self) -> dict[str, Any]:
-        """Worktree mode's merge conflicts against the dataset's verdicts."""
-        rows = [(pr, pr.modes["worktree"]) for pr in self.pairs if pr.gold_conflict is not None and "worktree" in pr.modes]
-        differ = [f"{pr.task} f{pr.f1}+f{pr.f2}: merge {'conflicts' if r.merge_conflicts else 'clean'}, "
-                  f"dataset {'conflict' if pr.gold_conflict else 'clean'}"
-                  for pr, r in rows if bool(r.merge_conflicts) != pr.gold_conflict]
-        return {"compared": len(rows), "agree": len(rows) - len(differ), "differ": differ,
-                "gold_conflicting": sum(1 for pr, _ in rows if pr.gold_conflict),
-                "merge_conflicting": sum(1 for _, r in rows if r.merge_conflicts)}
-
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan, "started": self.started, "seconds": round(self.seconds, 2),
-                "tests_s": round(self.tests_s, 2), "definitions": DEFINITIONS, "totals": self.totals(),
-                "gold": self.gold_agreement(), "alone": self.alone,
-                "pairs": [asdict(p) for p in self.pairs]}
-
-
-def merges_cleanly(pr: PairResult) -> bool:
-    """git merges the pair without a conflict (worktree mode's merge; else the dataset's verdict)."""
-    wt = pr.modes.get("worktree")
-    if wt is not None and not wt.errors:
-        return not wt.merge_conflicts
-    return pr.gold_conflict is False
+        return pairs_report.summarize({"plan": self.plan, "started": self.started, "seconds": round(self.seconds, 2),
+                                       "tests_s": round(self.tests_s, 2), "definitions": DEFINITIONS,
+                                       "alone": self.alone, "pairs": [asdict(p) for p in self.pairs]})
 
 
 DEFINITIONS = {
@@ -383,32 +342,36 @@ def gold_verdicts(pairs_dir: str) -> dict[tuple[str, int, int], bool]:
 
 def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features: tuple[int, ...] = (),
              modes: tuple[str, ...] = MODES, run_tests: bool = False, test_cmd: str | None = None,
-             on_pair: Callable[[PairResult], None] | None = None) -> PairsReport:
-    """Every pair of every task of ``pairs_dir`` in each of ``modes``."""
+             shard: tuple[int, int] = (1, 1), on_pair: Callable[[PairResult], None] | None = None) -> PairsReport:
+    """Every pair of every task of ``pairs_dir`` in each of ``modes``; ``shard`` (I, N):
+    only the I-th of every N pairs (long runs split over processes, their reports
+    joined with :func:`pairs_report.combine`)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown pair mode {unknown[0]!r}", hint=f"choose from {', '.join(MODES)}")
+    if not 1 <= shard[0] <= shard[1]:
+        raise UsageError(f"--shard {shard[0]}/{shard[1]}: give I/N with 1 <= I <= N")
     repo = os.path.abspath(repo)
     loaded = load(pairs_dir, repo, tasks, features)
     gold = gold_verdicts(pairs_dir)
     tests = Tests(test_cmd) if run_tests or test_cmd else None
     report = PairsReport({"pairs": os.path.abspath(pairs_dir), "repo": repo, "tasks": list(tasks),
-                          "features": list(features), "modes": list(modes), "tests": tests.cmd if tests else None},
+                          "features": list(features), "modes": list(modes), "tests": tests.cmd if tests else None,
+                          "shard": list(shard)},
                          started=time.strftime("%Y-%m-%d %H:%M:%S"))
-    t0 = time.monotonic()
+    t0, n = time.monotonic(), 0
     for task in loaded:
         base = tree_files(repo, task.base)
         alone: dict[int, bool | None] = {}
-        if tests:
-            for f in task.features:
-                got = tests.run(repo, f.tree, f)
-                alone[f.number] = None if got is None else got[0]
-        report.alone[task.name] = {str(k): v for k, v in alone.items()}
         for a, b in itertools.combinations(task.features, 2):
+            n += 1
+            if (n - 1) % shard[1] != shard[0] - 1:
+                continue
             pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)))
             report.pairs.append(pr)
             if on_pair:
                 on_pair(pr)
+        report.alone[task.name] = {str(k): v for k, v in sorted(alone.items())}
     report.seconds = time.monotonic() - t0
     report.tests_s = tests.seconds if tests else 0.0
     return report

@@ -12,6 +12,71 @@ CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", 
           ("caught_none", "nothing to catch", "#cccccc")]
 
 
+KEYS = ("pairs", "caught_write", "caught_merge", "caught_tests", "caught_never", "caught_none", "rejections",
+        "rebased_accepted", "rebased_refused", "lost_updates", "semantic", "tests_failed", "agent_calls", "wall_s",
+        "errors", "clean_pairs", "clean_pairs_calls", "clean_pairs_rejections")
+
+
+def merges_cleanly(pair: dict[str, Any]) -> bool:
+    """git merges the pair without a conflict (worktree mode's merge; else the dataset's verdict)."""
+    wt = pair["modes"].get("worktree")
+    if wt is not None and not wt["errors"]:
+        return not wt["merge_conflicts"]
+    return pair["gold_conflict"] is False
+
+
+def totals(pairs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per mode: the pairs by how they were caught, rejections, rebased clears, lost
+    updates, semantic conflicts, agent calls, wall time; and on cleanly merging pairs."""
+    out: dict[str, dict[str, float]] = {}
+    for p in pairs:
+        for mode, r in p["modes"].items():
+            t = out.setdefault(mode, dict.fromkeys(KEYS, 0))
+            t["pairs"] += 1
+            t[f"caught_{r['caught']}"] += 1
+            for k in ("rejections", "rebased_accepted", "rebased_refused", "lost_updates", "agent_calls", "wall_s"):
+                t[k] += r[k]
+            t["semantic"] += int(r["semantic"])
+            t["tests_failed"] += int(any(v is False for v in r["tests"].values()))
+            t["errors"] += int(bool(r["errors"]))
+            if merges_cleanly(p):
+                t["clean_pairs"] += 1
+                t["clean_pairs_calls"] += r["agent_calls"]
+                t["clean_pairs_rejections"] += r["rejections"]
+    for t in out.values():
+        t["wall_s"] = round(t["wall_s"], 2)
+    return out
+
+
+def gold_agreement(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Worktree mode's merge conflicts against the dataset's verdicts."""
+    rows = [(p, p["modes"]["worktree"]) for p in pairs if p["gold_conflict"] is not None and "worktree" in p["modes"]]
+    differ = [f"{p['task']} f{p['f1']}+f{p['f2']}: merge {'conflicts' if r['merge_conflicts'] else 'clean'}, "
+              f"dataset {'conflict' if p['gold_conflict'] else 'clean'}"
+              for p, r in rows if bool(r["merge_conflicts"]) != p["gold_conflict"]]
+    return {"compared": len(rows), "agree": len(rows) - len(differ), "differ": differ,
+            "gold_conflicting": sum(1 for p, _ in rows if p["gold_conflict"]),
+            "merge_conflicting": sum(1 for _, r in rows if r["merge_conflicts"])}
+
+
+def summarize(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its totals and its agreement with the dataset (re)computed from its pairs."""
+    return dict(data, totals=totals(data["pairs"]), gold=gold_agreement(data["pairs"]))
+
+
+def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several (the shards of one run): pairs in task and feature order."""
+    pairs = sorted((p for r in reports for p in r["pairs"]), key=lambda p: (p["task"], p["f1"], p["f2"]))
+    alone: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for task, feats in r["alone"].items():
+            alone.setdefault(task, {}).update(feats)
+    first = reports[0]
+    return summarize(dict(first, pairs=pairs, alone=alone, started=min(r["started"] for r in reports),
+                          seconds=max(r["seconds"] for r in reports), tests_s=sum(r["tests_s"] for r in reports),
+                          plan=dict(first["plan"], shard=[1, 1], shards=len(reports))))
+
+
 def _tests(r: dict[str, Any]) -> str:
     if not r["tests"]:
         return "-"
@@ -91,7 +156,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
     left.set_ylabel("pairs")
     left.set_title("How each mode caught the pairs", fontsize=10)
     left.legend(fontsize=8)
-    clean = [p for p in data["pairs"] if p["modes"].get("worktree") and not p["modes"]["worktree"]["merge_conflicts"]]
+    clean = [p for p in data["pairs"] if merges_cleanly(p)]
     conflicting = [p for p in data["pairs"] if p not in clean]
     width = 0.38
     for j, (group, name) in enumerate(((clean, "cleanly merging pairs"), (conflicting, "conflicting pairs"))):
