@@ -154,7 +154,15 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
         raise click.UsageError("--pairs needs --repo: the repository holding the tasks' base commits")
     chosen = pairs.MODES if modes == "both" else tuple(m for m in pairs.MODES if m.split("+")[0] == modes)
 
+    if out:  # each pair as it is done: a run cut short keeps what it measured
+        import os
+
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, pairs_report.PROGRESS), "w").close()
+
     def done(pr) -> None:
+        if out:
+            pairs_report.append_pair(out, pr)
         cells = ", ".join(f"{m}: {r.caught}" + (f" ({r.rebased_accepted} rebased)" if r.rebased_accepted else "")
                           + (" SEMANTIC" if r.semantic else "") + (f" ERROR {r.errors[0]}" if r.errors else "")
                           for m, r in pr.modes.items())

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 PLOT = "pairs.png"
+PROGRESS = "pairs.jsonl"  # one line per pair as it is done
 CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", "#e9c46a"),
           ("caught_tests", "by tests", "#f4a261"), ("caught_never", "never", "#e76f51"),
           ("caught_none", "nothing to catch", "#cccccc")]
@@ -75,6 +76,14 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return summarize(dict(first, pairs=pairs, alone=alone, started=min(r["started"] for r in reports),
                           seconds=max(r["seconds"] for r in reports), tests_s=sum(r["tests_s"] for r in reports),
                           plan=dict(first["plan"], shard=[1, 1], shards=len(reports))))
+
+
+def append_pair(out: str, pair: Any) -> None:
+    """Add one finished pair (a :class:`pairs.PairResult`) to ``out``'s progress file."""
+    from dataclasses import asdict
+
+    with open(os.path.join(out, PROGRESS), "a") as fh:
+        fh.write(json.dumps(asdict(pair)) + "\n")
 
 
 def _tests(r: dict[str, Any]) -> str:
