@@ -247,9 +247,10 @@ def _agent_opts(mode: str) -> tuple[str, dict[str, Any]]:
 
 
 def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, ...], tests: Tests | None,
-             alone: dict[int, bool | None], gold: bool | None) -> PairResult:
+             alone: dict[int, bool | None], gold: bool | None, source: str) -> PairResult:
     """Replay the pair in each mode; classify how each mode caught it. ``alone`` gains
-    whether each feature tested on a result passes its tests on its own."""
+    whether each feature tested on a result passes its tests on its own (its tree is
+    in ``source``, the repository the tasks come from)."""
     w = workload(task, a, b, base)
     shared = sorted(set(a.change.targets) & set(b.change.targets))
     pr = PairResult(task.name, a.number, b.number, shared, gold)
@@ -269,7 +270,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
                 got = tests.run(repo, tree, f)
                 res.tests[str(f.number)] = None if got is None else got[0]
                 if f.number not in alone:  # the feature on its own: are its tests a fair judge?
-                    got = tests.run(repo, f.tree, f)
+                    got = tests.run(source, f.tree, f)
                     alone[f.number] = None if got is None else got[0]
             res.tests_s = time.monotonic() - t0
 
@@ -367,7 +368,7 @@ def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features
             n += 1
             if (n - 1) % shard[1] != shard[0] - 1:
                 continue
-            pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)))
+            pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)), repo)
             report.pairs.append(pr)
             if on_pair:
                 on_pair(pr)
