@@ -62,6 +62,9 @@ def synthetic(tmp_path_factory) -> tuple[Path, Path]:
     git(repo, "init", "-q", "-b", "main")
     for p, c in BASE.items():
         (repo / p).write_text(c)
+    # a symbolic link: the runs' repositories leave it out, so their trees are never the
+    # tasks' repository's trees (a feature's tree must be looked up where it was made)
+    (repo / "link").symlink_to("src/other.py")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     sha = git(repo, "rev-parse", "HEAD").stdout.decode().strip()
