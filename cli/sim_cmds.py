@@ -121,19 +121,24 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
 
     result = run_plan(plan, on_run=finished, on_start=started)
     data = result.to_dict()
-    written = rep.write(data, out) if out else None
+    _finish(data, rep.write(data, out) if out else None, out, as_json,
+            rep.markdown(data).split("## Definitions", 1)[0].rstrip(),
+            sum(r.lost_updates for r in result.runs), sum(len(r.agent_errors) for r in result.runs), "agent error(s)")
+
+
+def _finish(data: dict, written: dict | None, out: str | None, as_json: bool, summary: str, lost: int,
+            errors: int, errors_are: str) -> None:
+    """Print the report (JSON or its Markdown summary); exit 1 on lost updates or agent errors."""
     if written and written["plots_skipped"]:
         click.echo(f"simulate: {written['plots_skipped']}", err=True)
     if as_json:
         _emit_json(dict(data, written=written))
     else:
-        click.echo(rep.markdown(data).split("## Definitions", 1)[0].rstrip())
+        click.echo(summary)
         if written:
             click.echo(f"\nreport: {', '.join(written['files'])} in {out}")
-    lost = sum(r.lost_updates for r in result.runs)
-    errors = [e for r in result.runs for e in r.agent_errors]
     if lost or errors:
-        click.echo(f"git storm: {lost} lost update(s), {len(errors)} agent error(s) in the simulation "
+        click.echo(f"git storm: {lost} lost update(s), {errors} {errors_are} in the simulation "
                    "(a bug in storm or the simulator: report it with the JSON)", err=True)
         sys.exit(1)
 
@@ -172,18 +177,7 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
                             features=_numbers(int, features, "--features"), modes=chosen, run_tests=run_tests,
                             test_cmd=test_cmd, shard=shard, on_pair=done)
     data = result.to_dict()
-    written = pairs_report.write(data, out) if out else None
-    if written and written["plots_skipped"]:
-        click.echo(f"simulate: {written['plots_skipped']}", err=True)
-    if as_json:
-        _emit_json(dict(data, written=written))
-    else:
-        click.echo(pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip())
-        if written:
-            click.echo(f"\nreport: {', '.join(written['files'])} in {out}")
     totals = data["totals"].values()
-    lost, errors = sum(t["lost_updates"] for t in totals), sum(t["errors"] for t in totals)
-    if lost or errors:
-        click.echo(f"git storm: {lost:.0f} lost update(s), {errors:.0f} run(s) with agent errors in the simulation "
-                   "(a bug in storm or the simulator: report it with the JSON)", err=True)
-        sys.exit(1)
+    _finish(data, pairs_report.write(data, out) if out else None, out, as_json,
+            pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip(),
+            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)), "run(s) with agent errors")
