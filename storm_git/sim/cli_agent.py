@@ -84,26 +84,29 @@ class CliAgent(Agent):
             _, out = self.storm("write", path, "-m", change.message, stdin=content)
         return out
 
-    def write_rebased(self, change: Change, path: str, rej: dict[str, Any],
-                      view: dict[str, bytes | None], content: dict[str, bytes | None]) -> dict[str, Any] | None:
-        """Accept the rejection's rebased change of ``path``; None when there is none
-        without conflicts (the agent then re-plans)."""
+    @staticmethod
+    def rebased_change(path: str, rej: dict[str, Any], view: dict[str, bytes | None],
+                       content: dict[str, bytes | None]) -> tuple[bytes, str] | None:
+        """The rejection's rebased change of ``path`` and where it comes from ("flag":
+        the rejection offers it; "self": the agent merged the same three versions);
+        None when it has conflict markers (the agent then re-plans)."""
         offered = rej.get("rebased")
-        current = _content(rej, "current_content")
         if offered is not None:
             if not offered.get("clean") or offered.get("content") is None:
                 return None
-            merged = offered["content"].encode("utf-8")
+            return offered["content"].encode("utf-8"), "flag"
+        m = merge3(view.get(path), _content(rej, "current_content"), content[path])
+        return None if m.conflicts or m.content is None else (m.content, "self")
+
+    def write_rebased(self, change: Change, path: str, rej: dict[str, Any], merged: bytes, via: str,
+                      view: dict[str, bytes | None], content: dict[str, bytes | None]) -> dict[str, Any]:
+        """Accept the rebased change ``merged`` of ``path``: one call."""
+        if via == "flag":
             _, out = self.storm("write", "--rebased", path)
-            out["_via"] = "flag"
         else:
-            m = merge3(view.get(path), current, content[path])
-            if m.conflicts or m.content is None:
-                return None
-            merged = m.content
             out = self.write_file(change, path, merged)
-            out["_via"] = "self"
-        view[path], content[path] = current, merged
+        out["_via"] = via
+        view[path], content[path] = _content(rej, "current_content"), merged
         return out
 
     def task(self, rnd: int, change: Change, plan: dict[str, int]) -> dict[str, Any]:
@@ -178,13 +181,18 @@ class CliAgent(Agent):
                        "moved": (rej.get("scope") or {}).get("moved"), "rebased": None}
                 rec["rejections"].append(row)
                 done = None
+                offer = None
                 if self.rebased and rej["reason"] == "direct_conflict":
+                    # refused (conflict markers) unless accepted below; stale files are
+                    # re-read only on the way to accepting it
+                    offer, row["rebased"] = self.rebased_change(p, rej, view, content), "refused"
+                if offer is not None:
                     others = sorted(stale - {p})
                     if others:  # what the validation compares them with must be what the agent saw
                         view.update(self.read_paths(others))
                         rec["rereads"] += 1
-                    done = self.write_rebased(change, p, rej, view, content)
-                    row["rebased"] = "refused" if done is None else ("accepted" if done["accepted"] else "rejected")
+                    done = self.write_rebased(change, p, rej, *offer, view, content)
+                    row["rebased"] = "accepted" if done["accepted"] else "rejected"
                 if done is not None:
                     rec["rebased_via"].append(done["_via"])
                     row["judged"], row["unchanged"] = 0, content[p] == before

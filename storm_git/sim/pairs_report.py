@@ -15,7 +15,7 @@ CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", 
 
 KEYS = ("pairs", "caught_write", "caught_merge", "caught_tests", "caught_never", "caught_none", "rejections",
         "rebased_accepted", "rebased_refused", "lost_updates", "semantic", "tests_failed", "agent_calls", "wall_s",
-        "errors", "clean_pairs", "clean_pairs_calls", "clean_pairs_rejections")
+        "errors", "clean_pairs", "clean_pairs_calls", "clean_pairs_rejections", "clean_pairs_cleared")
 
 
 def merges_cleanly(pair: dict[str, Any]) -> bool:
@@ -44,6 +44,8 @@ def totals(pairs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 t["clean_pairs"] += 1
                 t["clean_pairs_calls"] += r["agent_calls"]
                 t["clean_pairs_rejections"] += r["rejections"]
+                # every rejection of the pair cleared by one accepted rebased change each
+                t["clean_pairs_cleared"] += int(bool(r["rejections"]) and r["rebased_accepted"] == r["rejections"])
     for t in out.values():
         t["wall_s"] = round(t["wall_s"], 2)
     return out
@@ -110,6 +112,13 @@ def markdown(data: dict[str, Any], plot: str | None = None) -> str:
     lines = ["# git storm simulate --pairs", "",
              f"{len(pairs)} pairs, {data['seconds']:.0f} s (of it tests {data['tests_s']:.0f} s), "
              f"started {data['started']}.", "", "## Totals per mode", ""] + totals_table(data)
+    clean = [(m, t) for m, t in data["totals"].items() if t["clean_pairs"]]
+    if clean:
+        n = clean[0][1]["clean_pairs"]
+        lines += ["", f"Pairs git merges cleanly: {n}. " + "; ".join(
+            f"{m}: {t['clean_pairs_rejections']:.0f} rejections"
+            + (f", {t['clean_pairs_cleared']:.0f} pairs cleared by one rebased change a rejection" if "rebased" in m else "")
+            + f", {t['clean_pairs_calls'] / n:.1f} agent calls a pair" for m, t in clean) + "."]
     g = data["gold"]
     if g["compared"]:
         lines += ["", "## Worktree mode's merge against the dataset's verdicts", "",
