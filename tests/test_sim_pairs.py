@@ -5,8 +5,8 @@ mode and storm mode accepting rebased changes.
 A synthetic pairs directory (one task, four features on one base commit of a real
 repository): features 1 and 2 change one file where git merges them cleanly, but
 feature 1 renames what feature 2's new code calls (a semantic conflict its test
-finds); feature 3 changes feature 1's line differently (a conflict); feature 4
-changes another file (disjoint). The long variant runs one real click pair."""
+finds); feature 3 changes feature 1's line differently (a conflict) and a second
+file both change where git merges them; feature 4 changes another file (disjoint). The long variant runs one real click pair."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,8 @@ SCRIPT_TESTS = 'for f in $STORM_TEST_FILES; do python "$f" || exit 1; done'
 
 BASE = {"src/m.py": "def value():\n    return 1\n" + "".join(f"# filler {i}\n" for i in range(12))
         + "def total():\n    return 2\n",
-        "src/other.py": "X = 1\n"}
+        "src/other.py": "X = 1\n",
+        "src/third.py": "Y = 1\n" + "".join(f"# filler {i}\n" for i in range(6)) + "Z = 1\n"}
 
 
 def _sub(text: str, old: str, new: str) -> str:
@@ -36,10 +37,12 @@ def _sub(text: str, old: str, new: str) -> str:
 
 
 FEATURES = {  # number -> (files after the feature, its test script or None)
-    1: ({"src/m.py": _sub(BASE["src/m.py"], "def value():", "def amount():")}, None),
+    1: ({"src/m.py": _sub(BASE["src/m.py"], "def value():", "def amount():"),
+         "src/third.py": _sub(BASE["src/third.py"], "Y = 1", "Y = 2")}, None),
     2: ({"src/m.py": _sub(BASE["src/m.py"], "    return 2\n", "    return 2 + value()\n")},
         "import sys; sys.path.insert(0, 'src'); import m; assert m.total() == 3\n"),
-    3: ({"src/m.py": _sub(BASE["src/m.py"], "def value():", "def value_of():")}, None),
+    3: ({"src/m.py": _sub(BASE["src/m.py"], "def value():", "def value_of():"),
+         "src/third.py": _sub(BASE["src/third.py"], "Z = 1", "Z = 3")}, None),
     4: ({"src/other.py": "X = 2\n"}, "import sys; sys.path.insert(0, 'src'); import other; assert other.X == 2\n"),
 }
 
@@ -97,7 +100,7 @@ def test_load_reads_base_commit_features_and_their_changes(synthetic):
     assert task.name == "task7" and task.base == git(repo, "rev-parse", "HEAD~1").stdout.decode().strip()
     assert [f.number for f in task.features] == [1, 2, 3, 4]
     f1 = task.features[0]
-    assert f1.change.targets == ["src/m.py"]
+    assert f1.change.targets == ["src/m.py", "src/third.py"]
     assert f1.change.parent["src/m.py"].decode() == BASE["src/m.py"]
     assert f1.change.post["src/m.py"].startswith(b"def amount():")
     assert task.features[0].tests is None and pairs.test_files(task.features[1].tests) == ["tests/check_f2.py"]
@@ -155,16 +158,20 @@ def test_clean_pair_is_rejected_at_write_and_cleared_by_one_rebased_change(synth
 def test_conflicting_pair_is_caught_at_merge_and_at_write_and_no_rebased_change_is_accepted(synthetic):
     """Features 1 and 3 change one line differently: worktree mode's merge conflicts (as
     the dataset says), storm rejects, and the rebased change (conflict markers) is refused:
-    the agent re-plans, which needed judgement; tests are not run on a judged result."""
+    the agent re-plans, which needed judgement, at the cost of plain storm mode (the
+    stale second file is not re-read before the refusal); tests are not run on a judged
+    result."""
     pairs_dir, repo = synthetic
-    rep = pairs.simulate(str(pairs_dir), str(repo), features=(1, 3), modes=("worktree", "storm+rebased"),
-                         test_cmd=SCRIPT_TESTS)
+    rep = pairs.simulate(str(pairs_dir), str(repo), features=(1, 3), test_cmd=SCRIPT_TESTS)
     (pr,) = rep.pairs
-    wt, rb = pr.modes["worktree"], pr.modes["storm+rebased"]
+    wt, st, rb = (pr.modes[m] for m in pairs.MODES)
+    assert pr.shared == ["src/m.py", "src/third.py"]
     assert (wt.caught, wt.merge_conflicts > 0, wt.judgement > 0) == ("merge", True, True)
     assert (rb.caught, rb.rejections, rb.rebased_accepted, rb.rebased_refused) == ("write", 1, 0, 1)
     assert rb.judgement > 0 and not rb.semantic and rb.tests == {}
-    assert wt.lost_updates == rb.lost_updates == 0
+    # first agent: read, 2 writes; second: read, write (rejected), re-read, write, write third.py
+    assert rb.agent_calls == st.agent_calls == 8
+    assert wt.lost_updates == st.lost_updates == rb.lost_updates == 0
     assert rep.to_dict()["gold"] == {"compared": 1, "agree": 1, "differ": [], "gold_conflicting": 1,
                                     "merge_conflicting": 1}
 
@@ -182,11 +189,11 @@ def test_cli_disjoint_pair_has_nothing_to_catch_and_the_markdown_says_what_the_j
     (pr,) = data["pairs"]
     for m in pr["modes"].values():
         assert pr["shared"] == [] and (m["caught"], m["rejections"], m["lost_updates"]) == ("none", 0, 0)
-        assert m["agent_calls"] == 4  # each agent: one read, one write
+        assert m["agent_calls"] == 5  # each agent: one read, one write a file
     assert sorted(data["written"]["files"])[:2] == ["pairs.png", "report.json"]
     md = (out / "report.md").read_text()
     assert md == pairs_report.markdown(json.loads((out / "report.json").read_text()), "pairs.png")
-    assert "| task7 f1+f4 | - | storm | none | 0 | 0 | 4 | 0 |" in md
+    assert "| task7 f1+f4 | - | storm | none | 0 | 0 | 5 | 0 |" in md
 
 
 def test_cli_refuses_bad_input_with_one_line(synthetic, tmp_path):

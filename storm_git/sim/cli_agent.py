@@ -188,9 +188,13 @@ class CliAgent(Agent):
                     offer, row["rebased"] = self.rebased_change(p, rej, view, content), "refused"
                 if offer is not None:
                     others = sorted(stale - {p})
-                    if others:  # what the validation compares them with must be what the agent saw
-                        view.update(self.read_paths(others))
+                    if others:  # what the validation compares them with must be what the agent saw,
+                        view.update(self.read_paths(others))  # and what it writes there is re-applied
                         rec["rereads"] += 1
+                        for q in others:
+                            content[q], judged = self._reapply(change, q, view)
+                            rec["judgement"] += judged
+                        stale.difference_update(others)
                     done = self.write_rebased(change, p, rej, *offer, view, content)
                     row["rebased"] = "accepted" if done["accepted"] else "rejected"
                 if done is not None:
@@ -206,7 +210,8 @@ class CliAgent(Agent):
                 view.update(self.read(change))
                 rec["rereads"] += 1
                 stale.clear()
-                content[p], judged = self._reapply(change, p, view)
+                again, judged = apply_change(change, view)  # every file not written yet: on what it read now
+                content.update({q: c for q, c in again.items() if q not in commits})
                 rec["judgement"] += judged
                 row["judged"], row["unchanged"] = judged, content[p] == before and not judged
             else:

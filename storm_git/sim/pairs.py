@@ -17,8 +17,9 @@ modes, every agent step a ``git storm`` command (:mod:`storm_git.sim.cli_agent`)
 With tests, each feature's tests (its tests.patch applied on an export of the
 integrated result) run on every result; a feature whose tests pass on its own
 but fail on a result that integrated without a conflicting hunk is a semantic
-conflict. Every feature that integrated cleanly must keep each line it added:
-one missing is a lost update, as is anything :func:`metrics.lost_updates` finds.
+conflict. In every file where git merges the two changes cleanly (or only one
+feature changes it) both must keep each line they added: one missing is a lost
+update, as is anything :func:`metrics.lost_updates` finds.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from typing import Any
 from ..core.errors import UsageError
 from . import pairs_report, runner
 from .metrics import RunMetrics, added_lines
-from .workload import Change, Files, Workload, tree_files
+from .workload import Change, Files, Workload, merge3, tree_files
 
 MODES = ("worktree", "storm", "storm+rebased")
 CAUGHT = ("write", "merge", "tests", "never", "none")
@@ -230,15 +231,28 @@ class Tests:
 
 
 # -- one pair --------------------------------------------------------------------------
-def survivors(f: Feature, final: Files) -> list[dict[str, Any]]:
-    """The lines ``f`` added that ``final`` lacks, per file (empty: its change survived)."""
+def survivors(f: Feature, final: Files, paths: list[str] | None = None) -> list[dict[str, Any]]:
+    """The lines ``f`` added that ``final`` lacks, per file of ``paths`` (default: all
+    it changes); empty: its change survived."""
     lost = []
-    for p in f.change.targets:
+    for p in f.change.targets if paths is None else paths:
         have = set((final.get(p) or b"").splitlines())
         gone = [ln for ln in added_lines(f.change.parent.get(p), f.change.post.get(p)) if ln not in have]
         if gone:
             lost.append({"feature": f.number, "path": p, "lines": [g.decode("utf-8", "replace") for g in gone[:5]]})
     return lost
+
+
+def clean_files(a: Feature, b: Feature) -> list[str]:
+    """The files where both features' changes must be in any correct result: each file
+    only one of them changes, and each both change where git merges them cleanly."""
+    out = []
+    for p in sorted(set(a.change.targets) | set(b.change.targets)):
+        if p in a.change.targets and p in b.change.targets:
+            if merge3(a.change.parent.get(p), a.change.post.get(p), b.change.post.get(p)).conflicts:
+                continue
+        out.append(p)
+    return out
 
 
 def _agent_opts(mode: str) -> tuple[str, dict[str, Any]]:
@@ -254,14 +268,15 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
     w = workload(task, a, b, base)
     shared = sorted(set(a.change.targets) & set(b.change.targets))
     pr = PairResult(task.name, a.number, b.number, shared, gold)
+    must = clean_files(a, b)
     for mode in modes:
         kind, opts = _agent_opts(mode)
         res = ModeResult(mode, "none")
 
         def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res) -> None:
             final = {p: _show(repo, rev, p) for p in set(a.change.targets) | set(b.change.targets)}
-            if m.judgement == 0:  # integrated without a conflicting hunk: both changes must be there
-                res.lost = survivors(a, final) + survivors(b, final)
+            # where no hunk needed judgement, both changes must be there, whatever the mode did
+            res.lost = [x for f in (a, b) for x in survivors(f, final, [p for p in must if p in f.change.targets])]
             if tests is None or m.judgement:
                 return  # a hunk resolved by the scripted agent's rule (its own side) is no real agent's result
             tree = _git(repo, "rev-parse", f"{rev}^{{tree}}").decode().strip()
@@ -321,7 +336,7 @@ DEFINITIONS = {
               "from the result and no test failed), none (nothing to catch)",
     "rebased_accepted": "rejections cleared by accepting the rebased change (one call each)",
     "rebased_refused": "rejections whose rebased change had conflict markers: the agent re-planned",
-    "lost_updates": "lines a feature added missing from a result it integrated into without a conflicting hunk, "
+    "lost_updates": "lines a feature added missing from the result in a file where git merges the two changes cleanly, "
                     "plus accepted writes undone unseen (must be 0)",
     "semantic": "integrated without a conflicting hunk, yet a feature's tests fail that pass on the feature alone",
     "agent_calls": "git storm commands and file reads/writes of both agents, merge resolution included",
