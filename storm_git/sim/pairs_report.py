@@ -165,7 +165,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
     except ImportError:
         return None, "matplotlib is not installed: plot skipped (pip install 'git-storm[sim]')"
     modes = list(data["totals"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
     bottom = [0.0] * len(modes)
     for key, name, color in CAUGHT:
         vals = [data["totals"][m][key] for m in modes]
@@ -173,7 +173,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
         bottom = [b + v for b, v in zip(bottom, vals)]
     left.set_ylabel("pairs")
     left.set_title("How each mode caught the pairs", fontsize=10)
-    left.legend(fontsize=8)
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
     clean = [p for p in data["pairs"] if merges_cleanly(p)]
     conflicting = [p for p in data["pairs"] if p not in clean]
     width = 0.38
@@ -185,7 +185,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
     right.set_xticks(range(len(modes)), modes)
     right.set_ylabel("agent calls per pair (both agents)")
     right.set_title("What the pairs cost the agents", fontsize=10)
-    right.legend(fontsize=8)
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(out, PLOT), dpi=110)
     plt.close(fig)
