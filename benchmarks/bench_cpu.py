@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a storm write's CPU goes, next to the bare pygit2 cycle (issue 13).
+"""Where a storm write's CPU goes, next to the bare pygit2 cycle.
 
 Not a test: it prints figures. ``bench_hotpath.py`` says a write costs about twice
 the bare cycle (blob + trees + commit + CAS); this script says what the difference

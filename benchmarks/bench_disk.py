@@ -1,4 +1,4 @@
-"""Large directories and large read sets (issue 8, item 7).
+"""Large directories and large read sets.
 
     python benchmarks/bench_disk.py [--entries 20000] [--reads 2000] [--runs 7] [--exec-files 2000]
 
@@ -14,9 +14,7 @@ fast-import), runs ``git storm init`` and prints medians, in the same run:
 * ``exec`` of a command creating ``--exec-files`` files in ``d/``, then one
   deleting them, each against ``git add -A && git commit`` of the same change.
 
-Before the tree cache and the disk record (issue 8's report, 20,000 entries):
-one read of 2,000 paths 12.5 s, each later write by that agent 11.4 s, the bare
-cycle 45 ms; exec creating 10,000 files 42 s. Figures only, no assertions.
+Figures only, no assertions.
 """
 from __future__ import annotations
 

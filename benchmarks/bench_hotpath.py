@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The write and read hot path (issue 13), against the bare pygit2 cycle and against
+"""The write and read hot path, against the bare pygit2 cycle and against
 an older revision of storm, measured in one run on the same repositories.
 
 Not a test: it prints figures. For each repository size and each code revision
@@ -111,7 +111,7 @@ def child(repo: str, writes: int, throughput: bool) -> dict:
                 fd_s.append(time.perf_counter() - t)
         if k == 1:
             out["floor_disk_ms"] = med(fd_s)
-        try:  # the journal's fold (before issue 13 it wrote a provenance note per write), now, so that it is counted
+        try:  # the journal's fold, now, so that it is counted
             from storm_git.core import readsets
             n0 = loose_objects(repo)
             t = time.perf_counter()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Many writes with the automatic maintenance trigger (issue 13): does storm keep up?
+"""Many writes with the automatic maintenance trigger: does storm keep up?
 
 Not a test: it prints figures. One agent writes ``--writes`` times (default 10,000)
 in a repository of ``--files`` files, with ``storm.autoMaintenance`` at its default

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the shared workspace on a git remote (issue 11). Not a test.
+"""Benchmark of the shared workspace on a git remote. Not a test.
 
 Against a ``git daemon`` on 127.0.0.1 started here (and a bare repository with or
 without storm's pre-receive guard), it prints medians of:

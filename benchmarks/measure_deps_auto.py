@@ -7,7 +7,7 @@ P); B's change lands first; then A writes each of its files. A write is rejected
 with auto only when B changed a file in the computed scope (``stale_auto``: the scope
 alone) and that file's change reaches what the write uses (``stale_judged``: what a
 write does, storm_git.core.depimpact looking inside the moved files)."""
-# usage: python benchmarks/measure_deps_auto.py REPO N   (e.g. a clone of ../shared/data/click.bundle, 300)
+# usage: python benchmarks/measure_deps_auto.py REPO N   (e.g. a clone of pallets/click, 300)
 # another revision's rule: git worktree add /tmp/old REV; PYTHONPATH=/tmp/old python benchmarks/measure_deps_auto.py REPO N
 import sys
 

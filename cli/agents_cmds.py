@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import shlex
+
 import click
 
 from storm_git.core.paths import quoted
@@ -202,7 +204,13 @@ def _reason(res) -> str:
     else:
         head = (f"git storm could not record this {tool}: its result is on disk but is NOT part of the shared "
                 f"state ({', '.join(map(quoted, res.paths))}).")
-    return "\n".join(x for x in (head, render.rejection(r), ADVICE.get(r.reason, ""), res.message) if x)
+    advice = ADVICE.get(r.reason, "")
+    offer = getattr(r, "rebased", None)
+    if offer is not None and offer.clean and res.decision == "deny":
+        advice = (f"Your change re-applies cleanly on the current version (the last diff above). If that is still "
+                  f"what you want, accept it with the shell command: git storm write {shlex.quote(r.path)} "
+                  f"--rebased --agent {res.agent}; otherwise read the file again and redo your change.")
+    return "\n".join(x for x in (head, render.rejection(r), advice, res.message) if x)
 
 
 HOOK_LOCK_SECONDS = 40.0  # a hook's wait for a lock: well inside the harness's 60 s

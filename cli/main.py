@@ -1,7 +1,7 @@
 """``git storm``: the click shell around :mod:`storm_git`.
 
 Parses arguments, calls the library, prints human text or ``--json``, and maps
-the library's typed errors to DESIGN §7's exit codes: 0 ok, 1 rejected, 2 bad
+the library's typed errors to exit codes: 0 ok, 1 rejected, 2 bad
 input, 3 repository state, 4 internal error (a bug). The library (and pygit2)
 is imported inside the commands so ``-h`` stays instant.
 """
@@ -14,6 +14,8 @@ import sys
 from typing import Any, Callable
 
 import click
+
+from storm_git.cli.sections import SectionedGroup
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -61,7 +63,7 @@ def _report(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> Non
         sys.exit(1)
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=SectionedGroup, context_settings=CONTEXT)
 @click.version_option(package_name="git-storm", prog_name="git storm")
 def cli() -> None:
     """Let several coding agents work on one git repository at once.

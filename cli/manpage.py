@@ -15,6 +15,8 @@ import textwrap
 
 import click
 
+from storm_git.cli.sections import sectioned
+
 
 def _roff(text: str) -> str:
     out = []
@@ -39,6 +41,22 @@ def _help(cmd: click.Command) -> str:
     return "\n.PP\n".join(blocks)
 
 
+def _command(ctx: click.Context, name: str, cmd: click.Command) -> list[str]:
+    # with the command's own settings (help_option_names), as click builds it: otherwise
+    # the help option's record depends on whether the command was parsed before
+    sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
+    usage = " ".join(cmd.collect_usage_pieces(sub))
+    lines = [".SS " + _roff(f"git storm {name} {usage}"), _help(cmd)]
+    for param in cmd.get_params(sub):
+        # Options only: whether arguments get a help record depends on the click version.
+        if not isinstance(param, click.Option):
+            continue
+        rec = param.get_help_record(sub)
+        if rec and not rec[0].startswith("-h, --help"):
+            lines += [".TP", "\\fB" + _roff(rec[0]) + "\\fR", _roff(rec[1])]
+    return lines
+
+
 def render(group: click.Group) -> str:
     ctx = click.Context(group, info_name="git storm")
     lines = [
@@ -50,24 +68,11 @@ def render(group: click.Group) -> str:
         "\\fICOMMAND\\fR [\\fIOPTIONS\\fR] [\\fIARGS\\fR]",
         ".SH DESCRIPTION",
         _help(group),
-        ".SH COMMANDS",
     ]
-    for name in group.list_commands(ctx):
-        cmd = group.get_command(ctx, name)
-        if cmd is None or cmd.hidden:
-            continue
-        # with the command's own settings (help_option_names), as click builds it: otherwise
-        # the help option's record depends on whether the command was parsed before
-        sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
-        usage = " ".join(cmd.collect_usage_pieces(sub))
-        lines += [".SS " + _roff(f"git storm {name} {usage}"), _help(cmd)]
-        for param in cmd.get_params(sub):
-            # Options only: whether arguments get a help record depends on the click version.
-            if not isinstance(param, click.Option):
-                continue
-            rec = param.get_help_record(sub)
-            if rec and not rec[0].startswith("-h, --help"):
-                lines += [".TP", "\\fB" + _roff(rec[0]) + "\\fR", _roff(rec[1])]
+    for title, purpose, rows in sectioned(group, ctx):  # as `git storm -h` lists them
+        lines += [".SH " + _roff(title.upper())] + ([_roff(purpose[0].upper() + purpose[1:] + ".")] if purpose else [])
+        for name, cmd in rows:
+            lines += _command(ctx, name, cmd)
     lines += [
         ".SH EXIT STATUS",
         "0 success; 1 write rejected (conflict or reservation: re\\-plan and retry); "

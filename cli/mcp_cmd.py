@@ -18,7 +18,8 @@ def mcp(agent: str | None, as_json: bool) -> None:
     validated write), read, write, rm, exec, status, log, release, forget, and
     for the manager commit, assign, merge. A rejected write is a tool result
     with isError and the diff. A missing or invalid agent is refused (exit 2)
-    before serving; the SDK is an extra: pip install 'git-storm[mcp]'.
+    before serving; the SDK is the optional extra 'mcp' (without it, this
+    command prints the pip command that adds it).
     Run it in the repository (or use git -C REPO); see docs/agents.md.
     --json only shapes an error before serving (the session is JSON-RPC).
 

@@ -27,9 +27,11 @@ def _seed(text: str) -> int | None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--repo", metavar="PATH", default=None, help="Replay this repository's history (with --range).")
+@click.option("--repo", metavar="PATH", default=None,
+              help="Replay this repository's history (default with --range: the current one).")
 @click.option("--range", "rng", metavar="A..B", default=None,
-              help="The commits to replay: first-parent commits of A..B, dealt round-robin to the agents.")
+              help="The commits to replay: first-parent commits of A..B, dealt round-robin to the agents "
+                   "(default: HEAD's last --max-commits commits).")
 @click.option("--scenarios", is_flag=True,
               help="Run the scenario suite: signature, rename, rename-late, fields, registry, cycle, ripple, "
                    "disjoint (control) and the coupling sweep.")
@@ -47,8 +49,8 @@ def _seed(text: str) -> int | None:
                    "side by side.")
 @click.option("--mode", "modes", type=click.Choice(["storm", "worktree", "both"]), default="both",
               show_default=True, help="Which mode(s) to run.")
-@click.option("--max-commits", type=click.IntRange(1, 1000), default=40, show_default=True,
-              help="Replay at most this many commits of the range.")
+@click.option("--max-commits", type=click.IntRange(1, 1000), default=None,
+              help="Replay at most this many commits, the first of the range (default 40; --quick: 8).")
 @click.option("--seed", metavar="N|race", default="0", show_default=True,
               help="Replay: the agents of a round write one after another in an order shuffled with N "
                    "(reproducible: compare scopes or versions on the same interleaving); 'race': all at once.")
@@ -56,7 +58,7 @@ def _seed(text: str) -> int | None:
               help="Write report.json, report.md and PNG plots (matplotlib) into DIR.")
 @click.option("--quick", is_flag=True,
               help="A small run (under a minute on 2 cores): the scenarios with 2 agents, no coupling sweep; "
-                   "with --repo, 8 commits.")
+                   "with --repo, 8 commits (unless --max-commits says otherwise).")
 @click.option("--pairs", "pairs_dir", metavar="DIR", default=None,
               help="Replay feature pairs (CooperBench's layout: task folders with setup.sh naming BASE_COMMIT, "
                    "feature<K>/feature.patch and tests.patch) on --repo: each pair by two agents working "
@@ -73,7 +75,7 @@ def _seed(text: str) -> int | None:
                    "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
-             test_cmd: str | None, deps: str, modes: str, max_commits: int, seed: str, out: str | None,
+             test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str, out: str | None,
              quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
              run_tests: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
@@ -83,16 +85,18 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     re-reads and re-applies its change (three-way merge). Worktree mode: each
     agent commits on its own branch; the manager merges, and a conflicted agent
     syncs and re-applies its change. Measured: conflicts caught at write, at
-    merge, by tests, never; lost updates (checked against the final tree; must
+    merge, by tests; paths that differ from the reference (a replay: the
+    history's end) with no test failing; lost updates (checked against the final tree; must
     be 0); needed and needless rejections; re-reads; reservation waits; wall
     time; the final test.
 
     \b
     Example:
       git storm simulate --quick --out sim-report
-      git storm simulate --scenarios --agents 2,4,8 --out docs/simulation
+      git storm simulate --scenarios --agents 2,4,8 --out sim-reports/scenarios
       git storm simulate --repo . --range HEAD~20..HEAD --agents 4 \\
           --test-cmd 'python -m compileall -q .' --out sim-replay
+      git storm simulate --repo . --quick   # HEAD~8..HEAD
       git storm simulate --pairs cooperbench-click --repo click --run-tests --out sim-pairs
 
     With --pairs, --test-cmd runs in an export of each result after the feature's

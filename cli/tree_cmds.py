@@ -169,7 +169,8 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
 @click.option("--message", "-m", required=True, metavar="MSG", help="The commit message (trailers are added).")
 @agent_option
 @click.option("--adopt", "adopt_", is_flag=True,
-              help="Storm mode: record unmediated edits as the manager's write first (never a reverted file).")
+              help="Storm mode: record unmediated edits as the manager's write first (never a reverted file, "
+                   "nor an untracked file named like a secret: .env, keys; those belong in .gitignore).")
 @click.option("--strict", is_flag=True,
               help="Storm mode: refuse (exit 3) while unmediated edits remain on disk.")
 @click.option("--gpg-sign/--no-gpg-sign", "sign", default=None,
@@ -190,7 +191,9 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
     such commit; the index is reset. Files on disk that storm did not put
     there (unmediated edits, untracked files not ignored) are not part of the
     shared state: they are listed as a warning and stay on disk; --adopt
-    records them first as the manager's write, --strict refuses instead.
+    records them first as the manager's write (not an untracked .env, key or
+    other file named like a secret: the warning says to add it to .gitignore;
+    git storm adopt PATH records one on purpose), --strict refuses instead.
     Commits the branch gained outside storm (a git pull, merge or commit by a
     person) are first merged into the shared workspace as the manager's write,
     so the commit never undoes them; where they and the agents changed the same
@@ -230,10 +233,9 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
 
         click.echo(commit_radar_lines(res), err=True)
     if not as_json and res.unmediated:
-        names = ", ".join(f"{u['path']} ({u['state']})" for u in res.unmediated[:10])
-        more = f" and {len(res.unmediated) - 10} more" if len(res.unmediated) > 10 else ""
-        click.echo(f"warning: not committed, still on disk only: {names}{more} "
-                   "(git storm status; --adopt records them)", err=True)
+        from storm_git.core import render
+
+        click.echo(render.left_on_disk(res.unmediated, adopt_=adopt_), err=True)
 
 
 @cli.command("install-hooks", context_settings=CONTEXT)

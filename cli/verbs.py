@@ -1,4 +1,4 @@
-"""The verbs of DESIGN §3 common to both modes: init, read, write, edit, rm,
+"""The verbs common to both modes: init, read, write, edit, rm,
 release, forget, status, log, and the demo."""
 from __future__ import annotations
 
@@ -254,11 +254,14 @@ def _sizes(ws: object, res: object) -> dict[str, int]:
 @cli.command(context_settings=CONTEXT)
 @click.argument("path", metavar="PATH")
 @click.option("--file", "-f", metavar="F", default=None, help="Take the new content from F ('-' or omitted: stdin).")
+@click.option("--rebased", is_flag=True,
+              help="Write the rebased change the agent's last direct_conflict rejection of PATH offered "
+                   "(its own change re-applied on the current version); no content is read.")
 @agent_option
 @write_options
 @json_option
-def write(path: str, file: str | None, agent: str | None, intent: str | None, deps: tuple[str, ...],
-          no_wait: bool, as_json: bool) -> None:
+def write(path: str, file: str | None, rebased: bool, agent: str | None, intent: str | None,
+          deps: tuple[str, ...], no_wait: bool, as_json: bool) -> None:
     """Write PATH in the shared workspace, validated against what the agent read.
 
     Accepted (exit 0) only if PATH and every file the agent read are unchanged
@@ -269,17 +272,40 @@ def write(path: str, file: str | None, agent: str | None, intent: str | None, de
     holds PATH for storm.reservationSeconds (default 30) to re-plan and retry;
     another writer of PATH waits (saying so on stderr) or, with --no-wait, is
     rejected as reserved. Writing an existing file the agent never read is
-    rejected once (unread_target, no reservation), and that rejection counts as
-    the read. An interactive terminal on stdin is refused (exit 2): give the
-    content on stdin or with --file.
+    rejected once (unread_target, no reservation).
+
+    What counts as read after a rejection is what it showed in full: PATH's
+    current content. Stale dependencies are shown as diffs and stay stale until
+    the agent reads them again (or forgets them, or names --deps).
+
+    A direct_conflict on a text file also offers the agent's own change
+    re-applied on the current version (clean, or with conflict markers, and the
+    other agents' hunks it crosses). --rebased writes that offer after the agent
+    has looked at it: a validated write like any other, rejected again if
+    anything moved meanwhile; exit 2 when there is none or it has conflict
+    markers. Nothing is ever merged without it. An interactive terminal on stdin
+    is refused (exit 2): give the content on stdin or with --file.
 
     \b
     Example:
       git storm write src/app.py -m 'engineer_1: add retry' < new_app.py
       git storm write src/app.py --file /tmp/app.py --deps src/util.py --json
       git storm write src/app.py --deps auto < new_app.py   # only what app.py depends on
+      git storm write src/app.py --rebased   # accept the offer of the last rejection
     """
+    from storm_git.core.errors import UsageError
+
     ws = _workspace()
+    if rebased:
+        if file is not None or deps:
+            raise UsageError("--rebased takes no content (--file) and no --deps",
+                             hint="git storm write PATH --rebased --agent ID")
+        if not hasattr(ws, "write_rebased"):
+            raise UsageError("--rebased is for storm mode (a shared workspace)",
+                             hint="in worktree mode write the file in your worktree")
+        res = ws.write_rebased(path, agent=_agent(agent), intent=intent, wait=not no_wait, **_wait_kw(ws))
+        _report(res, as_json)
+        return
     data = _content(file, ws.max_file_bytes)
     res = ws.write(path, data, agent=_agent(agent), intent=intent,
                    deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))

@@ -1,4 +1,4 @@
-"""Hook shims that ``git storm init`` installs (DESIGN §5).
+"""Hook shims that ``git storm init`` installs.
 
 The shims are tiny ``sh`` scripts (``shims/<hook>``) with the interpreter that
 installed them written in, so they work with a minimal PATH; all logic lives in
@@ -14,7 +14,7 @@ MARKER = "# git-storm-shim"
 
 
 def shim_template(name: str) -> str:
-    """The text of shim ``name`` with placeholders @PYTHON@, @GUARD@ and @CHAINED@."""
+    """The text of shim ``name`` with placeholders @PYTHON@, @GUARD@, @REINSTALL@ and @CHAINED@."""
     if name not in SHIMS:
         raise KeyError(name)
     return resources.files(__name__).joinpath("shims", name).read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """Opening a repository's workspace in the mode its config names.
 
-``storm.mode`` decides what the verbs mean (DESIGN §3); callers (the CLI, the
+``storm.mode`` decides what the verbs mean; callers (the CLI, the
 MCP server, scripts) use :func:`open_workspace` and the same verbs in both modes.
 """
 from __future__ import annotations

@@ -53,9 +53,20 @@ def _hermetic_git(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """An initialised storm repository with DEFAULT_FILES."""
-    return make_repo(tmp_path / "repo")
+def repo(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """An initialised storm repository with the test module's ``REPO_FILES``
+    (DEFAULT_FILES when it has none)."""
+    return make_repo(tmp_path / "repo", getattr(request.module, "REPO_FILES", None))
+
+
+@pytest.fixture
+def wrepo(repo: Path) -> Path:
+    """``repo`` switched to worktree mode."""
+    from storm_git.admin.modes import switch
+    from storm_git.core.store import Store
+
+    switch(Store.discover(str(repo)), "worktree")
+    return repo
 
 
 @pytest.fixture

@@ -296,3 +296,92 @@ def release(holder: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     holder.wait()
+
+
+def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``r``, asserted to have exited 0 (its output in the message otherwise)."""
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    return r
+
+
+def start_storm(repo: str | Path, *args: str, agent: str | None = None,
+                input: bytes | None = None) -> subprocess.Popen:
+    """``git storm ARGS…`` started in the background (stdin given, then closed): a
+    command to race, kill or hold at a lock."""
+    env = dict(os.environ)
+    env.pop("STORM_AGENT", None)
+    if agent:
+        env["STORM_AGENT"] = agent
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", *args], cwd=repo, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdin is not None
+    if input is not None:
+        p.stdin.write(input)
+    p.stdin.close()
+    p.stdin = None  # communicate() must not flush it again
+    return p
+
+
+# -- agents reading, changing and writing through the command line (the --deps tests)
+def read_as(repo: str | Path, agent: str, *paths: str) -> None:
+    r = storm(repo, "read", *paths, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def change_as(repo: str | Path, path: str, old: str, new: str, agent: str = "b") -> None:
+    """``agent`` reads ``path`` and replaces ``old`` by ``new`` in it."""
+    read_as(repo, agent, path)
+    r = storm(repo, "edit", path, "--old", old, "--new", new, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
+def write_as(repo: str | Path, path: str, content: str | bytes, *args: str, agent: str = "a") -> tuple[int, Any]:
+    return storm_json(repo, "write", path, *args, input=content, agent=agent)
+
+
+# -- the events agent harnesses send to `git storm harness hook`
+def claude_event(repo: Path, session: str, event: str, tool: str, tool_input: dict, use_id: str,
+                 response: dict | None = None) -> dict:
+    """An event as Claude Code sends it (hooks reference)."""
+    e = {
+        "session_id": session,
+        "transcript_path": f"/home/u/.claude/projects/repo/{session}.jsonl",
+        "cwd": str(repo),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        "tool_name": tool,
+        "tool_input": tool_input,
+        "tool_use_id": use_id,
+    }
+    if event == "PostToolUse":
+        e["tool_response"] = response if response is not None else {"filePath": tool_input.get("file_path"),
+                                                                      "success": True}
+    return e
+
+
+def codex_event(repo: Path, session: str, event: str, tool: str, command: str, use_id: str) -> dict:
+    """An event as Codex sends it (hooks page: Claude's envelope plus model and turn_id)."""
+    e = {
+        "session_id": session,
+        "transcript_path": None,
+        "cwd": str(repo),
+        "hook_event_name": event,
+        "model": "gpt-5-codex",
+        "turn_id": "turn-1",
+        "tool_name": tool,
+        "tool_use_id": use_id,
+        "tool_input": {"command": command},
+    }
+    if event == "PostToolUse":
+        e["tool_response"] = {"output": "Success. Updated the following files", "exit_code": 0}
+    return e
+
+
+def hook(repo: Path, event: dict | str, *args: str, env: dict | None = None):
+    data = event if isinstance(event, str) else json.dumps(event)
+    return storm(repo, "harness", "hook", *args, input=data, env=env)
+
+
+def decision(r) -> dict | None:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout) if r.stdout.strip() else None

@@ -1,7 +1,7 @@
 """A reference model of storm mode's validity rule: pure Python, no git.
 
-The test oracle for ``tests/test_model.py``. It restates DESIGN §1 and §3 as
-directly as possible, independently of ``storm_git/storm/shared.py``:
+The test oracle for ``tests/test_model.py``. It restates the validity rule and the
+verbs (docs/architecture.md) as directly as possible, independently of ``storm_git/storm/shared.py``:
 
 * The workspace is ``{path: content}``; a missing path is *absent*. A version is
   the content itself (storm uses the blob id, which is a function of the content),
@@ -23,10 +23,12 @@ directly as possible, independently of ``storm_git/storm/shared.py``:
 * An accepted write sets ``f``'s content, sets ``S_a[f]`` to the written version
   and ends ``a``'s own reservation on ``f``.
 * A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
-  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``;
+  re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``, and so
+  does an ``unread_target`` rejection with a stale path in the scope; a plain
   ``unread_target`` reserves nothing (``a`` only lacked the content). Every
-  rejection other than ``reserved`` refreshes ``S_a`` for ``f`` and every stale
-  path (the payload showed them), so a re-planned retry is accepted.
+  rejection other than ``reserved`` refreshes ``S_a`` for ``f`` (the payload
+  showed its content in full); stale paths were shown only as diffs and stay
+  stale until ``a`` reads them again.
 * ``edit`` replaces exactly one occurrence of ``old`` in the version ``a`` last
   read (not the current one); when ``a`` never read ``f`` (or read it absent)
   the edit cannot be computed and is decided like a write that must be
@@ -176,10 +178,9 @@ class Model:
                 del self.reservations[path]
             return Outcome(True, None, path, frozenset(), content)
         holder = None
-        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY):
+        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY) or stale:
             holder = agent
             if self.reservation_seconds > 0:
                 self.reservations[path] = (agent, self.now + self.reservation_seconds)
-        for g in [path, *stale]:
-            rs[g] = self.current(g)
+        rs[path] = self.current(path)
         return Outcome(False, reason, path, stale, cur, holder)

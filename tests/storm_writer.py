@@ -68,6 +68,9 @@ def main() -> int:
             base = res.rejection.current_content or b""
             if res.rejection.reason == "reserved":
                 ws.read([target], agent=agent)
+            stale = [st.path for st in res.rejection.stale]
+            if stale:  # shown as diffs only: they count as read once read again
+                ws.read(stale, agent=agent)
     out(event="done")
     return 0
 

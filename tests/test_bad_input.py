@@ -1,4 +1,4 @@
-"""DESIGN §7: every bad input gets one clear line, exit 2 (3 for repository
+"""Every bad input gets one clear line, exit 2 (3 for repository
 state), and changes nothing — refs, notes and the working tree stay as they were."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Large directories and large batches (issue 8, item 7): the shortcuts that make
+"""Large directories and large batches: the shortcuts that make
 them cheap answer exactly as the full checks do.
 
 * tree lookups are memoised by (tree, path) and walk directories without libgit2's

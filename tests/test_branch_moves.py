@@ -37,10 +37,9 @@ def _push_change(other: Path, path: str, text: str, message: str) -> str:
 
 
 def test_a_pulled_commit_is_merged_in_not_undone(tmp_path):
-    """Before 2026-11-25 the manager's commit put the shared tree on top of the pulled
-    commit: the upstream change was reverted in history, and status called the pulled
-    file 'reverted'. Now status says what the branch gained and the commit merges it in
-    (as the manager's write: agents who read the file see it as stale)."""
+    """The shared tree put on top of the pulled commit would revert the upstream change
+    in history. Status says what the branch gained and the commit merges it in (as the
+    manager's write: agents who read the file see it as stale)."""
     repo, other = _upstream(tmp_path)
     assert storm(repo, "read", "README.md", "src/api.py", agent="engineer_1").returncode == 0
     assert storm(repo, "write", "src/api.py", input="def fetch(url, timeout=10):\n    pass\n",

@@ -15,7 +15,8 @@ from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 def test_help_explains_every_command_with_an_example(repo):
     r = storm(repo, "-h")
     assert r.returncode == 0 and "Exit codes" in r.stdout
-    commands = [ln.split()[0] for ln in r.stdout.split("Commands:")[1].splitlines() if ln.strip()]
+    listing = r.stdout.split("\nAgent verbs (")[1]  # the command list, in sections
+    commands = [ln.split()[0] for ln in listing.splitlines() if ln.startswith("  ") and not ln.startswith("   ")]
     assert {"init", "read", "write", "edit", "rm", "release", "forget", "status", "log", "demo"} <= set(commands)
     for cmd in commands:
         h = storm(repo, cmd, "-h")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+from helpers import ok as _ok
 
 ROOT = Path(__file__).resolve().parent.parent
 DATED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
@@ -24,11 +25,6 @@ def _run(cwd: Path, *args: str, stdin, agent: str = "e1", timeout: float = 60) -
     env = dict(os.environ, STORM_AGENT=agent)
     return subprocess.run([sys.executable, "-m", "storm_git", *args], cwd=cwd, stdin=stdin,
                           capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def _ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    return r
 
 
 # -- the log --------------------------------------------------------------------------
@@ -150,7 +146,7 @@ def test_git_storm_alone_prints_the_normal_help_and_exits_0(repo):
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout == storm(repo, "-h").stdout
     assert r.stdout.startswith("Usage: git storm") and len(r.stdout.splitlines()) > 20
-    assert "\nCommands:\n" in r.stdout
+    assert "\nAgent verbs (" in r.stdout  # the command list, in sections
 
 
 def test_exit_codes_agree_in_help_readme_and_man_page(repo):
@@ -167,7 +163,8 @@ def test_exit_codes_agree_in_help_readme_and_man_page(repo):
 
 
 def test_every_command_takes_json_as_the_readme_says(repo):
-    commands = [ln.split()[0] for ln in storm(repo, "-h").stdout.split("Commands:")[1].splitlines() if ln.strip()]
+    sections = _help_sections(storm(repo, "-h").stdout)
+    commands = [name for s in HELP_SECTIONS for name in sections[s]]
     assert "hook" in commands
     for cmd in commands:
         help_ = storm(repo, cmd, "-h").stdout
@@ -327,7 +324,7 @@ def test_exec_conflict_on_a_file_never_read_shows_its_content_not_a_diff_from_no
     text = out + err
     assert proc.returncode == 1, text
     # the command's edit started from the version on disk: the diff is from that version
-    assert "direct_conflict" in text and "while e2's edit of it was made" in text
+    assert "direct_conflict" in text and "src/api.py was changed by e1 while e2's command ran" in text
     assert "+e1's version" in text and "-    return http_get(url)" in text
     assert "/dev/null" not in text and "read absent" not in text
 
@@ -370,8 +367,7 @@ def test_accepted_write_and_edit_say_the_byte_count(repo):
 
 def test_a_lock_held_too_long_is_named_and_given_up_on(repo, tmp_path):
     """Another process sits on storm's workspace lock (a hook waiting for input, a
-    stopped job). Before 2026-11-25 every writer waited silently forever. Now a
-    command says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
+    stopped job). A command must not wait silently forever: it says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
     changes nothing; with time left it goes on once the lock is free."""
     from helpers import hold
 
@@ -422,3 +418,48 @@ def test_a_harness_edit_storm_cannot_check_in_time_is_denied_not_let_through(rep
     assert r.returncode == 0, r.stderr
     spec = json.loads(r.stdout)["hookSpecificOutput"]
     assert spec["permissionDecision"] == "deny" and "could not check this edit" in spec["permissionDecisionReason"]
+
+
+# -- the command list, grouped ------------------------------------------------------------
+HELP_SECTIONS = ["Agent verbs", "Manager", "Worktree mode", "Remote", "Setup", "Diagnostics"]
+
+
+def _help_sections(text: str) -> dict[str, list[str]]:
+    """{section title: [command names]} of `git storm` help (sections end with ':')."""
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            cur = line[:-1].split(" (")[0]
+            out[cur] = []
+        elif cur is not None and line.startswith("  ") and not line.startswith("   "):
+            out[cur].append(line.split()[0])
+    return out
+
+
+@pytest.mark.parametrize("argv", [["git", "storm"], ["git-storm", "--help"], ["git-storm", "-h"]])
+def test_the_command_list_is_grouped_by_who_uses_it(tmp_path, argv):
+    from storm_git.cli.main import cli
+
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sections = _help_sections(r.stdout)
+    assert "Commands" not in sections  # not one alphabetical list
+    assert [s for s in sections if s in HELP_SECTIONS] == HELP_SECTIONS, list(sections)
+    listed = [name for s in HELP_SECTIONS for name in sections[s]]
+    assert sorted(listed) == sorted(cli.list_commands(None))  # each command once
+    for name, section in {"read": "Agent verbs", "edit": "Agent verbs", "commit": "Manager",
+                          "spawn": "Worktree mode", "join": "Remote", "init": "Setup",
+                          "doctor": "Diagnostics"}.items():
+        assert name in sections[section], (name, section)
+    # one column for the short help across the sections, as in one list
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("  ") and ln.split()[0] in listed]
+    starts = {len(ln) - len(ln[2:].split(None, 1)[1]) for ln in rows if len(ln.split()) > 1}
+    assert len(starts) == 1, starts
+
+
+def test_the_man_page_groups_the_commands_the_same_way():
+    page = (Path(__file__).resolve().parent.parent / "man" / "git-storm.1").read_text()
+    heads = [ln[4:].strip('"') for ln in page.splitlines() if ln.startswith(".SH ")]
+    assert [h for h in heads if h.title() in [s.title() for s in HELP_SECTIONS]] == \
+        [s.upper() for s in HELP_SECTIONS], heads

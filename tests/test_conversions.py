@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from helpers import git, make_repo, rev, show, snapshot_refs, storm, storm_json
+from helpers import claude_event, decision, git, hook, make_repo, rev, show, snapshot_refs, storm, storm_json
 
 CRLF_FILES = {
     ".gitattributes": "* text=auto\n*.bat text eol=crlf\n",
@@ -154,8 +154,6 @@ def test_an_agents_own_write_tool_on_a_crlf_file_is_recorded_as_git_add_would(tm
     """Claude Code's Read and Write tools on a file git checks out with CRLF: the read
     is of the shared version (not of an "unmediated edit"), the write is stored with
     LF and the CRLF file the tool left on disk is that version."""
-    from test_harness import claude_event, decision, hook
-
     repo = _repo(tmp_path)
     path = str(repo / "run.bat")
     w = {"file_path": path, "content": "echo 9\r\n"}

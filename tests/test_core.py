@@ -82,7 +82,10 @@ def test_stale_dependency_lists_every_changed_read(repo, ws):
     assert sorted(s.path for s in res.rejection.stale) == ["src/api.py", "src/util.py"]
     api = next(s for s in res.rejection.stale if s.path == "src/api.py")
     assert api.changed_by == ["e1"] and "+def fetch_url(url):" in api.diff
-    # the rejection refreshed e3's view, so the re-planned write is accepted
+    # the stale files were shown as diffs only: they stay stale until e3 reads them again
+    again = ws.write("src/client.py", b"from api import fetch_url\n", agent="e3", wait=False)
+    assert again.rejection.reason == "stale_dependency"
+    ws.read(["src/api.py", "src/util.py"], agent="e3")
     assert ws.write("src/client.py", b"from api import fetch_url\n", agent="e3").accepted
 
 
@@ -109,6 +112,23 @@ def test_unread_target_rejection_counts_as_read(ws):
     assert res.rejection.reason == "unread_target"
     assert res.rejection.current_content.startswith(b"def clamp")
     assert ws.write("src/util.py", b"informed\n", agent="e4").accepted
+
+
+def test_unread_target_with_stale_dependencies_reserves(ws):
+    """A blind write that also built on stale reads must be re-planned: it reserves
+    its target, as a stale dependency alone does; a plain unread target does not."""
+    ws.read(["src/api.py"], agent="e3")
+    ws.read(["src/api.py"], agent="e1")
+    assert ws.write("src/api.py", b"def fetch_url(url):\n    pass\n", agent="e1").accepted
+    res = ws.write("src/util.py", b"blind\n", agent="e3", wait=False)
+    assert res.rejection.reason == "unread_target"
+    assert [s.path for s in res.rejection.stale] == ["src/api.py"]
+    assert res.rejection.reservation is not None and res.rejection.reservation.holder == "e3"
+    assert [(r.path, r.holder) for r in ws.status().reservations] == [("src/util.py", "e3")]
+    held = ws.write("src/util.py", b"x\n", agent="e1", wait=False)
+    assert held.rejection.reason == "reserved"
+    plain = ws.write("src/client.py", b"blind\n", agent="e2", wait=False)
+    assert plain.rejection.reason == "unread_target" and plain.rejection.reservation is None
 
 
 def test_new_file_needs_no_read_but_second_creator_is_rejected(ws):
@@ -248,10 +268,10 @@ def test_exec_bit_is_kept(repo, ws):
     (b"old\n\x0c", b"old\n\x0c\n"),
 ])
 def test_a_diff_splits_lines_at_newlines_only_and_applies_with_git(tmp_path, old, new):
-    """The rejection's diff is what the agent re-plans from. Before 2026-11-25 lines were
-    split at every separator str.splitlines knows (form feed, CR, U+2028 ...): a file
-    with a ^L got "No newline at end of file" markers mid-file, wrong hunks, and a
-    diff that git apply refuses. Now each diff applies to the old file and gives the new."""
+    """The rejection's diff is what the agent re-plans from. Lines split at every
+    separator str.splitlines knows (form feed, CR, U+2028 ...) would give a file with a
+    ^L "No newline at end of file" markers mid-file, wrong hunks, and a diff that git
+    apply refuses. Each diff applies to the old file and gives the new."""
     from storm_git.core.diffs import unified
 
     git(tmp_path, "init", "-q")

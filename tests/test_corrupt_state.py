@@ -75,7 +75,7 @@ def _disk_record_is_a_directory(repo: Path) -> None:
 # storm's own paths of the wrong type: refused naming the path, fixed by doctor --fix
 def _fifo(rel: str):
     """Put a named pipe where storm keeps ``rel`` (a glob under .git/storm): a plain
-    open of it waits for a writer, and every storm command hung (found 2026-11-25)."""
+    open of it would wait for a writer, and every storm command hang."""
     def corrupt(repo: Path) -> None:
         for p in (list((repo / ".git" / "storm").glob(rel)) or [repo / ".git" / "storm" / rel]):
             if p.exists():

@@ -6,30 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import PY_PROJECT, git, make_repo, start_write, storm, storm_json
+from helpers import PY_PROJECT, git, start_write, storm, storm_json
+from helpers import change_as as _change, read_as as _read, write_as as _write  # a reads, b changes, a writes
 
 FILES = {**PY_PROJECT, "data.txt": "one\n"}
+REPO_FILES = FILES  # the conftest's `repo`
 NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
-
-
-@pytest.fixture
-def repo(tmp_path):
-    return make_repo(tmp_path / "r", FILES)
-
-
-def _read(repo, agent, *paths):
-    r = storm(repo, "read", *paths, agent=agent)
-    assert r.returncode == 0, r.stderr
-
-
-def _change(repo, path, old, new, agent="b"):
-    _read(repo, agent, path)
-    r = storm(repo, "edit", path, "--old", old, "--new", new, agent=agent)
-    assert r.returncode == 0, r.stderr
-
-
-def _write(repo, path, content, *args, agent="a"):
-    return storm_json(repo, "write", path, *args, input=content, agent=agent)
 
 
 def test_unrelated_stale_read_is_accepted_only_with_auto(repo):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import git, make_repo, storm, storm_json
-from test_deps_auto import _change, _read, _write  # reads as a, changes as b, writes as a
+from helpers import change_as as _change, read_as as _read, write_as as _write  # a reads, b changes, a writes
 
 CORE = "def helper():\n    return _impl()\n\n\ndef _impl():\n    return 1\n\n\ndef other():\n    return 2\n"
 FILES = {
@@ -20,13 +20,9 @@ FILES = {
     "app.py": "from pkg import helper\n\n\ndef run():\n    return helper()\n",
 }
 NEW_APP = FILES["app.py"] + "\n\ndef run_twice():\n    return run(), run()\n"
+REPO_FILES = FILES  # the conftest's `repo`
 # a second change that reaches helper through run (a definition of the target it calls)
 RUN_THRICE = "\n\ndef run_thrice():\n    return run(), run(), run()\n"
-
-
-@pytest.fixture
-def repo(tmp_path):
-    return make_repo(tmp_path / "r", FILES)
 
 
 def _stale(out):

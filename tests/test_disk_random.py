@@ -1,5 +1,5 @@
-"""Randomised interleavings of everything that touches the shared working tree
-(issue 8): agents' writes, the manager's ``commit --adopt``, ``exec``, writers
+"""Randomised interleavings of everything that touches the shared working tree:
+agents' writes, the manager's ``commit --adopt``, ``exec``, writers
 SIGKILLed between their CAS and their disk write, and a person's editor,
 ``git stash`` and ``git reset --hard``. After every step:
 
@@ -21,8 +21,8 @@ import time
 import pytest
 
 from figures import record
-from helpers import fsck, git, make_repo, rev, storm, storm_json
-from test_disk_record import hold, release, spawn
+from helpers import fsck, git, hold, make_repo, release, rev, storm, storm_json
+from helpers import start_storm as spawn
 
 FILES = {f"pkg/m{i}.py": f"m{i} = 0\n" for i in range(4)} | {"README.md": "# r\n", "top.txt": "t\n"}
 AGENTS = ["e1", "e2", "e3"]
@@ -64,7 +64,7 @@ class World:
         agent, path = self.rng.choice(AGENTS), self.rng.choice(list(FILES))
         storm(self.repo, "read", path, agent=agent)
         before = rev(self.repo, "refs/storm/workspace")
-        holder = hold(self.repo, "worktree", 30)
+        holder = hold(self.repo, "worktree", seconds=30)
         try:
             w = spawn(self.repo, "write", path, "--no-wait", agent=agent, input=self.content(agent).encode())
             deadline = time.monotonic() + 20

@@ -1,5 +1,5 @@
-"""The working tree as a recorded state (issue 8): every numbered case that lost
-accepted work or escaped the repository, through the real CLI with real
+"""The working tree as a recorded state: every case that could lose
+accepted work or escape the repository, through the real CLI with real
 processes. Windows are held open with ``flock`` on storm's own lock files."""
 from __future__ import annotations
 
@@ -17,27 +17,9 @@ import pygit2
 import pytest
 
 import helpers
-from helpers import DEFAULT_FILES, git, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import DEFAULT_FILES, git, hold, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import start_storm as spawn
 
-
-
-def hold(repo: Path, name: str, seconds: float) -> subprocess.Popen:
-    """Hold storm's flock ``name`` from another process; returns once it is held."""
-    return helpers.hold(repo, name, seconds=seconds)
-
-
-def spawn(repo: Path, *args: str, agent: str | None = None, input: bytes | None = None) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.pop("STORM_AGENT", None)
-    if agent:
-        env["STORM_AGENT"] = agent
-    p = subprocess.Popen([sys.executable, "-m", "storm_git", *args], cwd=repo, env=env,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if input is not None:
-        p.stdin.write(input)
-    p.stdin.close()
-    p.stdin = None  # communicate() must not flush it again
-    return p
 
 
 def wait_ref_moves(repo: Path, old: str, timeout: float = 30) -> None:
@@ -58,7 +40,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
     so it cannot get further); returns the shared head it made."""
     storm(repo, "read", path, agent=agent)
     before = rev(repo, "refs/storm/workspace")
-    holder = hold(repo, "worktree", 30)
+    holder = hold(repo, "worktree", seconds=30)
     try:
         w = spawn(repo, "write", path, agent=agent, input=text.encode())
         wait_ref_moves(repo, before)
@@ -71,7 +53,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
 
 # -- 1. accepted writes are never reverted ------------------------------------------------
 def test_commit_adopt_racing_a_writers_disk_write_keeps_the_write(repo):
-    holder = hold(repo, "worktree", 2.5)
+    holder = hold(repo, "worktree", seconds=2.5)
     manager = spawn(repo, "commit", "--adopt", "-m", "integrate", agent="manager")
     time.sleep(0.3)
     storm(repo, "read", "src/api.py", agent="e1")
@@ -136,7 +118,8 @@ def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
     assert r.returncode == 2 and "older shared version" in r.stderr and "checkout" in r.stderr
     code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
     assert code == 0, res
-    assert res["adopted"] == [] and res["unmediated"] == [{"path": "src/api.py", "state": "reverted"}]
+    assert res["adopted"] == [] and res["unmediated"] == [{"path": "src/api.py", "state": "reverted",
+                                                                "likely_secret": False}]
     assert rev(repo, "refs/storm/workspace") == shared
     assert show(repo, "HEAD", "src/api.py") == b"accepted\n"
     r = storm(repo, "checkout", "src/api.py")
@@ -159,7 +142,8 @@ def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
     # adopt is validated, and refused for the same reason
     assert storm(repo, "release", "src/util.py", agent="e1").returncode == 0
     code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")
-    assert code == 1 and "was changed by another agent" in res["error"]["message"], res
+    assert code == 1 and "src/util.py was changed by e2 while manager's edit of it on disk was made" \
+        in res["error"]["message"], res
     assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
 
 
@@ -173,7 +157,7 @@ def test_directory_swapped_for_a_symlink_while_waiting_for_the_lock(repo, tmp_pa
     outside = tmp_path / "outside"
     outside.mkdir()
     storm(repo, "read", "src/new.py", agent="e1")
-    holder = hold(repo, "workspace", 1.5)
+    holder = hold(repo, "workspace", seconds=1.5)
     w = spawn(repo, "write", "src/new.py", agent="e1", input=b"escaped?\n")
     time.sleep(0.4)
     _swap_for_link(repo, "src", outside)
@@ -189,7 +173,7 @@ def test_directory_swapped_after_the_cas_is_never_written_through(repo, tmp_path
     outside.mkdir()
     (outside / "api.py").write_text("outside file\n")
     storm(repo, "read", "src/api.py", agent="e1")
-    holder = hold(repo, "worktree", 30)
+    holder = hold(repo, "worktree", seconds=30)
     before = rev(repo, "refs/storm/workspace")
     w = spawn(repo, "write", "src/api.py", agent="e1", input=b"accepted\n")
     wait_ref_moves(repo, before)
@@ -417,7 +401,7 @@ def test_large_read_set_revalidated_under_the_lock(tmp_path, touch, accepted):
     files = {f"dep{i:03d}.txt": f"{i}\n" for i in range(100)} | {"other.txt": "o\n", "target.txt": "t\n"}
     repo = make_repo(tmp_path / "r", files)
     assert storm(repo, "read", *[f"dep{i:03d}.txt" for i in range(100)], "target.txt", agent="big").returncode == 0
-    holder = hold(repo, "workspace", 30)
+    holder = hold(repo, "workspace", seconds=30)
     w = spawn(repo, "write", "target.txt", "--json", agent="big", input=b"new\n")
     time.sleep(1.0)  # the writer has validated its 101 entries and waits for the lock
     _foreign_write(repo, touch, b"changed meanwhile\n")
@@ -532,7 +516,7 @@ def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(re
 def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
     """`git storm checkout src/` (and `.`) as `git checkout -- src/`: every edited or
     deleted file of the shared state under it comes back; a file the shared state
-    does not have stays. Before 2026-11-25 a directory was refused (exit 2)."""
+    does not have stays."""
     (repo / "src/api.py").write_text("edited\n")
     (repo / "src/util.py").unlink()
     (repo / "src/new.py").write_text("mine\n")
@@ -555,7 +539,7 @@ def test_checkout_of_a_directory_restores_the_shared_files_under_it(repo):
 def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     """`git storm adopt gen/ --agent A` as `git add gen/`: every edit under it, new
     files included, in one validated write; a reverted file under it is left out
-    (unless --allow-revert); nothing there: exit 2. Before 2026-11-25: exit 2 always."""
+    (unless --allow-revert); nothing there: exit 2."""
     assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
     assert storm(repo, "write", "src/api.py", input="def fetch(url, t=1):\n    pass\n",
                  agent="engineer_1").returncode == 0
@@ -571,3 +555,48 @@ def test_adopt_of_a_directory_records_the_edits_under_it(repo):
     assert st == {"src/api.py": "reverted"}
     r = storm(repo, "adopt", "gen/", "--agent", "engineer_2")
     assert r.returncode == 2 and "nothing to adopt under that directory" in r.stderr
+
+
+def test_commit_points_an_untracked_secret_at_gitignore_and_never_adopts_it(repo):
+    """An untracked .env is not part of the shared state; the commit's warning says to
+    ignore it (never to --adopt it, which would commit the secret), --adopt leaves it
+    out while recording the other edits, and git storm adopt PATH still records one
+    on purpose."""
+    (repo / ".env").write_text("API_KEY=s3cr3t\n")
+    (repo / "keys").mkdir()
+    (repo / "keys" / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (repo / ".env.example").write_text("API_KEY=\n")  # a template: an ordinary file
+    r = storm(repo, "commit", "-m", "integrate", agent="manager")
+    assert r.returncode == 0, r.stderr
+    warnings = r.stderr.splitlines()
+    [secrets] = [w for w in warnings if ".env," in w or ".env:" in w]
+    assert "/.env /keys/deploy.pem" in secrets and ".gitignore" in secrets and "--adopt" not in secrets, secrets
+    [others] = [w for w in warnings if w is not secrets and w.startswith("warning:")]
+    assert ".env.example (added)" in others and "--adopt records them" in others and ".pem" not in others
+    code, res = storm_json(repo, "commit", "-m", "integrate", "--adopt", agent="manager")
+    assert code == 0, res
+    assert res["adopted"] == [".env.example"]
+    assert res["unmediated"] == [{"path": ".env", "state": "added", "likely_secret": True},
+                                 {"path": "keys/deploy.pem", "state": "added", "likely_secret": True}]
+    tree = git(repo, "ls-tree", "-r", "--name-only", "HEAD").stdout.decode().split()
+    assert ".env.example" in tree and ".env" not in tree and "keys/deploy.pem" not in tree
+    st = storm(repo, "status")
+    assert "added:        .env  (looks like a secret: add /.env to .gitignore)" in st.stdout, st.stdout
+    # the way the warning points: ignored, it is no longer anyone's unmediated edit
+    (repo / ".gitignore").write_text("/.env\n/keys/deploy.pem\n")
+    assert storm(repo, "adopt", ".gitignore", agent="manager").returncode == 0
+    assert storm_json(repo, "status")[1]["unmediated"] == []
+    # on purpose, by name: recorded
+    (repo / "keys" / "ci.key").write_text("not really a secret\n")
+    assert storm(repo, "adopt", "keys/ci.key", agent="manager").returncode == 0
+
+
+@pytest.mark.parametrize("path,secret", [
+    (".env", True), ("app/.env.local", True), (".env.example", False), ("config/.env.sample", False),
+    ("config/secrets.yml", True), ("home/.ssh/id_ed25519", True), ("certs/server.KEY", True),
+    ("src/key.py", False), ("keys/x.key.sample", False), ("README.md", False), ("env.py", False),
+])
+def test_which_names_count_as_secrets(path, secret):
+    from storm_git.core.secret_files import likely_secret
+
+    assert likely_secret(path) is secret

@@ -172,7 +172,7 @@ def test_documented_command_parses(where, argv):
 
 
 def test_parse_catches_what_was_broken():
-    """The checker itself fails on the kinds of line issue 9 found broken."""
+    """The checker itself fails on the kinds of broken line it exists to find."""
     with pytest.raises(click.UsageError, match="unexpected extra argument"):
         parse(["spawn", "engineer_1", "engineer_2"])
     with pytest.raises(click.NoSuchOption):
@@ -209,7 +209,7 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
                 git(repo, *argv[1:], check=False)
                 continue
             args = _storm_args(argv)
-            if args is None or args[:1] == ["simulate"]:  # minutes of runs: parsed, not run here
+            if args is None or not _runs_here(args):
                 continue
             stdin = None
             if seg["stdin"]:
@@ -223,11 +223,21 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
     return results
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def _runs_here(args: list[str]) -> bool:
+    """A documented storm command this test runs: all but `simulate` (minutes of runs,
+    whose lines the option checks above still parse)."""
+    return args[:1] != ["simulate"]
+
+
+# the docs with storm commands to run; one with only `simulate` lines is parsed, not run
+_RUN_WHERE = {where.rsplit(":", 1)[0] for where, args, _ in documented() if _runs_here(args)}
+RUN_DOCS = [doc for doc in DOCS if str(doc.relative_to(ROOT)) in _RUN_WHERE]
+
+
+@pytest.mark.parametrize("doc", RUN_DOCS, ids=lambda d: d.name)
 def test_documented_sequence_runs(doc, tmp_path):
     results = _run_doc(doc, tmp_path)
-    if not results:
-        pytest.skip(f"{doc.name} has no storm commands")
+    assert results, f"{doc.name} documents storm commands, and none ran"
     bad = [(w, code, err.strip()[:300]) for w, code, err in results
            if code == 4 or any(u in err for u in USAGE_ERRORS)]
     assert not bad, "\n".join(f"{w}: exit {c}: {e}" for w, c, e in bad)
@@ -240,7 +250,7 @@ def test_documented_sequence_runs(doc, tmp_path):
 
 
 def test_worktree_doc_assign_lines_run_as_written(tmp_path):
-    """The line issue 9 found broken ('Got unexpected extra argument') records both globs."""
+    """An assign line that once failed ('Got unexpected extra argument') records both globs."""
     repo = make_repo(tmp_path / "repo")
     lines = [seg for _, argv, seg in documented() if argv[:1] == ["assign"] and "engineer_2" in argv]
     assert lines
@@ -270,3 +280,33 @@ def test_detached_head_names_an_option_that_exists(tmp_path):
     assert r.returncode == 2 and "--onto BRANCH" in r.stderr
     r = storm(repo, "sync", "e1", "--onto", "main")
     assert r.returncode == 0, r.stderr
+
+
+def documented_pip_installs() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every ``pip install`` in the docs' shell blocks."""
+    found = []
+    for doc in DOCS:
+        for n, line in _lines(doc.read_text(encoding="utf-8")):
+            for seg in _segments(line):
+                argv = seg["argv"]
+                at = next((i for i in range(len(argv) - 1) if argv[i:i + 2] == ["pip", "install"]), None)
+                if at is not None:
+                    found.append((f"{doc.relative_to(ROOT)}:{n}", argv[at + 2:]))
+    return found
+
+
+def test_documented_pip_installs_install_from_the_repository():
+    """git storm installs from its clone: a documented `pip install` names the clone
+    ('.' with its extras), never a package on an index, and each extra exists."""
+    from importlib import metadata
+
+    extras = set(metadata.metadata("git-storm").get_all("Provides-Extra"))
+    found = documented_pip_installs()
+    assert found
+    for where, args in found:
+        targets = [a for a in args if not a.startswith("-")]
+        assert targets, where
+        for target in targets:
+            path, _, extra = target.partition("[")
+            assert path == ".", f"{where}: pip install {target}: not the clone"
+            assert not extra or set(extra.rstrip("]").split(",")) <= extras, f"{where}: {target}"

@@ -1,4 +1,4 @@
-"""What a new team meets in its first hour (issue 9): the pre-commit guard that init
+"""What a new team meets in its first hour: the pre-commit guard that init
 installs, init on a dirty working tree. Real ``git storm`` and real ``git commit``."""
 from __future__ import annotations
 
@@ -79,6 +79,8 @@ def test_shim_without_its_interpreter_falls_back_or_says_how_to_fix(tmp_path):
     assert c.returncode != 0 and "not found" not in c.stderr, c.stderr
     assert "cannot run storm's guard" in c.stderr and "deleted-venv" in c.stderr
     assert "reinstall git storm" in c.stderr and "git storm uninstall-hooks" in c.stderr
+    # from the clone it came from (the test's editable install), not from an index
+    assert f"(python3 -m pip install -e {Path(__file__).resolve().parent.parent}), then" in c.stderr, c.stderr
     assert "pre-commit" in c.stderr and rev(repo, "HEAD") == base
     # a python3 without storm_git does not count
     nostorm = _bin_dir(tmp_path, "nostorm", python3=shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3")

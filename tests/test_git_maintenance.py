@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import fsck, git, make_repo, storm, storm_json
+from helpers import fsck, git, hold, make_repo, release, storm, storm_json
 
 WRITER = str(Path(__file__).with_name("storm_writer.py"))
 
@@ -235,7 +235,6 @@ def test_one_maintenance_at_a_time(tmp_path):
     """--auto never queues behind a running maintenance: with the lock held it reports
     that it did not run, and changes nothing."""
     import pygit2
-    from test_disk_record import hold, release
 
     from storm_git import open_workspace
     from storm_git.core import maintenance
@@ -250,7 +249,7 @@ def test_one_maintenance_at_a_time(tmp_path):
         assert ws.write("a.txt", f"{k}\n".encode(), agent="e1").accepted
     git(repo, "config", "storm.autoMaintenance", "1")
     assert maintenance.due(open_workspace(str(repo)).store)  # so "did not run" can only be the held lock
-    holder = hold(repo, "maintenance", 60)
+    holder = hold(repo, "maintenance", seconds=60)
     try:
         before = git(repo, "count-objects", "-v").stdout
         r = storm(repo, "maintenance", "--auto", "--json", timeout=20)
@@ -283,7 +282,6 @@ def _writes(ws, n: int, start: int = 0) -> None:
 def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
     """A roll-up can take long (now and then it repacks the whole repository); it has its
     own lock, so the loose objects written meanwhile are still packed by the next run."""
-    from test_disk_record import hold, release
 
     from storm_git import open_workspace
     from storm_git.core import maintenance
@@ -298,7 +296,7 @@ def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
     _writes(ws, 200, 2000)
     git(repo, "config", "storm.autoMaintenance", "2")
     assert maintenance.due(ws.store) and maintenance.count_objects(ws.store).packs > maintenance.ROLLUP_AT
-    holder = hold(repo, maintenance.ROLLUP_LOCK, 60)
+    holder = hold(repo, maintenance.ROLLUP_LOCK, seconds=60)
     try:
         r = storm(repo, "maintenance", "--auto", "--json", timeout=30)
         assert r.returncode == 0, r.stderr

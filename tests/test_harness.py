@@ -1,4 +1,4 @@
-"""Harness hooks (issue 10 §2): the events Claude Code and Codex send, fed to
+"""Harness hooks: the events Claude Code and Codex send, fed to
 ``git storm harness hook`` in real processes on real repositories.
 
 The fixtures follow the harnesses' documentation: Claude Code's hooks reference
@@ -17,56 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, snapshot_refs, storm
+from helpers import claude_event, codex_event, decision, git, hook, make_repo, rev, show, snapshot_refs, storm
 
 from storm_git.integrations.harness import BadEvent, HookEvent, agent_for, parse_event, patch_paths
-
-
-def claude_event(repo: Path, session: str, event: str, tool: str, tool_input: dict, use_id: str,
-                 response: dict | None = None) -> dict:
-    """An event as Claude Code sends it (hooks reference)."""
-    e = {
-        "session_id": session,
-        "transcript_path": f"/home/u/.claude/projects/repo/{session}.jsonl",
-        "cwd": str(repo),
-        "permission_mode": "default",
-        "hook_event_name": event,
-        "tool_name": tool,
-        "tool_input": tool_input,
-        "tool_use_id": use_id,
-    }
-    if event == "PostToolUse":
-        e["tool_response"] = response if response is not None else {"filePath": tool_input.get("file_path"),
-                                                                      "success": True}
-    return e
-
-
-def codex_event(repo: Path, session: str, event: str, tool: str, command: str, use_id: str) -> dict:
-    """An event as Codex sends it (hooks page: Claude's envelope plus model and turn_id)."""
-    e = {
-        "session_id": session,
-        "transcript_path": None,
-        "cwd": str(repo),
-        "hook_event_name": event,
-        "model": "gpt-5-codex",
-        "turn_id": "turn-1",
-        "tool_name": tool,
-        "tool_use_id": use_id,
-        "tool_input": {"command": command},
-    }
-    if event == "PostToolUse":
-        e["tool_response"] = {"output": "Success. Updated the following files", "exit_code": 0}
-    return e
-
-
-def hook(repo: Path, event: dict | str, *args: str, env: dict | None = None):
-    data = event if isinstance(event, str) else json.dumps(event)
-    return storm(repo, "harness", "hook", *args, input=data, env=env)
-
-
-def decision(r) -> dict | None:
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout) if r.stdout.strip() else None
 
 
 def test_two_sessions_race_on_one_file(repo):
@@ -322,9 +275,9 @@ def _notebook(*sources: str) -> str:
 
 
 def test_notebook_edits_are_validated_and_recorded_like_edits(repo):
-    """Claude Code's NotebookEdit writes a .ipynb itself. Before 2026-11-25 storm's hooks
-    did not match it: a stale cell edit went through over another agent's write, and the
-    result was an unmediated edit. Now it is checked before and recorded after, as Edit."""
+    """Claude Code's NotebookEdit writes a .ipynb itself: unmatched by storm's hooks, a
+    stale cell edit would go through over another agent's write as an unmediated edit.
+    It is checked before and recorded after, as Edit."""
     nb = repo / "analysis.ipynb"
     nb.write_text(_notebook("x = 1", "plot(x)"))
     assert storm(repo, "adopt", "analysis.ipynb", agent="engineer_1").returncode == 0
@@ -391,9 +344,9 @@ def test_doctor_brings_hooks_an_older_storm_installed_up_to_date(repo):
 
 def test_a_bash_git_checkout_cannot_undo_work_the_agent_never_read(repo):
     """The agent's Bash tool runs ``git stash``: it takes engineer_1's accepted write off
-    the disk. Before 2026-11-25 the post hook recorded that as the agent's write, and
-    engineer_1's work was gone from the shared state. Now it is refused (the model is
-    told what happened and how to go on); the shared state keeps engineer_1's version."""
+    the disk. Recorded as the agent's write, engineer_1's work would be gone from the
+    shared state; it is refused (the model is told what happened and how to go on) and
+    the shared state keeps engineer_1's version."""
     assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
     assert storm(repo, "write", "src/api.py", input="def fetch(url, retries=3):\n    return http_get(url)\n",
                  agent="engineer_1").returncode == 0
@@ -412,9 +365,9 @@ def test_a_bash_git_checkout_cannot_undo_work_the_agent_never_read(repo):
 
 def test_file_tools_on_a_symbolic_link_act_on_the_file_it_names(repo):
     """CLAUDE.md -> AGENTS.md, a common layout: Claude Code's Read, Edit and Write follow
-    the link. Before 2026-11-25 storm recorded and validated the link itself, so an edit
-    through it was never checked against AGENTS.md's version and left AGENTS.md an
-    unmediated edit. Now the tools' path is the file the link names."""
+    the link. Recording and validating the link itself would leave an edit through it
+    unchecked against AGENTS.md's version and AGENTS.md an unmediated edit: the tools'
+    path is the file the link names."""
     (repo / "AGENTS.md").write_text("# agents\n")
     os.symlink("AGENTS.md", repo / "CLAUDE.md")
     assert storm(repo, "adopt", "AGENTS.md", "CLAUDE.md", agent="engineer_1").returncode == 0

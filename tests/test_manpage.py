@@ -46,3 +46,24 @@ def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
     assert any(n.endswith("share/man/man1/git-storm.1") for n in names)
     assert "storm_git/hooks/shims/pre-commit" in names
     assert "would be ignored" not in r.stdout + r.stderr
+
+
+def test_git_storm_help_finds_the_page_after_an_editable_install(tmp_path):
+    """The README installs with `pip install -e`; git turns `git storm --help` into
+    `man git-storm`, which must find the page in the environment (through its bin/ on PATH)."""
+    if shutil.which("man") is None:
+        pytest.skip("man is not installed")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-e", str(PAGE.parent.parent)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot install here: {r.stderr[-200:]}")
+    assert (venv / "share" / "man" / "man1" / "git-storm.1").read_text() == PAGE.read_text()
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "MANPAGER": "cat",
+           "MANWIDTH": "100", "GIT_CONFIG_NOSYSTEM": "1"}
+    for argv in (["git", "storm", "--help"], ["git", "help", "storm"]):
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert "No manual entry" not in out.stderr, argv
+        assert out.stdout.startswith("GIT-STORM(1)"), (argv, out.stdout[:200], out.stderr)
+        assert "git storm init" in out.stdout

@@ -349,6 +349,12 @@ def test_undo_is_refused_when_another_agent_changed_the_file_since(repo):
             before = head(repo)
             r = await a.call_tool("undo_edit", {"path": "src/util.py"})
             assert r.is_error and "undoing it would also discard" in text(r)
+            # what happened, in the terms of what engineer_1 did: an edit and an undo (no exec,
+            # nothing on disk), and who changed the file since
+            message = r.structured_content["rejection"]["message"]
+            assert "exec" not in text(r) and "on disk" not in text(r), text(r)
+            assert message.startswith("src/util.py was changed by engineer_2 after engineer_1's last edit of it"), \
+                message
             assert r.structured_content["rejection"]["reason"] == "direct_conflict"
             assert head(repo) == before
 
@@ -491,7 +497,12 @@ def test_cli_without_the_sdk_says_how_to_install_it(repo, tmp_path):
     r = subprocess.run(["git", "storm", "mcp", "--agent", "engineer_1"], cwd=repo, capture_output=True,
                        text=True, input="", env=env, timeout=30)
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "pip install 'git-storm[mcp]'" in r.stderr, r.stderr
+    # the hint installs the extra the way this copy was installed: editable, from the clone
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert r.stderr.count("\n") == 1, r.stderr
+    # with this environment's interpreter (the git-storm script's: python or python3)
+    assert f"(/{os.path.dirname(sys.executable).strip('/')}/python" in r.stderr, r.stderr
+    assert f" -m pip install -e '{root}[mcp]';" in r.stderr, r.stderr
     assert storm(repo, "status").returncode == 0  # the rest of git storm does not need it
 
 
@@ -568,3 +579,22 @@ def test_exec_that_undoes_unread_work_says_how_to_go_on(repo):
     assert "put back an older shared version of src/api.py" in text(ex)
     assert ex.structured_content["reverted"] == ["src/api.py"]
     assert show(repo, "refs/storm/workspace", "src/api.py") == b"def fetch(url, t=1):\n    pass\n"
+
+
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_server(repo):
+    """Any process may leave ``bad\\xffname.txt`` in the working tree: ``status`` lists
+    it (quoted as git does; escaped in structuredContent) and the server goes on
+    answering. The server used to die on it, the client waiting for ever."""
+    (repo / os.fsdecode(b"bad\xffname.txt")).write_bytes(b"x\n")
+
+    async def main() -> tuple[Any, Any]:
+        async with session(repo, "engineer_1") as s:
+            with anyio.fail_after(30):
+                st = await s.call_tool("status", {})
+                rd = await s.call_tool("read", {"paths": ["src/util.py"]})
+            return st, rd
+
+    st, rd = anyio.run(main)
+    assert not st.is_error and '"bad\\377name.txt"' in text(st), text(st)
+    assert [u["path"] for u in st.structured_content["unmediated"]] == ["bad\\xffname.txt"], st.structured_content
+    assert not rd.is_error and "def clamp" in text(rd)

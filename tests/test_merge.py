@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import git, rev, show, storm, storm_json
 from storm_git.core import events
 from storm_git import open_workspace
 from storm_git.core.errors import RepoStateError, UsageError
@@ -17,13 +17,6 @@ from storm_git.core.store import Store
 from storm_git.worktree.worktrees import spawn
 
 BASE = "def fetch(url):\n    return http_get(url)\n"
-
-
-@pytest.fixture
-def wrepo(tmp_path: Path) -> Path:
-    r = make_repo(tmp_path / "repo")
-    switch(Store.discover(str(r)), "worktree")
-    return r
 
 
 def _do(r: Path, agent: str, path: str, content: bytes, msg: str | None = None) -> str:
@@ -97,7 +90,7 @@ def test_conflict_under_abort_leaves_target_untouched_and_reports_hunks(wrepo):
 
 def test_a_conflicts_line_after_a_form_feed_is_gits(wrepo):
     """A ^L page break is inside a line for git: the hunk's line in the merged file is
-    the one git's conflict markers are on (before 2026-11-25 it was one further per ^L)."""
+    the one git's conflict markers are on, not one further per ^L."""
     base = "import os\n\x0c\n" + BASE
     for agent, arg in (("e0", None), ("e1", "timeout"), ("e2", "retries")):
         text = base if arg is None else base.replace("(url)", f"(url, {arg})")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import ok as _ok
 
 FILES = {
     "lib/__init__.py": "",
@@ -29,11 +30,6 @@ FILES = {
                  "    sys.exit(5)\n"),
 }
 TEST = f"{sys.executable} check.py"
-
-
-def _ok(r):
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 def _work(repo: Path, agent: str, path: str, content: str, glob: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, show, storm, storm_json
+from helpers import ok as _ok
 
 API = "def fetch(url):\n    return http_get(url)\n\n\ndef http_get(url):\n    return url\n"
 CLIENT = "from api import fetch\n\n\ndef load(url):\n    return fetch(url)\n"
@@ -34,11 +35,6 @@ def _repo(tmp_path: Path, mode: str) -> Path:
         assert storm(r, "mode", "worktree").returncode == 0
         for a in ("e1", "e2"):
             assert storm(r, "spawn", a).returncode == 0
-    return r
-
-
-def _ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, r.stderr
     return r
 
 
@@ -141,7 +137,8 @@ def test_rename_storm_mode_rejects_stale_dependency_then_works(tmp_path):
     assert stale["path"] == "src/api.py" and stale["changed_by"] == ["e1"]
     assert "+def fetch_url(url):" in stale["diff"]
     assert not (r / "src/batch.py").exists()
-    # e2 re-plans with the new name
+    # e2 reads what changed and re-plans with the new name
+    _ok(storm(r, "read", "src/api.py", agent="e2"))
     _ok(storm(r, "write", "src/batch.py", agent="e2", input=BATCH_NEW))
     assert _imports_ok(r, "batch").returncode == 0
 

@@ -1,4 +1,4 @@
-"""The agent's brief and intent annotations (issue 10 §3): ``git storm prompt``,
+"""The agent's brief and intent annotations: ``git storm prompt``,
 ``git storm intents``, the ``intent_overwritten`` flag and ``intents_in_diff``."""
 from __future__ import annotations
 
@@ -99,6 +99,25 @@ def test_overwriting_another_agents_annotation_is_flagged_and_logged(repo, ws):
     assert res.accepted and res.flags == []
 
 
+def test_changing_the_code_of_an_annotated_line_keeps_the_annotation(repo, ws):
+    """The annotation is the intent, not the code beside it: a write that changes the
+    code on the line and keeps the comment word for word overwrites nothing; changing
+    the comment's words, or dropping one of two equal comments, does."""
+    assert _write(ws, "e1", "src/api.py", "def f(a):  # e1: keep a positional\n    return a\n").accepted
+    res = _write(ws, "e2", "src/api.py", "def f(a, b=0):  # e1: keep a positional\n    return a + b\n")
+    assert res.accepted and res.flags == [], res.flags
+    res = _write(ws, "e2", "src/api.py", "def f(a, b=0):  # e1: keep a positional arg\n    return a + b\n")
+    assert res.accepted and res.flags == ["intent_overwritten"]
+    ws.forget(None, agent="e1")  # a new task
+    two = "x = 1  # e1: twice\ny = 2  # e1: twice\n"
+    assert _write(ws, "e1", "src/util.py", two).accepted
+    assert _write(ws, "e2", "src/util.py", "x = 3  # e1: twice\ny = 4  # e1: twice\n").flags == []
+    assert _write(ws, "e2", "src/util.py", "x = 3  # e1: twice\ny = 4\n").flags == ["intent_overwritten"]
+    log = json.loads(storm(repo, "log", "--json").stdout)
+    flagged = [e for e in log if e["type"] == "intent_overwritten"]
+    assert [e["lines"][0]["text"] for e in flagged] == ["y = 4  # e1: twice", "def f(a, b=0):  # e1: keep a positional"]
+
+
 def test_rejection_points_out_annotations_in_the_diff(repo, ws):
     ws.read(["src/api.py"], agent="engineer_2")
     ws.read(["src/api.py", "src/util.py"], agent="engineer_4")
@@ -119,8 +138,8 @@ def test_rejection_points_out_annotations_in_the_diff(repo, ws):
 
 def test_annotation_line_numbers_are_gits_after_a_form_feed(repo, ws):
     """A ^L page break (Python's standard library has them) is inside a line for git.
-    Before 2026-11-25 intents and a rejection's annotation lines counted it as a line
-    break: every annotation after it was given a line number git does not give."""
+    Intents and a rejection's annotation lines must not count it as a line break, or
+    every annotation after it gets a line number git does not give."""
     text = "import os\n\x0c\ndef f():  # engineer_1: page one\n    x = 1\x0c  # odd\n    return x  # engineer_1: two\n"
     ws.read(["src/util.py"], agent="engineer_2")
     assert _write(ws, "engineer_1", "src/util.py", text).accepted

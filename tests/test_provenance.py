@@ -1,12 +1,12 @@
-"""Provenance travels in the write commit (issue 13): ``Storm-Validated-At``,
+"""Provenance travels in the write commit: ``Storm-Validated-At``,
 ``Storm-Scope``, ``Storm-Read-Set: <base> <n>`` and ``Storm-Dep`` trailers, the read
 set named by reference (a read-set note blob plus the first reads of the journal that
 extends it, kept in the agent's notes under that blob's key for good).
 
 Each write here is made through the command line by a real process; its provenance
 is then resolved from the commit alone, by a fresh process's view of the repository,
-and compared with the read set the agent had just before the write. Old-format
-provenance notes (before issue 13) are written by hand, as that code wrote them.
+and compared with the read set the agent had just before the write. Provenance
+notes of the older format are written by hand, as that format has them.
 """
 from __future__ import annotations
 
@@ -17,18 +17,14 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import PY_PROJECT, git, hold, make_repo, release, rev, start_write, storm, storm_json
+from helpers import PY_PROJECT, git, hold, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import notes, readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
 from storm_git.core.store import Store
 
 FILES = PY_PROJECT
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo", FILES)
+REPO_FILES = FILES  # the conftest's `repo`
 
 
 def read_set(repo: Path, agent: str) -> dict[str, ReadEntry]:
@@ -195,10 +191,10 @@ def test_forget_everything_never_brings_a_base_back(repo):
     assert sorted(provenance(repo, c2)[1]) == ["README.md", "app.py"]
 
 
-# -- before issue 13: provenance notes ----------------------------------------------------------
+# -- the older format: provenance notes --------------------------------------------------------
 
 def _old_write(ws, agent: str, path: str, content: bytes) -> pygit2.Oid:
-    """A write as the code before issue 13 committed it: no provenance trailers."""
+    """A write of the older format: no provenance trailers."""
     store = ws.store
     head = ws.head()
     tree = store.tree_with(store.commit(head).tree, {path: (store.write_blob(content), pygit2.GIT_FILEMODE_BLOB)})
@@ -236,7 +232,7 @@ def test_old_format_provenance_notes_are_still_read(repo):
 
 
 def test_an_old_journal_with_p_lines_gets_its_notes_at_the_fold(repo):
-    """A journal the code before issue 13 left behind (an upgrade between a write and its
+    """A journal of the older format left behind (an upgrade between a write and its
     fold): its ``p`` lines still become provenance notes, and its reads still count."""
     ws = open_workspace(str(repo))
     ws.read(["notes.py"], agent="old")

@@ -9,24 +9,19 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+from helpers import ok as _ok
 
 
 @pytest.fixture
-def wrepo(tmp_path: Path) -> Path:
-    repo = make_repo(tmp_path / "r")
-    assert storm(repo, "mode", "worktree").returncode == 0
+def wrepo(wrepo: Path) -> Path:
+    """A worktree-mode repository with agents e1, e2 and e3 spawned."""
     for a in ("e1", "e2", "e3"):
-        assert storm(repo, "spawn", a).returncode == 0
-    return repo
+        assert storm(wrepo, "spawn", a).returncode == 0
+    return wrepo
 
 
 def _wt(repo: Path, agent: str) -> Path:
     return repo / ".git" / "storm" / "worktrees" / agent
-
-
-def _ok(r):
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 def _e2_changes_fetch(repo: Path) -> None:

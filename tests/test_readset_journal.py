@@ -14,15 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, start_write, storm, storm_json
+from helpers import git, hold, make_repo, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo")
 
 
 def journal(repo: Path, agent: str) -> Path:
@@ -179,11 +174,10 @@ def test_provenance_of_deps_and_after_a_concurrent_fold(repo):
 def test_status_does_not_wait_for_an_agent_holding_its_lock(repo):
     """An agent stopped while holding its read-set lock (Ctrl-Z, SIGSTOP) must not hang
     everyone's status: the fold skips it and its read set is shown unlocked."""
-    from test_disk_record import hold, release
 
     assert storm(repo, "read", "src/api.py", agent="e1").returncode == 0
     assert storm(repo, "read", "README.md", agent="e2").returncode == 0
-    holder = hold(repo, "agent-e1", 60)
+    holder = hold(repo, "agent-e1", seconds=60)
     try:
         code, st = storm_json(repo, "status", timeout=20)
         assert code == 0 and {a["agent"]: a["reads"] for a in st["agents"]} == {"e1": 1, "e2": 1}
@@ -225,7 +219,6 @@ def test_a_large_read_set_found_valid_before_is_still_checked_for_what_moved(tmp
     stale_dependency; a file outside the read set moving is not."""
     import threading
 
-    from test_disk_record import hold, release
 
     files = {f"deps/d{i:03d}.txt": f"{i}\n" for i in range(100)}
     files.update({"target.txt": "t\n", "elsewhere.txt": "e\n"})
@@ -233,7 +226,7 @@ def test_a_large_read_set_found_valid_before_is_still_checked_for_what_moved(tmp
     ws = open_workspace(str(repo))
     ws.read([*sorted(p for p in files if p.startswith("deps/")), "target.txt"], agent="big")
     assert ws.write("target.txt", b"t1\n", agent="big").accepted  # now known valid at this head
-    holder = hold(repo, "workspace", 60)
+    holder = hold(repo, "workspace", seconds=60)
     out: dict = {}
     try:
         th = threading.Thread(target=lambda: out.update(res=ws.write("target.txt", b"t2\n", agent="big")))

@@ -1,4 +1,4 @@
-"""The shared workspace on a git remote (issue 11): real servers only — a ``git
+"""The shared workspace on a git remote: real servers only — a ``git
 daemon`` on loopback started and stopped by the fixture, ``file://`` URLs and
 plain paths — real clones, real ``git storm`` processes."""
 from __future__ import annotations
@@ -886,9 +886,9 @@ def test_remote_protocol_setting(tmp_path, daemon):
 @pytest.mark.parametrize("where", ["inside", "shared"])
 def test_guard_install_follows_the_servers_core_hookspath(tmp_path, where):
     """A server whose git runs hooks from ``core.hooksPath`` (a directory shared by its
-    repositories, or one inside the repository) never runs ``hooks/pre-receive``. Before
-    2026-11-25 install wrote there and said "installed": a forged commit was then
-    accepted. The guard now goes where git will run it, and says so."""
+    repositories, or one inside the repository) never runs ``hooks/pre-receive``: a
+    guard written there would let a forged commit through. The guard goes where git
+    will run it, and says so."""
     srv = bare(tmp_path / "proj.git")
     hooks = (srv / "custom-hooks") if where == "inside" else (tmp_path / "server-hooks")
     hooks.mkdir()
@@ -962,8 +962,7 @@ def test_writers_a_fetch_brought_are_learnt_even_when_that_fetch_stopped_before_
 def test_a_tracking_ref_locked_for_a_moment_by_git_is_waited_out(tmp_path):
     """``git pack-refs --prune`` (storm's maintenance runs it) locks each loose ref it
     packs for a moment; a write that lands meanwhile waits that lock out instead of
-    dying with libgit2's "failed to lock file" (a writer did, on this VM's disk, while
-    its clone's maintenance ran: 2026-11-27). The lock is held here by a file that a
+    dying with libgit2's "failed to lock file". The lock is held here by a file that a
     background process removes after 0.5 s."""
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))

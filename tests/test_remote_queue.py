@@ -1,4 +1,4 @@
-"""Group commit on a remote (issue 11): the writers of one clone queue their validated
+"""Group commit on a remote: the writers of one clone queue their validated
 commits on the local ref and one push lands them all. Each window is held open
 deterministically: the test holds the clone's ``remote`` and ``remote-landing`` flocks
 (what every push and fetch holds) while writers queue and wait, then changes the
@@ -18,7 +18,7 @@ LOCKS = Path(".git/storm/locks")
 TRACKED = "refs/storm-remote/origin/storm/workspace"
 
 
-def hold(repo: Path) -> subprocess.Popen:
+def hold_push(repo: Path) -> subprocess.Popen:
     """Hold the clone's remote and landing flocks, as a push in progress does."""
     return helpers.hold(repo, "remote", "remote-landing")
 
@@ -49,7 +49,7 @@ def finish(p: subprocess.Popen) -> tuple[int, dict]:
 def queue_and_kill(repo: Path, agent: str, path: str, content: str) -> str:
     """A writer SIGKILLed while its write is queued (a push in progress holds the
     locks); returns the queued commit, left on the local ref."""
-    holder = hold(repo)
+    holder = hold_push(repo)
     try:
         p = start_write(repo, agent, path, content, "--json")
         wait_queued(repo, 1)
@@ -76,7 +76,7 @@ def test_writers_of_one_clone_land_in_one_push(tmp_path, daemon):  # noqa: F811
     log = push_counter(srv)
     for agent, path in (("eng_x", "src/api.py"), ("eng_y", "src/util.py")):
         assert storm(a, "read", path, agent=agent).returncode == 0
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         py = start_write(a, "eng_y", "src/util.py", "Y\n", "--json")
@@ -110,7 +110,7 @@ def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_change
     for agent, paths in reads.items():
         assert storm(a, "read", *paths, agent=agent).returncode == 0
     assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
-    holder = hold(a)
+    holder = hold_push(a)
     try:  # queued in this order: none of them depends on another's write
         px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
@@ -169,7 +169,7 @@ def test_two_writes_of_one_agent_on_one_clone_take_turns(tmp_path):
     assert storm(a, "read", "src/api.py", "src/util.py", agent="eng_x").returncode == 0
     assert storm(b, "read", "src/api.py", agent="eng_z").returncode == 0
     ghost = git(a, "hash-object", "--stdin", input=b"X1\n").stdout.decode().strip()
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         p1 = start_write(a, "eng_x", "src/api.py", "X1\n", "--json")
         wait_queued(a, 1)
@@ -207,7 +207,7 @@ def test_an_unreachable_server_lands_no_queued_write(tmp_path, daemon):  # noqa:
         assert storm(a, "read", path, agent=agent).returncode == 0
     before = (snapshot_refs(a), (a / ".git/storm/journal/eng_x").read_bytes(),
               (a / ".git/storm/journal/eng_y").read_bytes())
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         py = start_write(a, "eng_y", "src/util.py", "Y\n", "--json")
@@ -416,7 +416,7 @@ def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing
     a = seed(tmp_path, f"file://{srv}")
     h0 = rev(srv, WS)
     assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
@@ -502,7 +502,7 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
         ws._fetch_adopt()
         return ws.rebased - before
 
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
@@ -550,7 +550,7 @@ def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_v
     for agent, path in (("eng_x", "src/api.py"), ("eng_y", "README.md")):
         assert storm(a, "read", path, agent=agent).returncode == 0
     assert storm(b, "read", "src/util.py", agent="eng_z").returncode == 0
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         px = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
@@ -590,7 +590,7 @@ def test_a_queue_record_lost_with_a_killed_writer_is_rebuilt_and_a_directory_in_
     a = seed(tmp_path, str(srv))
     for agent, path in (("eng_x", "src/api.py"), ("eng_y", "README.md"), ("eng_w", "src/util.py")):
         assert storm(a, "read", path, agent=agent).returncode == 0
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         p1 = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)
@@ -661,7 +661,7 @@ def test_a_write_waiting_behind_its_clones_losing_pushes_gives_up_with_exit_3(tm
     assert storm(a, "read", "src/api.py", agent="eng_x").returncode == 0
     journal = (a / ".git/storm/journal/eng_x").read_bytes() if (a / ".git/storm/journal/eng_x").exists() else None
     git(a, "config", "storm.remoteRetrySeconds", "1")
-    holder = hold(a)
+    holder = hold_push(a)
     try:
         p = start_write(a, "eng_x", "src/api.py", "X\n", "--json")
         wait_queued(a, 1)

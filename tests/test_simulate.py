@@ -219,12 +219,19 @@ def test_report_without_matplotlib_skips_plots_with_a_message(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["files"] == ["report.json", "report.md"] and "matplotlib is not installed" in res["plots_skipped"]
+    root = Path(__file__).resolve().parent.parent
+    assert f"{sys.executable} -m pip install -e '{root}[sim]'" in res["plots_skipped"], res
     assert not list(tmp_path.glob("*.png"))
 
 
 def test_cli_refuses_bad_input_with_one_line(tmp_path):
+    one = tmp_path / "one"  # a single commit: nothing after it to replay
+    one.mkdir()
+    git(one, "init", "-q", "-b", "main")
+    git(one, "commit", "-q", "--allow-empty", "-m", "only")
     for args, needle in ((["simulate"], "nothing to simulate"),
-                         (["simulate", "--repo", "."], "--repo and --range go together"),
+                         (["simulate", "--repo", str(one)], "HEAD has no parent"),
+                         (["simulate", "--repo", str(tmp_path / "nope")], "no such directory"),
                          (["simulate", "--scenarios", "--only", "nope"], "no such scenario"),
                          (["simulate", "--scenarios", "--agents", "x"], "comma-separated"),
                          (["simulate", "--repo", ".", "--range", "A..B", "--seed", "x"], "nor 'race'")):
@@ -307,3 +314,113 @@ def test_a_seeded_replay_is_the_same_run_every_time(tmp_path):
     assert all("_order" not in c.args for a in race.agents for c in a) and race.params["order"] == "race"
     m = runner.run(race, "storm")
     assert m.agent_errors == [] and m.lost_updates == 0 and m.diverged_paths == []
+
+
+# -- what the report says ---------------------------------------------------------------------
+def _history(repo: Path, n: int) -> None:
+    """``n`` commits after a base, each on its own file: nothing to conflict."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "base.txt").write_text("base\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for i in range(n):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"f{i}")
+
+
+def test_repo_without_range_replays_its_last_commits_and_the_report_says_what_ran(tmp_path):
+    """--repo alone replays HEAD's last commits (--quick: 8; fewer in a short history);
+    a capped range is reported as what was replayed, not as the range given; the plan
+    shows the number of commits in force."""
+    repo = tmp_path / "r"
+    _history(repo, 11)
+    out = tmp_path / "out"
+    r = storm(tmp_path, "simulate", "--repo", str(repo), "--quick", "--mode", "storm", "--agents", "2",
+              "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["plan"]["rng"] == "HEAD~8..HEAD" and data["plan"]["max_commits"] == 8
+    [w] = data["workloads"]
+    assert w["name"] == "replay r HEAD~8..HEAD" and w["params"]["commits"] == 8
+    assert data["runs"][0]["changes"] == 8
+    md = (out / "report.md").read_text()
+    assert "* replay r HEAD~8..HEAD: all 8 first-parent commits of HEAD~8..HEAD (" in md, md
+    # a range longer than --quick takes: its first 8 commits, and the report says so
+    r = storm(tmp_path, "simulate", "--repo", str(repo), "--range", "HEAD~11..HEAD", "--quick", "--mode", "storm",
+              "--agents", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["plan"]["max_commits"] == 8 and data["runs"][0]["changes"] == 8
+    [w] = data["workloads"]
+    assert w["name"] == "replay r HEAD~11..HEAD, first 8 of 11 commits"
+    head8 = git(repo, "rev-parse", "HEAD~3").stdout.decode().strip()
+    assert w["params"]["to"] == head8
+    assert report.replayed(w).startswith("* replay r HEAD~11..HEAD, first 8 of 11 commits: the first 8 of the 11 "
+                                         "first-parent commits of HEAD~11..HEAD (")
+    # a short history: as many as there are
+    short = tmp_path / "short"
+    _history(short, 3)
+    assert workload.last_commits(str(short), 40) == "HEAD~3..HEAD"
+
+
+def _runs() -> dict:
+    """Two runs with small counts (where matplotlib's own ticks are 0.25 apart), one
+    agent count: what a quick replay reports."""
+    from storm_git.sim.metrics import DEFINITIONS, RunMetrics
+
+    storm_run = RunMetrics("replay r HEAD~8..HEAD", "replay", "storm", "full", 2, None, 8, 3,
+                           caught_at_write=1, caught_never=1, rejections=1, rejections_needed=1, wall_s=2.5)
+    tree_run = RunMetrics("replay r HEAD~8..HEAD", "replay", "worktree", "-", 2, None, 8, 3,
+                          caught_at_merge=1, caught_by_tests=1, wall_s=4.0)
+    return {"runs": [storm_run.to_dict(), tree_run.to_dict()], "seconds": 6.5, "started": "now",
+            "definitions": DEFINITIONS, "workloads": []}
+
+
+def _rgb(color) -> tuple:
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(color)
+
+
+def test_plots_tell_the_kinds_apart_count_in_whole_numbers_and_start_at_zero():
+    pytest.importorskip("matplotlib")
+    import itertools
+    import math
+
+    import matplotlib.pyplot as plt
+
+    figs = dict(report.figures(_runs()))
+    try:
+        assert set(figs) == set(report.PLOTS)
+        ax = figs["conflicts.png"].axes[0]
+        handles, labels = ax.get_legend_handles_labels()
+        colors = {lab: _rgb(h.patches[0].get_facecolor()) for h, lab in zip(handles, labels)}
+        assert "never" not in labels and any(lab.startswith("differs from reference") for lab in labels)
+        for (a, ca), (b, cb) in itertools.combinations(colors.items(), 2):
+            assert math.dist(ca, cb) > 0.3, (a, b, ca, cb)  # "by tests" and "differs" were two oranges
+        for name in ("conflicts.png", "rejections.png"):
+            ax = figs[name].axes[0]
+            ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+            assert ticks and all(float(t).is_integer() for t in ticks), (name, ticks)
+            assert ax.get_ylim()[0] == 0
+        ax = figs["wall_time.png"].axes[0]
+        assert ax.get_lines() == []  # one agent count: no line through a single x
+        assert len(ax.patches) == 2 and ax.get_ylim()[0] == 0
+        heights = sorted(p.get_height() for p in ax.patches)
+        assert heights == [2.5, 4.0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["2"]
+    finally:
+        for fig in figs.values():
+            plt.close(fig)
+
+
+def test_report_md_defines_its_columns_by_their_headers(tmp_path):
+    md = report.markdown(_runs())
+    definitions = md.split("## Definitions", 1)[1]
+    for header, key in report.COLUMNS[4:]:  # workload, agents, mode, deps need none
+        assert f"* **{header}**: " in definitions, header
+        assert f"`{key}`" not in md
+    assert "| never |" not in md and "| differs from reference |" in md
+    assert "only a test tells" in definitions  # what a difference from the reference is not

@@ -10,13 +10,6 @@ import pytest
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 
 
-@pytest.fixture
-def wrepo(tmp_path: Path) -> Path:
-    r = make_repo(tmp_path / "repo")
-    assert storm(r, "mode", "worktree").returncode == 0
-    return r
-
-
 def _spawn(repo: Path, agent: str) -> Path:
     code, res = storm_json(repo, "spawn", agent)
     assert code == 0, res

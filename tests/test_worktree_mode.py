@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+from helpers import git, rev, snapshot_refs, storm, storm_json
 from storm_git.core import events, scope
 from storm_git import open_workspace
 from storm_git.core.errors import NotFound, RepoStateError, UsageError
@@ -19,13 +19,6 @@ from storm_git.worktree.isolated import CommitRefused, WorktreeWorkspace
 from storm_git.admin.modes import switch
 from storm_git.core.store import Store
 from storm_git.worktree.worktrees import cleanup, spawn, worktree_path
-
-
-@pytest.fixture
-def wrepo(tmp_path: Path) -> Path:
-    r = make_repo(tmp_path / "repo")
-    switch(Store.discover(str(r)), "worktree")
-    return r
 
 
 def _store(r: Path) -> Store:
@@ -213,8 +206,7 @@ def test_commit_rules_own_branch_assignment_restricted(wrepo):
     assert worktree_commit_problems(s, "b", "storm/b", ["anything.py"]) == []  # no assignment
     assert "restricted" in worktree_commit_problems(s, "b", "storm/b", ["README.md"])[0]
     # a real `git commit` in the worktree meets the same rule through the pre-commit hook
-    if not (wrepo / ".git/hooks/pre-commit").exists():
-        pytest.skip("pre-commit hook not installed by git storm init")
+    assert (wrepo / ".git/hooks/pre-commit").exists(), "git storm init installs the pre-commit guard"
     git(Path(a.path), "add", "-A")
     r = git(Path(a.path), "commit", "-m", "plain git", check=False)
     assert r.returncode != 0 and b"outside the assignment of a" in r.stderr
@@ -377,3 +369,27 @@ def test_commit_of_a_staged_deletion_commits_it(wrepo):
     assert r.returncode == 0, r.stderr
     names = git(wrepo, "show", "--name-status", "--format=", "storm/e1").stdout.decode()
     assert names.split() == ["D", "src/util.py"]
+
+
+def test_log_in_worktree_mode_keeps_the_storm_mode_writes(tmp_path):
+    """One repository, one log: after a switch to worktree mode `git storm log` still shows
+    the writes accepted in storm mode (the shared ref's history), merged by time with
+    worktree mode's own events."""
+    r = make_repo(tmp_path / "repo")
+    for agent, path in (("e1", "src/api.py"), ("e2", "src/util.py")):
+        assert storm(r, "read", path, agent=agent).returncode == 0
+        assert storm(r, "write", path, "-m", f"{agent} edits", input="x = 1\n", agent=agent).returncode == 0
+    assert storm(r, "commit", "-m", "both edits").returncode == 0
+    _, before = storm_json(r, "log", "-n", "100")
+    writes = [e["commit"] for e in before if e["type"] == "write"]
+    assert len(writes) == 2
+    assert storm(r, "mode", "worktree").returncode == 0
+    assert storm(r, "spawn", "e3").returncode == 0
+    _, after = storm_json(r, "log", "-n", "100")
+    assert [e["commit"] for e in after if e["type"] == "write" and e.get("commit")] == writes
+    assert {e["type"] for e in after} >= {"write", "commit", "mode", "spawn"}
+    assert len(after) == len(before) + 2  # + the switch and the spawn
+    times = [e["time"] for e in after]
+    assert times == sorted(times, reverse=True)
+    # -n counts every entry, storm writes included
+    assert storm_json(r, "log", "-n", "3") == (0, after[:3])

@@ -61,7 +61,7 @@ What it looks for:
   branch's tree (keeping stat data), then removes the lock.
 * ``stale_harness_hooks``: Claude Code's or Codex's settings hold storm's hook
   groups as an older git storm installed them, missing tools this version hooks
-  (NotebookEdit, added 2026-11-25): the harness runs those tools without storm, so
+  (such as NotebookEdit): the harness runs those tools without storm, so
   their edits are neither validated nor recorded. The fix brings storm's groups to
   this version's matchers, keeping their command and every other hook
   (``git storm harness install`` again does the same).

@@ -1,4 +1,4 @@
-"""The pre-commit guard (DESIGN §5): the second layer behind the CAS.
+"""The pre-commit guard: the second layer behind the CAS.
 
 libgit2 never runs hooks, so the guard protects ``git commit`` only; the
 compare-and-swap on ``refs/storm/workspace`` protects the shared state. In storm

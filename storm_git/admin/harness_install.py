@@ -185,7 +185,7 @@ def install(store: Store, harness: str, agent: str | None = None) -> InstallResu
 @dataclass
 class StaleHooks:
     """An installation whose hook groups call storm for fewer tools than this version
-    handles (made by an older git storm: NotebookEdit was added on 2026-11-25). The
+    handles (made by an older git storm, without NotebookEdit, say). The
     harness then runs those tools without storm: their edits are not validated."""
 
     harness: str

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import RepoStateError
 from ..core.files import replace_file
+from ..core.install_hint import pip_install
 from ..core.store import Store, git_env
 
 CHAINED_SUFFIX = ".storm-chained"
@@ -129,6 +130,8 @@ def render_shim(name: str) -> str:
     return (shim_template(name)
             .replace("@PYTHON@", _sh_quote(sys.executable))
             .replace("@GUARD@", _sh_quote(os.path.abspath(guard.__file__)))
+            # the recorded interpreter is gone when the shim needs this: python3 from PATH
+            .replace("@REINSTALL@", _sh_quote(pip_install(python="python3")))
             .replace("@CHAINED@", name + CHAINED_SUFFIX))
 
 

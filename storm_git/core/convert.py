@@ -233,8 +233,8 @@ class Conversions:
         the stored form (LF; UTF-8 for a working-tree-encoding), except under a filter
         driver, whose clean filter ``write`` runs on what it is sent: there it is the
         file ``git checkout`` writes. Given the stored form (an LFS pointer, git-crypt
-        ciphertext), an agent that wrote it back unchanged, or ``edit``ed it, had it
-        cleaned a second time: the file changed, or was destroyed (found 2026-11-25)."""
+        ciphertext), an agent that wrote it back unchanged, or ``edit``ed it, would have
+        it cleaned a second time: the file changed, or destroyed."""
         if self._drivers is None:
             self._drivers = self._settings()["drivers"]
         if not self._drivers or not self._external(path):

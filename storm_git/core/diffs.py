@@ -17,9 +17,9 @@ def is_binary(data: bytes | None) -> bool:
 
 def text_lines(text: str, keepends: bool = False) -> list[str]:
     """Lines as git counts them: ended by "\\n" only. (str.splitlines also ends one at
-    a form feed, a lone CR, U+2028 ...: before 2026-11-25 a file with a ^L line got
-    "No newline at end of file" markers mid-file, a diff git apply refuses, and
-    line numbers past it that git does not give.)"""
+    a form feed, a lone CR, U+2028 ...: a file with a ^L line would get "No newline
+    at end of file" markers mid-file, a diff git apply refuses, and line numbers past
+    it that git does not give.)"""
     parts = text.split("\n")
     if keepends:
         return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])

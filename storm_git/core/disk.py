@@ -1,4 +1,4 @@
-"""The shared working tree as a recorded state (DESIGN §4).
+"""The shared working tree as a recorded state.
 
 Storm records, per path, what it last put on disk: the *disk record*, a tree
 (``base``) plus an append-only journal of later entries, kept in
@@ -39,14 +39,16 @@ import stat as stat_mod
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pygit2
 
+from . import tree_rules
 from .convert import ConversionFailed, Conversions
 from .errors import BadPath, CorruptState
 from .files import NotRegularFile, append_all, open_regular, read_regular, reason, remove_quietly, replace_file, stamp
 from .locks import flocked
+from .paths import tree_entry_refusal
 from .store import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, WORKSPACE_REF, Entry, Store
 
 WRITTEN = "written"
@@ -316,14 +318,31 @@ def _read_at(dfd: int, name: str, limit: int | None) -> bytes:
 
 
 # -- writing the disk ------------------------------------------------------------------
-def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB) -> None:
-    """Replace ``path`` with ``data`` by a rename inside its (checked) directory."""
+class Displaced(OSError):
+    """What storm was replacing (or removing) changed between its check and the
+    replacement: an edit saved in that window. The edit was put back, untouched."""
+
+
+# Asked of the file storm displaced, at the moment it displaced it: is it still what
+# storm checked (its own version)? (open directory, name of the displaced file) -> bool
+Expect = Callable[[int, str], bool]
+
+
+def write_file(top: str, path: str, data: bytes, mode: int = MODE_BLOB, expect: Expect | None = None) -> None:
+    """Replace ``path`` with ``data`` by a rename inside its (checked) directory.
+    ``expect``: see _write_at."""
     with _parent_fd(top, path, create=True) as (dfd, name, _):
-        _write_at(dfd, name, data, mode)
+        _write_at(dfd, name, data, mode, expect)
 
 
-def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
-    """write_file of ``name`` in the open directory ``dfd``."""
+def _write_at(dfd: int, name: str, data: bytes, mode: int, expect: Expect | None = None) -> None:
+    """write_file of ``name`` in the open directory ``dfd``.
+
+    ``expect``: the caller checked that ``name`` holds storm's own version (or is
+    absent, when it recorded none); the check is repeated on the file the swap
+    displaces, at the moment it is displaced, so an edit saved since the check is
+    put back and Displaced raised, never deleted. Without it (``checkout``, an
+    agent's own worktree) the file is replaced whatever it holds."""
     tmp = f"{TEMP_PREFIX}{os.getpid()}"
     try:
         os.unlink(tmp, dir_fd=dfd)
@@ -337,7 +356,9 @@ def _write_at(dfd: int, name: str, data: bytes, mode: int) -> None:
                          0o777 if mode == MODE_EXEC else 0o666, dir_fd=dfd)
             with open(fd, "wb", closefd=True) as fh:
                 fh.write(data)
-        if not _swap_in(dfd, tmp, name):
+        if expect is not None and _libc_renameat2():
+            _swap_checked(dfd, tmp, name, expect, data)
+        elif not _swap_in(dfd, tmp, name):
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:  # a full disk, a size limit, a refused rename, ^C: no temporary file stays
         remove_quietly(tmp, dfd)
@@ -401,20 +422,104 @@ def _swap_in(dfd: int, tmp: str, name: str) -> bool:
     return True
 
 
+_RENAME_NOREPLACE = 1
+
+
+def _rename2(dfd: int, src: str, dst: str, flags: int) -> int:
+    """renameat2 in ``dfd``: 0, or the errno."""
+    fn = _libc_renameat2()
+    if fn(dfd, os.fsencode(src), dfd, os.fsencode(dst), flags) != 0:
+        return ctypes_errno()
+    return 0
+
+
+def _swap_checked(dfd: int, tmp: str, name: str, expect: Expect, data: bytes) -> None:
+    """Put ``tmp`` at ``name`` and delete what it displaces only if ``expect`` says
+    that is still storm's version. A new file goes in by RENAME_NOREPLACE (a file
+    created since the check is someone's); an existing one by RENAME_EXCHANGE, after
+    which the displaced file, now at ``tmp``, is checked; someone's edit is exchanged
+    back and Displaced raised. If yet another save replaced ``name`` in between, what
+    comes back at ``tmp`` is not storm's content either: it is kept beside ``name``
+    (``name.storm-kept-PID``), never deleted."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is None:
+        err = _rename2(dfd, tmp, name, _RENAME_NOREPLACE)
+        if err == 0:
+            return
+        if err == errno.EEXIST:
+            raise Displaced(errno.EEXIST, "created by someone else since storm looked", name)
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return
+        raise OSError(err, os.strerror(err), name)
+    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # refuses a directory, as before
+        return
+    err = _rename2(dfd, tmp, name, _RENAME_EXCHANGE)
+    if err == errno.ENOENT:  # removed since the stat: the absence is someone's too
+        raise Displaced(errno.ENOENT, "removed by someone else since storm looked", name)
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        if not expect(dfd, name):
+            raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return
+    if err:
+        raise OSError(err, os.strerror(err), name)
+    try:
+        mine = expect(dfd, tmp)
+    except OSError:
+        mine = False
+    if mine:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except IsADirectoryError:  # swapped for a directory since the stat: put it back
+            _rename2(dfd, tmp, name, _RENAME_EXCHANGE)
+            raise
+        return
+    _rename2(dfd, tmp, name, _RENAME_EXCHANGE)  # the edit goes back where it was saved
+    if not _holds(dfd, tmp, data):
+        kept = f"{name}.storm-kept-{os.getpid()}"
+        if _rename2(dfd, tmp, kept, _RENAME_NOREPLACE) != 0:
+            os.replace(tmp, kept, src_dir_fd=dfd, dst_dir_fd=dfd)
+    raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+
+
+def _holds(dfd: int, name: str, data: bytes) -> bool:
+    """Whether ``name`` is storm's temporary file: a link with target ``data``, or a
+    file with exactly ``data``."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if stat_mod.S_ISLNK(st.st_mode):
+            return os.fsencode(os.readlink(name, dir_fd=dfd)) == data
+        return st.st_size == len(data) and read_regular(name, dir_fd=dfd, follow=False) == data
+    except (OSError, NotRegularFile):
+        return False
+
+
 def ctypes_errno() -> int:
     import ctypes
 
     return ctypes.get_errno()
 
 
-def remove_path(top: str, path: str) -> None:
-    """Delete ``path`` and the directories it leaves empty, as git does."""
+def remove_path(top: str, path: str, expect: Expect | None = None) -> None:
+    """Delete ``path`` and the directories it leaves empty, as git does.
+
+    ``expect``: delete the file only if it says the file is storm's version at the
+    moment it is taken away: it is first renamed aside (atomic), checked there, and
+    put back (Displaced raised) if someone's edit was saved since the caller looked."""
     try:
         with _parent_fd(top, path, create=False) as (dfd, name, fds):
-            try:
-                os.unlink(name, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
+            if expect is None:
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+            elif not _take_aside(dfd, name, expect):
+                return
             parts = path.split("/")[:-1]
             for i in range(len(parts) - 1, -1, -1):
                 try:
@@ -423,6 +528,28 @@ def remove_path(top: str, path: str) -> None:
                     break
     except FileNotFoundError:
         pass
+
+
+def _take_aside(dfd: int, name: str, expect: Expect) -> bool:
+    """Remove ``name`` if ``expect`` holds for it once renamed aside; False: it was gone."""
+    aside = f"{TEMP_PREFIX}{os.getpid()}"
+    remove_quietly(aside, dfd)
+    try:
+        os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    try:
+        mine = expect(dfd, aside)
+    except OSError:
+        mine = False
+    if not mine:
+        if not _libc_renameat2():
+            os.rename(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        elif _rename2(dfd, aside, name, _RENAME_NOREPLACE) != 0:  # another file there since
+            os.rename(aside, f"{name}.storm-kept-{os.getpid()}", src_dir_fd=dfd, dst_dir_fd=dfd)
+        raise Displaced(errno.EBUSY, "changed by someone else since storm looked", name)
+    os.unlink(aside, dir_fd=dfd)
+    return True
 
 
 # -- the record ---------------------------------------------------------------------------
@@ -832,6 +959,11 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
                 conv: Conversions) -> bool:
     """Bring one path from ``have`` to ``want`` unless someone else edited it;
     returns whether it wrote (or tried to) on disk."""
+    why = refused_entry(store, p, want, res.head)
+    if why is not None:  # reported whatever the disk holds: the shared head holds what storm refuses
+        res.outcomes[p] = FAILED
+        res.errors[p] = f"refused to put it on disk: {why}"
+        return False
     if same(have, want):
         res.outcomes[p] = CURRENT
         if rec.get(store, p) != want:
@@ -842,10 +974,14 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
         return False
     try:
         _intend(store, rec, p, want)
+        expect = _still(have, p, conv)
         if want is None:
-            remove_path(top, p)
+            remove_path(top, p, expect)
         else:
-            write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv))
+            write_file(top, p, _content(store, p, want, contents, conv), disk_mode(want.mode, conv), expect)
+    except Displaced:  # an edit saved while storm wrote: kept, as any unmediated edit
+        res.outcomes[p] = KEPT
+        return True
     except (UnsafePath, ConversionFailed, OSError) as exc:
         res.outcomes[p] = FAILED
         res.errors[p] = reason(exc) if isinstance(exc, OSError) else exc.message
@@ -853,6 +989,29 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     res.outcomes[p] = WRITTEN
     new[p] = want
     return True
+
+
+def _still(have: "DiskState", path: str, conv: Conversions) -> Expect:
+    """The check a disk write repeats on the file it displaces: still ``have``, the
+    state the caller found to be storm's own version of ``path``."""
+    return lambda dfd, name: _state_at(dfd, name, conv, path) == have
+
+
+def refused_entry(store: Store, path: str, want: Entry | None, head: pygit2.Oid | None) -> str | None:
+    """Why the entry ``want`` of the shared head must not be put on disk at ``path``
+    (storm_git.core.tree_rules: the rules of a local write), or None. The shared ref
+    of a clone holds what its server accepted; a server without storm's guard accepts
+    ``.GIT/hooks/pre-commit`` or a link out of the tree, and no sync writes them.
+    A link is resolved through the other links of ``head``'s tree (``None``: the
+    current shared head)."""
+    if want is None:
+        return None
+    if want.mode != MODE_LINK:
+        return tree_entry_refusal(path, want.mode)
+    head = head if head is not None else store.ref_target(WORKSPACE_REF)
+    if head is None:
+        return None
+    return tree_rules.entry_refusal(store.repo, store.commit(head).tree, path, want.oid, want.mode)
 
 
 def outside_sparse_checkout(store: Store, path: str) -> bool:
@@ -896,6 +1055,8 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
     for both the look and the write: CURRENT, KEPT or WRITTEN. None when anything
     is unusual (a directory missing or not plain, something not a file there, a
     failed write): the caller then takes the general path, which reports it."""
+    if refused_entry(store, p, want, None) is not None:
+        return None  # the general path says why
     try:
         with _parent_fd(top, p, create=False) as (dfd, name, _):
             have = _state_at(dfd, name, conv, p)
@@ -907,7 +1068,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
                 return SPARSE if have is None and outside_sparse_checkout(store, p) else KEPT
             data = _content(store, p, want, contents, conv)
             _intend(store, rec, p, want)
-            _write_at(dfd, name, data, disk_mode(want.mode, conv))
+            _write_at(dfd, name, data, disk_mode(want.mode, conv), _still(have, p, conv))
             return WRITTEN
     except (UnsafePath, ConversionFailed, OSError):
         return None
@@ -962,7 +1123,7 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
             if same(have, want):
                 out[p] = CURRENT
             else:
-                if have is False and want is None:
+                if (have is False and want is None) or refused_entry(store, p, want, head) is not None:
                     out[p] = FAILED
                     continue
                 _intend(store, rec, p, want)

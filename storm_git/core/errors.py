@@ -1,4 +1,4 @@
-"""Typed errors with the exit codes of DESIGN §7.
+"""Typed errors, each with its exit code (0 ok, 1 rejected, 2 bad input, 3 repository state, 4 internal).
 
 The library raises these and never prints; the CLI turns them into one line on
 stderr and the exit code. Every error says what was wrong and what to do, and is
@@ -74,6 +74,13 @@ class NotInitialised(RepoStateError):
 
 class CorruptState(RepoStateError):
     kind = "corrupt_state"
+
+
+class UnmediatedEdit(RepoStateError):
+    """A command changed a file that already held an edit made outside storm: its
+    change cannot be told apart from that edit, so nothing is credited to the agent."""
+
+    kind = "unmediated_edit"
 
 
 class Busy(RepoStateError):

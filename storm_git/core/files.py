@@ -159,8 +159,8 @@ def _kind_of(mode: int) -> str:
 def open_regular(name: str, *, dir_fd: int | None = None, follow: bool = True) -> int:
     """A read-only descriptor of the regular file ``name``. Opened with O_NONBLOCK, so
     a FIFO (``mkfifo`` by an agent's command, or swapped in while storm looks) does
-    not hang the command until some writer appears, as a plain open did (found
-    2026-11-25: ``git storm adopt pipe`` never returned); anything but a regular
+    not hang the command until some writer appears, as a plain open would
+    (``git storm adopt pipe`` would never return); anything but a regular
     file raises NotRegularFile naming it. Reads of a regular file ignore O_NONBLOCK."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(name, flags, dir_fd=dir_fd)

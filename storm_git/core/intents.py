@@ -12,9 +12,9 @@ whose decision it undoes. This module finds them and tells who wrote them:
   write last changed each line (``git blame`` on ``refs/storm/workspace``, the
   commit mapped to its ``Storm-Agent`` trailer).
 * :func:`flag_write` is called by :meth:`SharedWorkspace.apply` after an
-  accepted write (workspace lock held): a write that deletes or rewrites a line
-  annotated by *another* agent is accepted but flagged ``intent_overwritten``
-  and logged as an event of that type.
+  accepted write (workspace lock held): a write that deletes or rewords an
+  annotation by *another* agent (changing the code beside it does not count) is
+  accepted but flagged ``intent_overwritten`` and logged as an event of that type.
 * :func:`in_rejection` lists the annotations a rejection's diffs add, remove or
   keep, so the rejected agent sees whose intent it is about to touch.
 """
@@ -187,13 +187,16 @@ def list_intents(store: Store, paths: Iterable[str] = (), rev: str = WORKSPACE_R
 
 
 # -- the write path ------------------------------------------------------------------
-def _lost(old: list[Annotation], new_data: bytes | None) -> list[Annotation]:
-    """Annotated lines of ``old`` that the new content no longer holds verbatim."""
-    have = Counter(line.strip() for line in (new_data or b"").decode("utf-8", "replace").splitlines())
+def _lost(old: list[Annotation], new_data: bytes | None, agents: set[str]) -> list[Annotation]:
+    """Annotations of ``old`` that the new content no longer holds word for word: the
+    same agent and reason, on any line and beside any code (a write that changes the
+    code on an annotated line keeps the intent; one that rewords or drops it does not).
+    Counted, so dropping one of two equal annotations loses one."""
+    have = Counter((a.agent, a.why) for a in annotations("", new_data, agents))
     lost = []
     for a in old:
-        if have[a.text] > 0:
-            have[a.text] -= 1
+        if have[(a.agent, a.why)] > 0:
+            have[(a.agent, a.why)] -= 1
         else:
             lost.append(a)
     return lost
@@ -232,7 +235,7 @@ def _small_loose(objects: str, oid: pygit2.Oid) -> bool:
 
 def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str, Any], commit: Any) -> list[str]:
     """After an accepted write (outside the workspace lock): the paths where ``agent``
-    deleted or rewrote a line annotated by another agent, logged as an
+    deleted or reworded another agent's annotation, logged as an
     ``intent_overwritten`` event. Costs one regex scan of each old version."""
     lost_all: list[Annotation] = []
     agents: set[str] | None = None
@@ -268,7 +271,7 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
         if not theirs:
             continue
         new = store.blob_bytes(blob) if isinstance(blob, pygit2.Oid) else None  # None: deleted
-        lost_all.extend(_lost(theirs, new))
+        lost_all.extend(_lost(theirs, new, agents))
     if not lost_all:
         return []
     paths = list(dict.fromkeys(a.path for a in lost_all))

@@ -1,8 +1,8 @@
 """Process locks (``flock``) that serialise storm's writers.
 
-GIT-FACTS: serialising writers with ``flock`` around read → validate → CAS gives
-no retries and >1,000 updates/s, where bare CAS retries 2.5–4.5 times per success
-on two cores. The kernel drops a flock when its holder dies, so the holder of a
+Serialising writers with ``flock`` around read → validate → CAS gives no retries
+and >1,000 updates/s, where bare CAS retries 2.5–4.5 times per success on two
+cores. The kernel drops a flock when its holder dies, so the holder of a
 lock may safely treat an old ``<ref>.lock`` file under the refs that lock guards
 as left by a dead writer. The CAS on the ref stays underneath as the guard
 against writers that do not take these locks.

@@ -1,7 +1,7 @@
 """``git storm maintenance``: keep loose objects in check on long runs, safely.
 
 Every storm write leaves a handful of loose objects (blob, trees, commit, notes
-commits: GIT-FACTS measures ~6 for the write alone), and libgit2 never triggers
+commits: ~6 for the write alone), and libgit2 never triggers
 ``git gc --auto``. Over thousands of writes the object directory would fill with
 loose files. This runs what git designed to run beside concurrent writers:
 
@@ -51,8 +51,8 @@ instead of inferring it from falling loose counts.
 
 It never prunes. ``git gc --prune=now`` (or ``git prune`` with a short
 ``--expire``) deletes unreferenced objects at once, and a storm writer's commit is
-unreferenced between being written and the CAS that publishes it: GIT-FACTS saw
-it corrupt a repository under concurrent writers. Storm never runs it and never
+unreferenced between being written and the CAS that publishes it, so it can
+corrupt a repository under concurrent writers. Storm never runs it and never
 advises it; ``git gc`` with the default two-week grace period is safe.
 """
 from __future__ import annotations

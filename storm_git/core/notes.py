@@ -1,6 +1,6 @@
 """Git notes trees that storm builds itself, with 2/38 fanout, moved by CAS.
 
-GIT-FACTS: ``create_note``/``git notes add`` update the notes ref without a CAS
+``create_note``/``git notes add`` update the notes ref without a CAS
 and libgit2 writes notes trees flat (cost grows linearly with the number of
 notes). So storm writes notes commits itself: one TreeBuilder per fanout level,
 then a compare-and-swap of the notes ref. The layout is the one ``git notes``

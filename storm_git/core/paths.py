@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+from typing import Callable
 
 from .errors import BadPath
 
@@ -232,17 +233,124 @@ def check_on_disk(path: str, top: str, *, for_write: bool, seen: dict[str, str] 
             raise BadPath(f"{path!r} is a directory, not a file")
 
 
+# -- entries of a tree: what a push may bring and a sync may put on disk -------------------
+# The file modes storm writes: a file, an executable, a link (and the trees holding them).
+TREE_MODES = (0o100644, 0o100755, 0o120000)
+LINK_MODE = 0o120000
+# Files git reads itself: one that is a link could make git read (or write) outside the
+# tree (git's fsck refuses a .gitmodules link; its checkout does not follow the others).
+GIT_READS = (".gitmodules", ".gitattributes", ".gitignore", ".mailmap")
+MAX_LINK_HOPS = 40  # as the kernel's MAXSYMLINKS
+
+
+def _git_read_name(part: str) -> bool:
+    """``part`` names one of GIT_READS, in any case or in NTFS's short or trailing-dot forms."""
+    low = part.lower().rstrip(" .")
+    return low in GIT_READS or low.startswith("gitmod~")
+
+
+def link_refusal(path: str, target: bytes, links: Callable[[str], bytes | None]) -> str | None:
+    """Why the link at ``path`` with text ``target`` must not be in the tree, or None.
+
+    The link is resolved inside the tree as the kernel would resolve it on disk once
+    the tree is checked out: ``links(p)`` gives the text of another link of the tree
+    (None: not a link). Refused: a target that is absolute, climbs above the top, or
+    passes through a name storm refuses (``.git`` and its spellings), directly or
+    through other links; a loop. A link inside the tree is fine: git stores links, and
+    storm reads them as their text and never writes through one."""
+    try:
+        text = target.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is a symbolic link whose target is not UTF-8"
+    if not text or "\x00" in text:
+        return "is a symbolic link with an empty or NUL target"
+    if text.startswith("/"):
+        return "is a symbolic link to an absolute path, outside the repository"
+    done: list[str] = path.split("/")[:-1]
+    todo = [c for c in text.split("/") if c not in ("", ".")]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not done:
+                return "is a symbolic link leading out of the repository"
+            done.pop()
+            continue
+        if part.lower() in (".git", ".git.") or _refused_name(part) is not None:
+            return "is a symbolic link into .git"
+        done.append(part)
+        inner = links("/".join(done))
+        if inner is not None:
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                return "is a symbolic link in a loop of links"
+            try:
+                more = inner.decode("utf-8")
+            except UnicodeDecodeError:
+                return "is a symbolic link through a link whose target is not UTF-8"
+            if more.startswith("/"):
+                return "is a symbolic link through a link to an absolute path"
+            done.pop()
+            todo = [c for c in more.split("/") if c not in ("", ".")] + todo
+    return None
+
+
+def tree_entry_refusal(path: str, mode: int, *, link_target: bytes | None = None,
+                       links: Callable[[str], bytes | None] | None = None,
+                       size: int | None = None, limit: int | None = None) -> str | None:
+    """Why a tree entry (``path``, ``mode``) must not reach a shared tree or a disk, or
+    None: the one rule set the server guard, a sync and the local doors share. The
+    name passes :func:`normalize` unchanged (git's fsck rules for names are part of
+    it: ``.git`` in any case, ``git~1``, HFS+ and NTFS spellings), the mode is one
+    storm writes, a file git reads itself is not a link, a link stays inside the tree
+    (:func:`link_refusal`) and a file is at most ``limit`` bytes."""
+    try:
+        if normalize(path) != path:
+            return f"{_show(path)!r} is not a plain repository path"
+    except BadPath as exc:
+        return exc.message
+    if mode not in TREE_MODES:
+        return f"{path!r} has mode {mode:o}: storm writes files, executables and links only"
+    if mode == LINK_MODE:
+        if _git_read_name(path.rsplit("/", 1)[-1]):
+            return f"{path!r} is a symbolic link, and git reads that file itself"
+        if link_target is not None:
+            why = link_refusal(path, link_target, links or (lambda _p: None))
+            if why is not None:
+                return f"{path!r} {why}"
+    elif size is not None and limit is not None and size > limit:
+        return f"{path!r} has {size} bytes, over storm.maxFileBytes ({limit})"
+    return None
+
+
 _C_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
               "\v": "\\v", "\f": "\\f", "\r": "\\r"}
 
 
 def quoted(path: str) -> str:
     """``path`` as git prints a name that needs quoting (C style, in double quotes:
-    control characters, a double quote, a backslash), else unchanged; letters
-    beyond ASCII stay as they are (``core.quotePath=false``). A name a command
-    created (``"x\\n  deleted: src/api.py"``) then cannot forge a line of storm's
-    output or a diff header."""
-    if not any(c in _C_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    control characters, a double quote, a backslash, and the bytes of a name that
+    is not UTF-8, which a file system gives storm as surrogate escapes), else
+    unchanged; letters beyond ASCII stay as they are (``core.quotePath=false``). A
+    name a command created (``"x\\n  deleted: src/api.py"``) then cannot forge a
+    line of storm's output or a diff header."""
+    if not any(c in _C_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in path):
         return path
-    return '"' + "".join(_C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+    return '"' + "".join(_C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else
+                                              f"\\{ord(c) - 0xDC00:03o}" if 0xDC80 <= ord(c) <= 0xDCFF else
+                                              f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c)
                          for c in path) + '"'
+
+
+def printable(text: str) -> str:
+    """``text`` with what cannot be sent as UTF-8 (a surrogate escape of a byte that is
+    not UTF-8, a lone surrogate) written as a backslash escape: JSON, MCP and a
+    terminal all take the result. A file named ``bad\\xffname.txt`` in the tree must
+    not stop a server that lists it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(c if not 0xD800 <= ord(c) <= 0xDFFF else
+                       f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"\\u{ord(c):04x}"
+                       for c in text)

@@ -84,6 +84,8 @@ class Rejection:
     intents_in_diff: list[dict[str, Any]] = field(default_factory=list)
     # what the write was validated against: {"name": all|deps|auto|auto:all, "paths", "why"}
     scope: dict[str, Any] | None = None
+    # direct_conflict: the agent's change re-applied on the current version (storm_git.storm.rebased)
+    rebased: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -104,6 +106,7 @@ class Rejection:
         d["reservation"] = self.reservation.to_dict() if self.reservation else None
         d["intents_in_diff"] = self.intents_in_diff
         d["scope"] = self.scope
+        d["rebased"] = self.rebased.to_dict() if self.rebased is not None else None
         return d
 
 

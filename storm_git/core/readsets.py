@@ -1,8 +1,8 @@
 """Agents' read sets, and the journals a write's provenance points into: a journal folded into git notes.
 
 Each agent has one notes ref, ``refs/notes/storm/agents/<agent>`` (one ref per
-agent, so agents never contend on a ref: GIT-FACTS measured a shared notes ref
-losing 60–75 % of notes). It holds:
+agent, so agents never contend on a ref: a shared notes ref under concurrent
+writers loses notes). It holds:
 
 * the agent's read set ``S_a``, as one note on a small per-agent key blob
   (``storm read set: <agent>``): a header naming the fold, then one line
@@ -17,8 +17,8 @@ What happens between two folds goes to the agent's **journal**,
 ``<commondir>/storm/journal/<agent>``: one ``write()`` of whole lines per read
 (``r <blob|absent> <head> <path>``) and per accepted write (its new versions, as
 ``r`` lines too). The journal's first line names the read-set note blob it
-extends. A notes commit per read or write made reads ~24x a blob lookup and writes
-grow with the read set (issue 13); the journal costs one append.
+extends. A notes commit per read or write would make a read ~24x a blob lookup and
+a write grow with the read set; the journal costs one append.
 
 **Provenance** — the read set a write was validated against — travels in the
 write's commit (``storm_git.core.trailers``): ``Storm-Read-Set: <base> <n>``
@@ -26,9 +26,8 @@ says the read set was the note ``<base>`` plus the first ``n`` reads of the
 journal that extends it. :func:`load_provenance` resolves it from the folded
 journal note, or from the live journal file while ``<base>`` is not folded yet.
 Nothing per write goes into the notes, so a fold costs a few objects however many
-writes it covers. (Before issue 13 a fold wrote a provenance note per write, from
-``p <commit> <validated-at> <scope> <n>`` journal lines; such notes are still read,
-and a journal left with ``p`` lines by that code still gets them at its fold.)
+writes it covers. (The older format, a provenance note per write made at the fold
+from ``p <commit> <validated-at> <scope> <n>`` journal lines, is still read.)
 
 Every fold writes a unique note (its header holds a fresh fold id), so a journal
 left behind by a fold killed after its notes commit no longer matches and is
@@ -597,7 +596,7 @@ def provenance_entries(repo: pygit2.Repository, tree: pygit2.Tree | None, agent:
 
 
 def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Iterable[ReadEntry]) -> str:
-    """A provenance note listing the read set explicitly (the format before issue 13)."""
+    """A provenance note listing the read set explicitly (the older note format)."""
     lines = [
         "storm provenance: the read set this write was validated against",
         f"agent: {agent}",
@@ -610,7 +609,7 @@ def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Ite
 
 def _provenance(agent: str, at: str, scope: str, base: str, jblob: str, counted: int,
                 deps: list[str], applied: dict[str, str]) -> str:
-    """The note a ``p`` line of an old journal becomes (the format before issue 13):
+    """The note a ``p`` line of an old journal becomes (the older note format):
     deps (few paths) are listed; a whole read set is named by reference — the
     read-set note it started from plus the first ``counted`` reads of the journal blob."""
     if deps:
@@ -624,7 +623,7 @@ _FIELDS = ("agent", "validated-at", "scope", "read-set", "journal", "journal-rea
 
 
 def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header fields, entries listed in the note) of a provenance note (before issue 13)."""
+    """(header fields, entries listed in the note) of a provenance note (the older format)."""
     header: dict[str, str] = {}
     entries: list[ReadEntry] = []
     for line in text.splitlines()[1:]:
@@ -637,7 +636,7 @@ def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
 
 
 def note_entries(repo: pygit2.Repository, agent: str, raw: bytes) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header, read set) of a provenance note (before issue 13), following a
+    """(header, read set) of a provenance note (the older format), following a
     by-reference note to the read-set note and journal blob it names."""
     header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
     if "journal" in header:
@@ -654,7 +653,7 @@ def note_entries(repo: pygit2.Repository, agent: str, raw: bytes) -> tuple[dict[
 def load_provenance(store: Store, agent: str | None, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
     """(header, the read set the write ``commit`` was validated against), from its
     commit's trailers (header ``validated-at``, ``scope``, ``read-set``,
-    ``journal-reads``), or for a commit written before issue 13 from its
+    ``journal-reads``), or for a commit of the older format from its
     provenance note. Resolves from the folded journal, or from the live journal
     before the fold. None when the commit carries neither (not a storm write, or
     an old write whose journal is not folded yet: ``git storm status`` folds).

@@ -7,6 +7,8 @@ import math
 import shlex
 from typing import Any
 
+from . import secret_files
+from .diffs import unified
 from .paths import quoted
 
 
@@ -57,7 +59,25 @@ def rejection(r: Any) -> str:
         out.append(_content(r.current_content))
     elif r.reason != "reserved":
         out.append(f"{quoted(r.path)} is absent at the shared head")
+    out.extend(rebased_offer(r))
     return "\n".join(out)
+
+
+def rebased_offer(r: Any) -> list[str]:
+    """The agent's change re-applied on the current version, and how to accept it."""
+    offer = getattr(r, "rebased", None)
+    if offer is None:
+        return []
+    crossing = [f"--- the other agents' change crosses yours here ({len(offer.crossed)} hunk(s)) ---",
+                *offer.crossed] if offer.crossed else []
+    if offer.clean:
+        return [*crossing,
+                f"--- your change re-applies cleanly on the current version; accepting it "
+                f"(git storm write {shlex.quote(r.path)} --rebased) makes this change to it ---",
+                unified(r.path, r.current_content, offer.content).rstrip("\n")]
+    return [*crossing,
+            f"--- your change re-applied on the current version, {offer.conflicts} conflict(s): resolve the "
+            "markers and write the result ---", _content(offer.content)]
 
 
 def _size(n: int | None) -> str:
@@ -153,6 +173,8 @@ def unmediated(items: list[dict]) -> list[str]:
     out = [f"unmediated edits (on disk, not recorded by storm): {len(items)}"]
     for u in items[:STATUS_LISTED]:
         note = "  (made on an older version)" if u.get("behind") and u["state"] not in ("added", "reverted") else ""
+        if u.get("likely_secret"):
+            note = f"  (looks like a secret: add {secret_files.gitignore_line(u['path'])} to .gitignore)"
         out.append(f"  {u['state'] + ':':<14}{quoted(u['path'])}{note}")
         if u.get("diff"):
             out.extend("    " + line for line in u["diff"].rstrip("\n").split("\n"))
@@ -160,6 +182,26 @@ def unmediated(items: list[dict]) -> list[str]:
         out.append(f"  ... and {len(items) - STATUS_LISTED} more (git storm status --json lists all)")
     out.append("  record: git storm adopt PATH --agent ID | restore: git storm checkout PATH | diffs: -v")
     return out
+
+
+def left_on_disk(items: list[dict], *, adopt_: bool) -> str:
+    """``commit``'s warning about the edits it left on disk. Untracked files named like
+    secrets (.env, keys) get .gitignore, never ``--adopt``, which would commit them."""
+    secrets = [u for u in items if u.get("likely_secret")]
+    others = [u for u in items if not u.get("likely_secret")]
+    out = []
+    if others:
+        names = ", ".join(f"{quoted(u['path'])} ({u['state']})" for u in others[:10])
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        how = "git storm status" + ("" if adopt_ else "; --adopt records them")
+        out.append(f"warning: not committed, still on disk only: {names}{more} ({how})")
+    if secrets:
+        names = ", ".join(quoted(u["path"]) for u in secrets[:10])
+        more = f" and {len(secrets) - 10} more" if len(secrets) > 10 else ""
+        lines = " ".join(secret_files.gitignore_line(u["path"]) for u in secrets[:10])
+        out.append(f"warning: not committed: {names}{more}: untracked and named like a secret "
+                   f"(credentials, keys); add it to .gitignore ({lines}) so git and storm leave it alone")
+    return "\n".join(out)
 
 
 def _when(e: dict) -> str:

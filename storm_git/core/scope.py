@@ -253,7 +253,7 @@ def assign(store: Store, agent: str, files: list[str] | None, *, task: str | Non
     """Record (``files``) or clear (``files`` None) the agent's primary set.
 
     Refused when it overlaps another agent's primary set unless ``allow_overlap``.
-    A new task resets the agent's read set (DESIGN §3: a read set belongs to one task).
+    A new task resets the agent's read set (a read set belongs to one task).
     """
     from . import readsets
 

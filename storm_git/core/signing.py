@@ -1,10 +1,9 @@
 """``commit.gpgSign``: the commits storm puts on a person's branch are signed as git's are.
 
 The manager's commit (storm mode) and the merge commits of ``git storm merge``
-(worktree mode) land on the user's branch. libgit2 made them unsigned whatever
-``commit.gpgSign`` said (found 2026-11-25): a repository that requires signed
-commits (a host's branch protection, ``git verify-commit`` in CI) then refused
-the branch. When signing is asked for, such a commit is made by ``git commit-tree
+(worktree mode) land on the user's branch. libgit2 makes them unsigned whatever
+``commit.gpgSign`` says, and a repository that requires signed commits (a host's
+branch protection, ``git verify-commit`` in CI) would refuse the branch. When signing is asked for, such a commit is made by ``git commit-tree
 -S``, so git's own signing settings hold (``gpg.format`` openpgp, ssh or x509,
 ``gpg.program``, ``user.signingKey``, an agent holding the key), and a signature
 that cannot be made is an error before the branch moves. The shared workspace's

@@ -22,7 +22,7 @@ WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
 EVENTS_REF = "refs/storm/log"
 # One notes ref per agent holds its read set and its folded journals (which its
-# writes' provenance trailers point into; before issue 13, provenance notes).
+# writes' provenance trailers point into).
 AGENTS_PREFIX = "refs/notes/storm/agents/"
 DESCENDS_STEPS = 512  # Store.descends: first-parent steps before libgit2 takes over
 # A clone of a shared workspace on a git remote keeps the server's storm refs here
@@ -239,8 +239,7 @@ class Store:
         """Set ``name`` to ``new`` whatever it holds (the caller holds the storm flock
         that guards it), waiting out another git process's brief ``<ref>.lock``:
         ``git pack-refs --prune`` (storm's maintenance runs it) locks each loose ref it
-        packs, and libgit2 gives up at once where git would wait (a remote writer died
-        of that on this VM's disk, 2026-11-27)."""
+        packs, and libgit2 gives up at once where git would wait."""
         self._patiently(name, lambda: self.repo.references.create(name, new, force=True))
 
     def delete_ref(self, name: str) -> None:
@@ -552,8 +551,8 @@ def odb_retry(write, *args):
 
     A commit's parents are looked up as it is made (pygit2 passes them as commit
     objects), and one was reported "object not found" while ``git gc`` moved it
-    from a loose file into a pack beside a writer (CI, 2026-11-25,
-    test_writers_beside_gc_pack_refs_maintenance); the same retry covers it. An
+    from a loose file into a pack beside a writer
+    (test_writers_beside_gc_pack_refs_maintenance); the same retry covers it. An
     object that is really missing is reported after the retries (~0.1 s)."""
     for attempt in range(100):
         try:
@@ -597,11 +596,10 @@ _SHARED_PERMS = {"group": 0o660, "true": 0o660, "1": 0o660, "all": 0o664, "world
 def _shared_umask(repo: pygit2.Repository) -> None:
     """Let the files storm creates be shared as ``core.sharedRepository`` says.
 
-    Storm created its locks, journals, disk record (and libgit2 its objects and refs)
-    with the process's umask, 0644 and 0755 under the usual 022: in a repository made
-    with ``git init --shared=group`` a second user of the group could not take a storm
-    lock or write an object, and every storm command of theirs failed (found
-    2026-11-25). Like git, nothing changes where the setting is absent or ``umask``."""
+    Created with the process's umask (0644 and 0755 under the usual 022), storm's
+    locks, journals, disk record (and libgit2's objects and refs) would keep a second
+    user of a ``git init --shared=group`` repository from taking a storm lock or
+    writing an object. Like git, nothing changes where the setting is absent or ``umask``."""
     try:
         config = repo.config
         raw = str(config["core.sharedRepository"]).strip().lower() if "core.sharedRepository" in config else ""

@@ -7,7 +7,7 @@ write among the rejections and other events of ``refs/storm/log``, which git's
 commit time (whole seconds) cannot.
 
 A storm-mode write then says what it was validated against (its *provenance*;
-issue 13: the commit carries it, so a write costs no note of its own):
+the commit carries it, so a write costs no note of its own):
 
 * ``Storm-Validated-At: <commit>``: the shared head it was validated at (its parent);
 * ``Storm-Scope: all|deps|auto|auto:all``: which part of the read set counted
@@ -21,7 +21,7 @@ issue 13: the commit carries it, so a write costs no note of its own):
   ``Storm-Path``.
 
 ``storm_git.core.readsets.load_provenance`` expands them into the read set;
-commits written before this had a provenance note in the agent's notes ref instead.
+commits of the older format have a provenance note in the agent's notes ref instead.
 """
 from __future__ import annotations
 

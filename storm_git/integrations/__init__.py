@@ -1,1 +1,2 @@
-"""Integrations: how agent frameworks reach storm (MCP server, harness hooks)."""
+"""Integrations: how agent frameworks reach storm (MCP server, harness hooks, the STORM
+paper's manager interface)."""

@@ -38,10 +38,12 @@ file and every file you read are unchanged since you read them.
 ## When a write is rejected (exit 1)
 Nothing was written. The rejection shows what changed, by whom, the diff and
 the current content; re-plan from it, then retry:
-* direct_conflict: the file changed since you read it. Re-read it, redo your
-  change on top of the other agent's work (never paste your old version back).
-* stale_dependency: a file you read (not the target) changed. Check whether
-  your change still fits it, then retry; the rejection counts as the re-read.
+* direct_conflict: the file changed since you read it. Its current content
+  now counts as read; redo your change on top of the other agent's work (never
+  paste your old version back). When the rejection says your change
+  re-applies cleanly, git storm write PATH --rebased accepts that version.
+* stale_dependency: a file you read (not the target) changed. Read it again,
+  check whether your change still fits it, then retry.
   To be stopped only by files your change depends on (what a Python file
   imports or uses), write with --deps auto (the MCP tools: deps ["auto"]).
 * unread_target: you never read an existing file. Its content is attached and

@@ -42,7 +42,7 @@ from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
 from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import normalize
-from ..core.payloads import RESERVED, Rejection, WriteResult
+from ..core.payloads import DIRECT_CONFLICT, RESERVED, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Store, hex_
@@ -186,9 +186,9 @@ def repo_path(store: Store, raw: Any, cwd: str) -> str | None:
     """The repository path of the file a tool's argument names, or None when storm
     does not manage it (outside the shared working tree, in .git, an unusable name).
     Symbolic links are followed, the last one too: the harnesses' file tools read and
-    write the file a link names (CLAUDE.md -> AGENTS.md). Before 2026-11-25 the link
-    itself was recorded and validated, and an edit through it left its target an
-    unmediated edit, checked against nothing."""
+    write the file a link names (CLAUDE.md -> AGENTS.md); recording the link itself
+    would leave an edit through it an unmediated edit of its target, checked against
+    nothing."""
     if not isinstance(raw, str) or not raw:
         return None
     full = raw if os.path.isabs(raw) else os.path.join(cwd, raw)
@@ -398,12 +398,33 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         return HookResult(PASS, event, "validated-and-leased", agent, paths)
     rejection = ws._payload(agent, verdict, head, reads, granted)
     rejection.intents_in_diff = intents.in_rejection(store, rejection)
-    if verdict.reason != RESERVED:  # as every storm rejection: what it showed now counts as read
-        shown = list(dict.fromkeys([rejection.path, *(s.path for s in rejection.stale),
-                                    *(p for p in paths if p in verdict.conflicts)]))
-        readsets.record(store, agent, [ReadEntry(p, hex_(getattr(ws._entry_or_none(tree, p), "oid", None)),
-                                                 str(head)) for p in shown], why="was shown")
+    if verdict.reason == DIRECT_CONFLICT and len(paths) == 1:
+        seen = reads.get(rejection.path)
+        base = ws.agent_content(rejection.path, pygit2.Oid(hex=seen.blob), None) if seen and seen.blob else None
+        rejection.rebased = ws.offer_rebased(agent, rejection, seen, intended_content(event, base))
+    if verdict.reason != RESERVED:  # as every storm rejection: what it showed in full now counts as read
+        readsets.record(store, agent, [ReadEntry(rejection.path, hex_(getattr(ws._entry_or_none(tree, rejection.path),
+                                                                             "oid", None)), str(head))],
+                        why="was shown")
     return HookResult(DENY, event, "denied", agent, paths, rejection=rejection)
+
+
+def intended_content(event: HookEvent, base: bytes | None) -> bytes | None:
+    """What a Write or an Edit would make of the version the agent read (``base``), from
+    the tool's input alone; None where that cannot be told (a patch, a missing text)."""
+    inp = event.tool_input
+    if event.tool == "Write" and isinstance(inp.get("content"), str):
+        return inp["content"].encode("utf-8", "surrogatepass")
+    old, new = inp.get("old_string"), inp.get("new_string")
+    if event.tool != "Edit" or base is None or not isinstance(old, str) or not isinstance(new, str) or not old:
+        return None
+    try:
+        text = base.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if old not in text:
+        return None
+    return text.replace(old, new, -1 if inp.get("replace_all") else 1).encode("utf-8")
 
 
 def _release(store: Store, agent: str, paths: list[str]) -> bool:

@@ -8,9 +8,9 @@ model can act on and the JSON payload as ``structuredContent``; a library error
 is a tool error with its message and hint, never a traceback.
 
 Built on the official ``mcp`` SDK v2 (``mcp.server.mcpserver.MCPServer``,
-formerly FastMCP). The SDK is an optional extra (``pip install
-'git-storm[mcp]'``); importing this module without it raises
-:class:`MissingSDK`, which the CLI prints as one line.
+formerly FastMCP). The SDK is the optional extra ``mcp``; importing this
+module without it raises :class:`MissingSDK`, which the CLI prints as one line
+with the pip command that adds it to this installation.
 """
 import re
 import threading
@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
+from ..core.install_hint import pip_install, pip_install_requirement
+from ..core.paths import printable
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
-INSTALL_HINT = "pip install 'git-storm[mcp]' (or: pip install 'mcp>=2')"
 
 
 class MissingSDK(UsageError):
@@ -35,7 +36,7 @@ try:
     from pydantic import Field
 except ImportError:  # pragma: no cover - exercised by the CLI test without the extra
     raise MissingSDK("git storm mcp needs the MCP Python SDK, which is not installed",
-                     hint=INSTALL_HINT) from None
+                     hint=f"{pip_install('mcp')}; or the SDK alone: {pip_install_requirement('mcp>=2')}") from None
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what strict clients accept (no dots or slashes)
 
@@ -43,8 +44,9 @@ INSTRUCTIONS = """\
 Files of this repository are shared with other agents through git storm. Use these tools for every
 file you read or change: view records what you read; create, str_replace, insert, undo_edit and write
 are accepted only if nothing you read has changed since. When a write is rejected (isError), the
-result says what changed, by whom, with the diff; the current version then counts as read, so re-apply
-your change to it and retry. Paths may be absolute inside the working tree or relative to its top.
+result says what changed, by whom, with the diff; the target's current version then counts as read, so
+re-apply your change to it and retry (other files it names as stale you must view again). When it says
+your change re-applies cleanly, write with rebased true accepts that after you have looked at it. Paths may be absolute inside the working tree or relative to its top.
 Start a new task with forget (an empty read set)."""
 
 ReadOnly = ToolAnnotations(read_only_hint=True)
@@ -53,9 +55,22 @@ PathArg = Annotated[str, Field(description="File or directory: absolute inside t
 IntentArg = Annotated[str | None, Field(description="Why: becomes the commit message of the write.")]
 
 
+def _sendable(value: Any) -> Any:
+    """``value`` with every string UTF-8 encodable (storm_git.core.paths.printable): a
+    file name that is not UTF-8 reaches a result as surrogate escapes, which the SDK
+    cannot encode; the server used to die on it and leave the client waiting."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sendable(v) for v in value]
+    return value
+
+
 def _result(out: ToolOutcome) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=out.text)],
-                          structured_content=out.data, is_error=out.is_error)
+    return CallToolResult(content=[TextContent(type="text", text=printable(out.text))],
+                          structured_content=_sendable(out.data), is_error=out.is_error)
 
 
 def server_for(tools: StormTools) -> MCPServer:
@@ -123,17 +138,21 @@ def server_for(tools: StormTools) -> MCPServer:
         return run(tools.read, paths)
 
     @tool()
-    def write(path: PathArg, content: Annotated[str, Field(description="The whole new content.")],
+    def write(path: PathArg, content: Annotated[str | None, Field(
+                  description="The whole new content (leave it out with rebased).")] = None,
               intent: IntentArg = None,
               deps: Annotated[list[str] | None, Field(
                   description="Validate only these read files (plus the target) instead of everything you "
                               "read; [\"auto\"]: the read files the new content depends on (imports, "
                               "definitions).")] = None,
               no_wait: Annotated[bool, Field(description="Be rejected at once instead of waiting for "
-                                                         "another agent's reservation.")] = False
+                                                         "another agent's reservation.")] = False,
+              rebased: Annotated[bool, Field(description="Accept the rebased change your last rejection of this "
+                                                         "path offered (your change re-applied on the current "
+                                                         "version), instead of giving content.")] = False
               ) -> CallToolResult:
         """Write a whole file (create or replace), validated against everything you read."""
-        return run(tools.write, path, content, intent, deps, no_wait)
+        return run(tools.write, path, content, intent, deps, no_wait, rebased)
 
     @tool()
     def rm(path: PathArg, intent: IntentArg = None) -> CallToolResult:

@@ -61,13 +61,16 @@ NEXT_STEP = {
                       "content (above) now counts as read, and you hold {path} for a short while. Re-apply your "
                       "change to the current content (str_replace with old_str copied from it) and retry."),
     STALE_DEPENDENCY: ("Files you read changed after you read them (diffs above); your edit may rely on what they "
-                       "said. They now count as read: check that your edit still holds, then retry it. If you no "
+                       "said. Read them again (view), check that your edit still holds, then retry it. If you no "
                        "longer depend on a file, call forget with its path."),
     UNREAD_TARGET: ("You had not viewed {path} before editing it. Its current content (above) now counts as read: "
                     "make your edit against it and retry."),
     RESERVED: ("{path} is held by another agent re-planning after a conflict; nothing was written. Retry in a "
                "few seconds, or work on another file meanwhile."),
 }
+REBASED_STEP = ("Your change also re-applies cleanly on the current version (the last diff above shows what it would "
+                "change). If that is still what you want, call write with path {path} and rebased true to accept "
+                "it; otherwise re-apply your change yourself.")
 
 
 def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, op: str = "") -> ToolOutcome:
@@ -78,6 +81,8 @@ def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, o
     assert r is not None
     body = editor.clip(render.rejection(r))
     nxt = NEXT_STEP[r.reason].format(path=r.path)
+    if r.rebased is not None and r.rebased.clean and op not in (UNDO_OP, "exec"):
+        nxt = REBASED_STEP.format(path=r.path)
     if op == UNDO_OP and r.reason == DIRECT_CONFLICT:
         nxt = (f"{r.path} changed after your last edit, so undoing it would also discard that change. "
                "Make the change you want with str_replace on the current content instead.")
@@ -372,10 +377,19 @@ class StormTools:
         return ToolOutcome(editor.clip("\n".join(parts)),
                            {"head": results[0].head, "files": [r.to_dict() for r in results]})
 
-    def write(self, path: str, content: str, intent: str | None = None, deps: list[str] | None = None,
-              no_wait: bool = False) -> ToolOutcome:
+    def write(self, path: str, content: str | None = None, intent: str | None = None, deps: list[str] | None = None,
+              no_wait: bool = False, rebased: bool = False) -> ToolOutcome:
         ws = self.workspace()
         p = self._norm(path, self._top(ws))
+        if rebased:
+            if not isinstance(ws, SharedWorkspace):
+                raise UsageError("rebased is for storm mode (a shared workspace)",
+                                 hint="write the file's content instead")
+            res = ws.write_rebased(p, agent=self.agent, intent=intent, wait=not no_wait)
+            return self._written(res, f"Wrote the rebased change of {p}.")
+        if content is None:
+            raise UsageError("write needs content (or rebased true after a rejection that offered one)",
+                             hint="give the file's new content")
         base = None if isinstance(ws, SharedWorkspace) else self._base(ws, p)[0]
         res = ws.write(p, content.encode("utf-8"), agent=self.agent, intent=intent, deps=deps_argument(deps),
                        wait=not no_wait)

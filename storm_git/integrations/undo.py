@@ -22,8 +22,9 @@ import pygit2
 
 from ..core import trailers
 from ..core.store import Store, hex_
+from ..storm.writer import UNDO_OP
 
-UNDO_OP = "undo_edit"
+__all__ = ["UNDO_OP", "LastEdit", "MemoryHistory", "last_edit"]
 WALK_LIMIT = 5000  # commits looked at, newest first
 
 

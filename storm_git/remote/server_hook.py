@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from ..core import tree_rules
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
@@ -39,6 +40,7 @@ from ..core import reservations
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from ..core.trailers import provenance as parse_provenance_trailers
+from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
@@ -155,8 +157,9 @@ def _check_forward(repo: pygit2.Repository, u: Update, why: str) -> None:
 
 def _check_workspace(repo: pygit2.Repository, u: Update, post: dict[str, str]) -> int:
     _check_forward(repo, u, "the shared workspace only moves forward by validated writes")
-    if u.old == ZERO:
-        return 0  # creation: the shared workspace starts from a project's commit
+    if u.old == ZERO:  # creation: the shared workspace starts from a project's commit
+        check_tree_paths(repo, repo[pygit2.Oid(hex=u.new)].peel(pygit2.Commit), None)
+        return 0
     walker = repo.walk(pygit2.Oid(hex=u.new), pygit2.enums.SortMode.TOPOLOGICAL)
     walker.hide(pygit2.Oid(hex=u.old))
     n = 0
@@ -182,6 +185,7 @@ def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]
     except (BadAgent, UsageError):
         raise Refused(f"{short} names an invalid agent {agent!r}") from None
     parent = repo[c.parent_ids[0]]
+    check_tree_paths(repo, c, parent.tree)
     changed = _changed(repo, parent.tree, c.tree)
     extra = sorted(set(changed) - set(paths))
     if extra:
@@ -197,6 +201,32 @@ def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]
         if have != e.blob:
             raise Refused(f"{short}: its provenance says {agent} read {e.path} as {(e.blob or 'absent')[:10]}, "
                           f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
+
+
+def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.Tree | None) -> None:
+    """Every path ``c`` adds or changes (every path of its tree when ``parent`` is None)
+    obeys the rules a local write obeys (storm_git.core.tree_rules: git's fsck rules for
+    names, no link leading out of the tree or into .git, no link for a file git reads)
+    and, for a write, the server's own ``storm.maxFileBytes``: a client's limit is the
+    client's word, the server's config is what it enforces. (A clone refuses such an
+    entry too, for servers without this guard: storm_git.core.disk.refused_entry.)"""
+    if parent is None:
+        found = tree_rules.refusals(repo, c.tree)
+    else:
+        changed = [(d.new_file.raw_path.decode("utf-8", "surrogateescape"), d.new_file.id, d.new_file.mode)
+                   for d in repo.diff(parent, c.tree).deltas if d.status_char() != "D"]
+        found = tree_rules.refusals(repo, c.tree, changed, _server_limit(repo))
+    why = next(found, None)
+    if why is not None:
+        raise Refused(f"{str(c.id)[:10]}: {why}")
+
+
+def _server_limit(repo: pygit2.Repository) -> int:
+    """storm.maxFileBytes in the server repository's config (k, m, g suffixes as git's)."""
+    try:
+        return repo.config.get_int("storm.maxFileBytes")
+    except (KeyError, ValueError, pygit2.GitError):
+        return DEFAULT_MAX_FILE_BYTES
 
 
 def _changed(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
@@ -388,9 +418,9 @@ def check_installed(path: str) -> GuardStatus:
 def hooks_dir(gitdir: str) -> str:
     """Where git runs this repository's hooks from: ``core.hooksPath`` when set (in
     the repository's, the server user's or the system's config; relative to the
-    git directory of a bare repository, where git runs hooks), else ``hooks/``.
-    Before 2026-11-25 install always wrote ``hooks/pre-receive``: under a
-    ``core.hooksPath`` git never ran it, and forged pushes were accepted."""
+    git directory of a bare repository, where git runs hooks), else ``hooks/``: a
+    guard written to ``hooks/pre-receive`` under a ``core.hooksPath`` would never
+    run, and forged pushes would be accepted."""
     r = run_git(["rev-parse", "--git-path", "hooks"], gitdir, env={"GIT_DIR": gitdir})
     out = r.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
     return os.path.normpath(os.path.join(gitdir, out))

@@ -1,1 +1,1 @@
-"""git storm simulate: the same work in storm mode and in worktree mode, measured (issue 12)."""
+"""git storm simulate: the same work in storm mode and in worktree mode, measured."""

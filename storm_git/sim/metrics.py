@@ -8,8 +8,10 @@ Definitions (the report prints them too):
   (worktree mode), counted at each merge attempt.
 * ``caught_by_tests``: 1 when the integrated result fails its test: broken work
   that got in and is only found afterwards.
-* ``caught_never``: paths where the result differs from the reference (a
-  replay: the history's end state) and no test failed.
+* ``caught_never`` (reported as "differs from reference"): paths where the
+  result differs from the reference (a replay: the history's end state) and no
+  test failed. Not a count of missed conflicts: a re-application or a clean
+  merge can differ from the history and still be right; only a test tells.
 * ``rejections_needed`` / ``rejections_needless``: a needless rejection
   re-applied the agent's change to the same content, with no more judgement
   than the content it first wrote had taken, and the final result passes. A
@@ -24,6 +26,31 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+# One line per metric of a run, keyed as in the JSON (the report shows them under the
+# column headers of storm_git.sim.report.COLUMNS).
+DEFINITIONS = {
+    "caught_at_write": "storm mode: rejections whose re-application changed what the agent wrote "
+                       "(a conflict stopped before it entered the shared state)",
+    "caught_at_merge": "worktree mode: conflicting paths reported by the manager's merge, each attempt",
+    "caught_by_tests": "1 when the integrated result fails its test: broken work found only afterwards",
+    "caught_never": "paths whose final content differs from the reference (a replay: the history's end "
+                    "state) while no test failed, or no test ran (--test-cmd). Not a count of missed "
+                    "conflicts: a re-application or a clean merge can differ from the history and still "
+                    "be right; only a test tells",
+    "lost_updates": "accepted work missing from the final tree that no later writer saw and removed (must be 0)",
+    "rejections": "storm mode: writes refused (each retried after a re-read)",
+    "rejections_needed": "rejections after which the agent wrote something else, or had to judge",
+    "rejections_needless": "rejections after which the agent re-applied its change to the same content with "
+                           "no new judgement and the result passed",
+    "rereads": "files read again after a rejection or a sync",
+    "judgement": "hunks that did not re-apply cleanly (the agent's judgement was needed)",
+    "reservation_waits": "storm mode: writes that waited for another agent's reservation",
+    "wall_s": "seconds from the agents' start to the integrated result",
+    "integrate_s": "of those, the manager's commit (storm) or merges and re-applications (worktree)",
+    "test_passed": "the integrated result's test: pass, FAIL, or - when there is none",
+}
 
 
 @dataclass

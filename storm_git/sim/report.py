@@ -11,7 +11,7 @@ from typing import Any
 COLUMNS = [  # (header, key in a run's dict)
     ("workload", "workload"), ("agents", "agents"), ("mode", "mode"), ("deps", "deps"),
     ("at write", "caught_at_write"), ("at merge", "caught_at_merge"), ("by tests", "caught_by_tests"),
-    ("never", "caught_never"), ("lost updates", "lost_updates"), ("rejections", "rejections"),
+    ("differs from reference", "caught_never"), ("lost updates", "lost_updates"), ("rejections", "rejections"),
     ("needed", "rejections_needed"), ("needless", "rejections_needless"), ("re-reads", "rereads"),
     ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"), ("of it merge/commit s", "integrate_s"),
     ("tests", "test_passed"),
@@ -34,6 +34,15 @@ def label(run: dict[str, Any]) -> str:
         f"storm/{run['deps']}" if run["mode"] == "storm" else "worktree")
 
 
+def replayed(w: dict[str, Any]) -> str:
+    """What a replay replayed, in one line: the commits taken of the range given."""
+    p = w["params"]
+    taken = (f"all {p['commits']}" if p["commits"] == p.get("commits_in_range", p["commits"])
+             else f"the first {p['commits']} of the {p['commits_in_range']}")
+    return (f"* {w['name']}: {taken} first-parent commits of {p['range']} "
+            f"({p['from'][:10]}..{p['to'][:10]}), dealt to {p['agents']} agents, order {p['order']}.")
+
+
 def totals(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Sums per mode (and validation scope) over all runs."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -49,9 +58,14 @@ def totals(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
     runs = data["runs"]
     lines = ["# git storm simulate", "",
-             f"{len(runs)} runs, {data['seconds']:.0f} s, started {data['started']}.", "",
+             f"{len(runs)} runs, {data['seconds']:.0f} s, started {data['started']}.", ""]
+    replays = [w for w in data.get("workloads", []) if w.get("kind") == "replay"]
+    if replays:
+        lines += [replayed(w) for w in replays] + [""]
+    lines += [
              "## Totals per mode", "",
-             "| mode | runs | at write | at merge | by tests | never | lost updates | rejections | needless "
+             "| mode | runs | at write | at merge | by tests | differs from reference | lost updates | rejections "
+             "| needless "
              "| judgement | tests failed | wall s | of it merge/commit s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for m, t in totals(runs).items():
@@ -75,7 +89,8 @@ def markdown(data: dict[str, Any], plots: list[str] | None = None) -> str:
               "| " + " | ".join("---" if i < 4 else "---:" for i in range(len(COLUMNS))) + " |"]
     for r in runs:
         lines.append("| " + " | ".join(cell(k, r[k]) for _, k in COLUMNS) + " |")
-    lines += ["", "## Definitions", ""] + [f"* `{k}`: {v}" for k, v in data.get("definitions", {}).items()]
+    definitions = data.get("definitions", {})
+    lines += ["", "## Definitions", ""] + [f"* **{h}**: {definitions[k]}" for h, k in COLUMNS if k in definitions]
     notes = [f"* {r['workload']}, {r['agents']} agents, {label(r)}: {n}"
              for r in runs for n in r.get("agent_errors", []) + r.get("notes", [])]
     if notes:
@@ -104,25 +119,50 @@ def write(data: dict[str, Any], out: str) -> dict[str, Any]:
 
 
 def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
-    """The three plots; ([], reason) when matplotlib is not installed."""
+    """The three plots as PNGs; ([], reason) when matplotlib is not installed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        made = figures(data)
     except ImportError:
-        return [], "matplotlib is not installed: plots skipped (pip install 'git-storm[sim]')"
-    runs = data["runs"]
-    done = []
-    for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall)):
-        fig = fn(plt, runs)
-        if fig is None:
-            continue
+        from ..core.install_hint import pip_install
+
+        return [], f"matplotlib is not installed: plots skipped ({pip_install('sim')})"
+    import matplotlib.pyplot as plt
+
+    for name, fig in made:
         fig.tight_layout()
         fig.savefig(os.path.join(out, name), dpi=110)
         plt.close(fig)
-        done.append(name)
-    return done, None
+    return [name for name, _ in made], None
+
+
+def figures(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(file name, matplotlib figure) of each plot the runs have data for (raises
+    ImportError without matplotlib). The caller saves or inspects and closes them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = data["runs"]
+    made = [(name, fn(plt, runs)) for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall))]
+    return [(name, fig) for name, fig in made if fig is not None]
+
+
+# Okabe-Ito colours: told apart with any common colour vision deficiency, and in grey
+# print by lightness; "differs" is a light neutral grey: a difference, not a verdict.
+CONFLICT_KINDS = [("caught_at_write", "at write", "#009E73"), ("caught_at_merge", "at merge", "#E69F00"),
+                  ("caught_by_tests", "by tests (after)", "#CC79A7"),
+                  ("caught_never", "differs from reference, no test failed", "#DDDDDD")]
+
+
+def _count_axes(ax: Any, groups: int) -> None:
+    """Counts start at 0 with whole-number ticks (matplotlib picks 0.25 steps for small
+    ones) and some room above the tallest bar; a lone group of bars keeps a bar's width."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, max(1.0, ax.dataLim.y1) * 1.08)
+    ax.set_xlim(-0.75, groups - 0.25)
 
 
 def _group(r: dict[str, Any]) -> str:
@@ -142,14 +182,12 @@ def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
     """Stacked bars: conflicts by when they were caught, per workload, one bar per mode."""
     groups = list(dict.fromkeys(_group(r) for r in runs))
     modes = list(dict.fromkeys(label(r) for r in runs))
-    kinds = [("caught_at_write", "at write", "#2a9d8f"), ("caught_at_merge", "at merge", "#e9c46a"),
-             ("caught_by_tests", "by tests (after)", "#f4a261"), ("caught_never", "never", "#e76f51")]
     fig, ax = plt.subplots(figsize=(max(7, 0.55 * len(groups) * len(modes)), 4.2))
     width = 0.8 / max(1, len(modes))
     hatches = ["", "//", ".."]
     for j, m in enumerate(modes):
         bottom = [0.0] * len(groups)
-        for key, name, color in kinds:
+        for key, name, color in CONFLICT_KINDS:
             vals = [sum(r[key] for r in runs if _group(r) == g and label(r) == m) for g in groups]
             xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(groups))]
             ax.bar(xs, vals, width, bottom=bottom, color=color, hatch=hatches[j % 3], edgecolor="black",
@@ -157,8 +195,9 @@ def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("conflicts")
+    _count_axes(ax, len(groups))
     bars = ", ".join(f"{m} {['left', 'right (hatched)', 'third (dotted)'][j % 3]}" for j, m in enumerate(modes))
-    ax.set_title(f"When conflicts are caught ({bars}{_agents_note(runs)})", fontsize=9)
+    ax.set_title(f"When conflicts are caught\n({bars}{_agents_note(runs)})", fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
@@ -169,33 +208,42 @@ def _rejections(plt: Any, runs: list[dict[str, Any]]) -> Any:
         return None
     groups = list(dict.fromkeys(_group(r) for r in storm))
     scopes = list(dict.fromkeys(r["deps"] for r in storm))
-    fig, ax = plt.subplots(figsize=(max(9, 0.5 * len(groups) * len(scopes)), 4.2))
+    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(groups) * len(scopes)), 4.2))
     width = 0.8 / len(scopes)
     for j, s in enumerate(scopes):
         xs = [i + (j - (len(scopes) - 1) / 2) * width for i in range(len(groups))]
         need = [sum(r["rejections_needed"] for r in storm if _group(r) == g and r["deps"] == s) for g in groups]
         less = [sum(r["rejections_needless"] for r in storm if _group(r) == g and r["deps"] == s) for g in groups]
-        ax.bar(xs, need, width, color="#264653", label=f"needed (deps {s})")
-        ax.bar(xs, less, width, bottom=need, color="#e76f51" if j == 0 else "#f4a261", label=f"needless (deps {s})")
+        ax.bar(xs, need, width, color="#0072B2" if j == 0 else "#56B4E9", label=f"needed (deps {s})")
+        ax.bar(xs, less, width, bottom=need, color="#D55E00" if j == 0 else "#F0E442", label=f"needless (deps {s})")
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("rejections (storm mode)")
+    _count_axes(ax, len(groups))
     ax.set_title("Storm-mode rejections: needed vs needless" + _agents_note(runs), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
 def _wall(plt: Any, runs: list[dict[str, Any]]) -> Any:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m in dict.fromkeys(label(r) for r in runs):
-        by: dict[int, list[float]] = defaultdict(list)
-        for r in runs:
-            if label(r) == m:
-                by[r["agents"]].append(r["wall_s"])
-        ks = sorted(by)
-        ax.plot(ks, [sum(by[k]) / len(by[k]) for k in ks], marker="o", label=m)
+    """Bars of the mean wall time per run, grouped by number of agents, one bar per mode
+    (bars, not lines: one agent count is the usual replay, and a line needs two)."""
+    ks = sorted({r["agents"] for r in runs})
+    modes = list(dict.fromkeys(label(r) for r in runs))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(ks) * len(modes)), 4))
+    width = 0.8 / max(1, len(modes))
+    colors = ["#0072B2", "#E69F00", "#009E73", "#CC79A7"]
+    for j, m in enumerate(modes):
+        xs, means = [], []
+        for i, k in enumerate(ks):
+            walls = [r["wall_s"] for r in runs if label(r) == m and r["agents"] == k]
+            if walls:
+                xs.append(i + (j - (len(modes) - 1) / 2) * width)
+                means.append(sum(walls) / len(walls))
+        ax.bar(xs, means, width, color=colors[j % len(colors)], edgecolor="black", linewidth=0.4, label=m)
+    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel("agents")
-    ax.set_xticks(sorted({r["agents"] for r in runs}))
     ax.set_ylabel("mean wall time per run, s (agents + integration)")
+    ax.set_ylim(bottom=0)
     ax.set_title("Wall time by number of agents", fontsize=10)
     ax.legend(fontsize=8)
     return fig

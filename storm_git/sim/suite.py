@@ -10,12 +10,13 @@ from typing import Any
 
 from ..core.errors import UsageError
 from . import runner, scenarios, workload
-from .metrics import RunMetrics
+from .metrics import DEFINITIONS, RunMetrics
 
 DEFAULT_AGENTS = (2, 4, 8)
 DEFAULT_COUPLING = (0.0, 0.25, 0.5, 1.0)
 QUICK_AGENTS = (2,)
 QUICK_MAX_COMMITS = 8
+DEFAULT_MAX_COMMITS = 40
 DEPS = ("full", "auto", "both")
 
 
@@ -30,16 +31,22 @@ class Plan:
     deps: str = "full"
     modes: tuple[str, ...] = runner.MODES
     quick: bool = False
-    max_commits: int = 40
+    max_commits: int | None = None  # None: DEFAULT_MAX_COMMITS, or QUICK_MAX_COMMITS with quick
     only: tuple[str, ...] = ()  # scenario names (and/or "coupling"); empty: all
     seed: int | None = 0  # replay: the order a round's agents write in; None: a race
 
     def check(self) -> None:
-        """Refuse what cannot run, before anything runs."""
-        if (self.repo is None) != (self.rng is None):
-            raise UsageError("--repo and --range go together: --repo PATH --range A..B")
+        """Refuse what cannot run, before anything runs; fill in what was left to defaults:
+        the effective number of commits, the current repository for a --range alone, and
+        for a --repo alone the range of its last commits (as many as may be replayed)."""
+        if self.max_commits is None:
+            self.max_commits = QUICK_MAX_COMMITS if self.quick else DEFAULT_MAX_COMMITS
+        if self.rng is not None and self.repo is None:
+            self.repo = "."
         if not (self.repo or self.scenarios or self.quick):
-            raise UsageError("nothing to simulate: give --quick, --scenarios, or --repo PATH --range A..B")
+            raise UsageError("nothing to simulate: give --quick, --scenarios, or --repo PATH [--range A..B]")
+        if self.repo is not None and self.rng is None:
+            self.rng = workload.last_commits(self.repo, self.max_commits)
         if self.deps not in DEPS:
             raise UsageError(f"--deps {self.deps!r} is not one of {', '.join(DEPS)}")
         for k in self.agents:
@@ -58,8 +65,7 @@ class Plan:
         if self.repo:
             for k in self.agents or (4,):
                 out.append(workload.replay(self.repo, self.rng or "", k, test_cmd=self.test_cmd,
-                                           max_changes=QUICK_MAX_COMMITS if self.quick else self.max_commits,
-                                           seed=self.seed))
+                                           max_changes=self.max_commits, seed=self.seed))
         if self.scenarios or (self.quick and not self.repo):
             agents = self.agents or (QUICK_AGENTS if self.quick else DEFAULT_AGENTS)
             names = [n for n in scenarios.NAMED if not self.only or n in self.only]
@@ -82,22 +88,12 @@ class Report:
     runs: list[RunMetrics] = field(default_factory=list)
     started: str = ""
     seconds: float = 0.0
+    # what each replay replayed ({"name", "kind", "params"}): the range given, the commits taken
+    workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "started": self.started, "seconds": round(self.seconds, 2),
-                "definitions": DEFINITIONS, "runs": [r.to_dict() for r in self.runs]}
-
-
-DEFINITIONS = {
-    "caught_at_write": "storm mode: rejections whose re-application changed what the agent wrote",
-    "caught_at_merge": "worktree mode: conflicting paths reported by the manager's merge",
-    "caught_by_tests": "1 when the integrated result fails its test (found only afterwards)",
-    "caught_never": "paths where the result differs from the reference (replay: the history's end state) "
-                    "and no test failed",
-    "lost_updates": "accepted work missing from the final tree that no later writer saw and removed (must be 0)",
-    "rejections_needless": "rejections after which the agent re-applied its change to the same content with no new judgement and the result passed",
-    "judgement": "hunks that did not re-apply cleanly (the agent's judgement was needed)",
-}
+                "definitions": DEFINITIONS, "workloads": self.workloads, "runs": [r.to_dict() for r in self.runs]}
 
 
 def simulate(plan: Plan, on_run: Callable[[RunMetrics], None] | None = None,
@@ -108,6 +104,8 @@ def simulate(plan: Plan, on_run: Callable[[RunMetrics], None] | None = None,
     t0 = time.monotonic()
     scopes = ("full", "auto") if plan.deps == "both" else (plan.deps,)
     for w in plan.workloads():
+        if w.kind == "replay":
+            report.workloads.append({"name": w.name, "kind": w.kind, "params": w.params})
         for mode in plan.modes:
             for deps in (scopes if mode == "storm" else ("full",)):
                 if on_start:

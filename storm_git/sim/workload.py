@@ -217,6 +217,19 @@ def _show(repo: str, rev: str, path: str) -> bytes | None:
     return r.stdout if r.returncode == 0 else None
 
 
+def last_commits(repo: str, n: int) -> str:
+    """The range of HEAD's last ``n`` first-parent commits (fewer in a shorter history):
+    what ``--repo`` replays without ``--range``."""
+    if not os.path.isdir(repo):
+        raise UsageError(f"--repo {repo}: no such directory")
+    count = int(_git(repo, "rev-list", "--first-parent", "--count", "HEAD").decode().strip() or 0)
+    take = min(n, count - 1)
+    if take < 1:
+        raise UsageError(f"--repo {repo}: HEAD has no parent, so there is no commit to replay",
+                         hint="a replay starts from a commit and replays the ones after it")
+    return f"HEAD~{take}..HEAD"
+
+
 def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
            max_changes: int | None = None, seed: int | None = 0) -> Workload:
     """Deal the first-parent commits of ``A..B`` round-robin to ``agents`` agents
@@ -232,6 +245,7 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
     a = _git(repo, "rev-parse", "--verify", (a or "HEAD") + "^{commit}").decode().strip()
     b = _git(repo, "rev-parse", "--verify", (b or "HEAD") + "^{commit}").decode().strip()
     commits = _git(repo, "rev-list", "--reverse", "--first-parent", f"{a}..{b}").decode().split()
+    in_range = len(commits)
     if max_changes:
         commits = commits[:max_changes]
     if not commits:
@@ -259,10 +273,12 @@ def replay(repo: str, rng: str, agents: int, *, test_cmd: str | None = None,
         for ch in lst:
             extra = [m for p in ch.targets for m in imports_of(p, ch.parent.get(p), index)]
             ch.reads = [m for m in dict.fromkeys(extra) if m not in ch.targets]
-    return Workload(f"replay {os.path.basename(os.path.abspath(repo))} {rng}", "replay", base, dealt,
+    # the name says what was replayed: the range given, or its first commits when capped
+    what = rng if len(commits) == in_range else f"{rng}, first {len(commits)} of {in_range} commits"
+    return Workload(f"replay {os.path.basename(os.path.abspath(repo))} {what}", "replay", base, dealt,
                     test_cmd=test_cmd, reference=reference,
                     params={"repo": os.path.abspath(repo), "range": rng, "agents": agents,
-                            "commits": len(commits), "from": a, "to": end,
+                            "commits": len(commits), "commits_in_range": in_range, "from": a, "to": end,
                             "order": "race" if seed is None else f"seed {seed}"})
 
 

@@ -2,9 +2,9 @@
 
 A person's git moves the branch without storm: ``git pull``, ``git merge``,
 ``git commit --no-verify``, ``git cherry-pick``. The manager's commit makes a
-commit whose tree is the shared head's on top of the branch tip, so before
-2026-11-25 it undid every such change (a pulled upstream fix was reverted by the
-next ``git storm commit``). Storm now records the last branch commit the shared
+commit whose tree is the shared head's on top of the branch tip, which alone
+would undo every such change (a pulled upstream fix reverted by the next
+``git storm commit``). So storm records the last branch commit the shared
 workspace is known to contain (``refs/storm/integrated``: set by ``init``, the
 manager's commit and each integration), and the commits the branch has gained
 since are merged into the shared workspace (three ways, from the commit where

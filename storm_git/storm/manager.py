@@ -106,9 +106,9 @@ def _hook(store: Store, name: str, *args: str) -> subprocess.CompletedProcess:
 
 def _commit_msg(store: Store, text: str) -> str:
     """The message after the repository's commit-msg hook, which may rewrite it (a
-    Gerrit Change-Id, a DCO sign-off) or refuse it, as for git commit. Before
-    2026-11-25 the manager's commit ran no hook: a Change-Id that the server
-    requires was missing and a hook that refuses a message format was bypassed."""
+    Gerrit Change-Id, a DCO sign-off) or refuse it, as for git commit: without it a
+    Change-Id that the server requires would be missing and a hook that refuses a
+    message format bypassed."""
     fd, path = tempfile.mkstemp(prefix="STORM_COMMIT_EDITMSG.", dir=store.gitdir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -131,7 +131,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     """The shared head's tree becomes a commit on the branch. Unmediated edits on
     disk are not part of the shared state: they are reported (like git's untracked
     files), adopted first with ``adopt`` (validated against the version each was
-    made on; a reverted file is never adopted), or refused with ``strict``.
+    made on; a reverted file or an untracked file named like a secret is never
+    adopted: storm_git.core.secret_files), or refused with ``strict``.
     ``sign``: GPG/SSH-sign it (None: as ``commit.gpgSign`` says; storm_git.core.signing).
     ``verify``: run the repository's commit-msg hook on the message and its
     post-commit hook after, as git commit does (``--no-verify`` skips them).
@@ -157,7 +158,10 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
     pending = unmediated(ws, diffs=False)  # also brings every path that was only behind forward
     adopted: list[str] = []
     if pending and adopt:
-        adoptable = [u["path"] for u in pending if u["state"] not in ("reverted", "not-a-file")]
+        # never a reverted file (it would undo accepted work), nor an untracked .env or key
+        # (git storm adopt PATH records one on purpose; .gitignore is where it belongs)
+        adoptable = [u["path"] for u in pending
+                     if u["state"] not in ("reverted", "not-a-file") and not u["likely_secret"]]
         if adoptable:
             res = _adopt(ws, adoptable, manager)
             if not res.accepted:
@@ -212,7 +216,8 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
         _hook(store, "post-commit")  # as for git commit: its exit status changes nothing
     return CommitResult(str(new) if new else None, branch_ref.shorthand, agents, len(writes), paths,
                         message.strip() if new else "nothing to commit: the branch already has the shared tree",
-                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"]} for u in pending],
+                        adopted=adopted, unmediated=[{"path": u["path"], "state": u["state"],
+                                                      "likely_secret": u["likely_secret"]} for u in pending],
                         branch_news=news.to_dict() | {"paths": brought} if news else None)
 
 

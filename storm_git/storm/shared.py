@@ -25,7 +25,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import casefold, depimpact, depscope, events, intents, maintenance, readsets, reservations, trailers
+from ..core import casefold, depimpact, depscope, events, history, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
@@ -56,13 +56,14 @@ from ..core.reservations import Reservation
 from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
-from . import branch
-from .writer import AS_WRITTEN, OnWait
+from . import branch, rebased
+from .writer import AS_WRITTEN, UNDO_OP, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
-# Rejections the agent must re-plan around: only these reserve the target. An
-# unread_target rejection only hands over the content; reserving then would make
-# an agent that did read the file wait for one that merely had not.
+# Rejections the agent must re-plan around: these reserve the target, and so does
+# an unread_target rejection that also lists stale dependencies (the agent built on
+# files that changed). A plain unread_target only hands over the content; reserving
+# then would make an agent that did read the file wait for one that merely had not.
 RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
 HISTORY_LIMIT = 256
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
@@ -497,7 +498,8 @@ class SharedWorkspace(BaseWorkspace):
         for p, v in (expected or {}).items():  # exec/adopt: the base the edit was made on
             if v != AS_WRITTEN:
                 seen[p] = ReadEntry(p, v, "")
-        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked)
+        rejection = self._payload(agent, verdict, head, seen, granted if verdict.reason != RESERVED else blocked,
+                                  op=op)
         rejection.scope = {"name": scope_name, "paths": dep_list, "why": auto.why if auto else None}
         if auto is not None and (auto.kept or auto.unaffected):
             # --deps auto looked inside the moved files: why each still counts, and which did not
@@ -506,16 +508,48 @@ class SharedWorkspace(BaseWorkspace):
         if scope_name != "all" and verdict.reason == STALE_DEPENDENCY:
             rejection.message += f" (validated against scope {scope_name}: {len(scope)} read file(s))"
         rejection.intents_in_diff = intents.in_rejection(store, rejection)
+        if verdict.reason == DIRECT_CONFLICT:
+            rejection.rebased = self.offer_rebased(agent, rejection, seen.get(rejection.path),
+                                                    changes.get(rejection.path))
         if verdict.reason != RESERVED:
-            shown = [rejection.path] + [s.path for s in rejection.stale]
-            if len(paths) > 1:
-                shown += [p for p in paths if p in verdict.conflicts]
-            readsets.record(store, agent, [
-                ReadEntry(p, hex_(e.oid) if e else None, str(head))
-                for p, e in ((p, self._entry_or_none(tree, p)) for p in dict.fromkeys(shown))
-            ], why="was shown")
+            # What counts as read is what reached the agent in full: the target's current
+            # content. Stale dependencies are shown as diffs, and stay stale until read.
+            e = self._entry_or_none(tree, rejection.path)
+            readsets.record(store, agent, [ReadEntry(rejection.path, hex_(e.oid) if e else None, str(head))],
+                            why="was shown")
         return WriteResult(False, agent, paths, str(head), rejection=rejection, cas_retries=retries, waited=waited,
                            reservation_wait=res_wait)
+
+    def offer_rebased(self, agent: str, rejection: Rejection, seen: ReadEntry | None,
+                       change: Any) -> rebased.Rebased | None:
+        """The agent's change of the target re-applied on its current version (kept for
+        ``write --rebased``), when it read a version of it and wrote text."""
+        mine = change[0] if isinstance(change, tuple) else change
+        if seen is None or not seen.blob or not isinstance(mine, bytes) or rejection.current_content is None:
+            return None
+        base = self.agent_content(rejection.path, pygit2.Oid(hex=seen.blob), None)
+        offer = rebased.merge(rejection.path, base, mine, rejection.current_content,
+                              read_version=seen.blob, current_version=rejection.current_version)
+        if offer is not None:
+            rebased.keep(self.store, agent, offer)
+        return offer
+
+    def write_rebased(self, path: str, *, agent: str | None, intent: str | None = None,
+                      wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        """Accept the rebased change the agent's last rejection of ``path`` offered: a
+        validated write of it (rejected again if anything moved since)."""
+        agent = validate_agent(agent)
+        p = self.path(path, for_write=True)
+        content, made_on = rebased.take(self.store, agent, p)
+        now = self._entry_or_none(self.store.commit(self.head()).tree, p)
+        if hex_(now.oid if now else None) != made_on:
+            rebased.drop(self.store, agent, p)
+            raise UsageError(f"{p} changed since the rebased change was offered to {agent}",
+                             hint="write it again: the rejection then offers a new one")
+        res = self.write(p, content, agent=agent, intent=intent, wait=wait, on_wait=on_wait)
+        if res.accepted:
+            rebased.drop(self.store, agent, p)
+        return res
 
     def _configured_deps(self) -> str | None:
         """``storm.deps``: ``auto`` makes every write/edit/rm use the computed scope."""
@@ -635,7 +669,8 @@ class SharedWorkspace(BaseWorkspace):
         """Log the rejection and, for a conflict to re-plan around (RESERVING_REASONS), grant
         the rejected agent its reservation (workspace lock held)."""
         target = verdict.conflicts[0] if verdict.conflicts else paths[0]
-        granted = Reservation(target, agent, now + secs, now) if verdict.reason in RESERVING_REASONS else None
+        replan = verdict.reason in RESERVING_REASONS or bool(verdict.stale)
+        granted = Reservation(target, agent, now + secs, now) if replan else None
         if granted is not None and secs > 0:
             reservations.update(self.store, {target: granted}, agent=agent,
                                 message=f"storm: {agent} reserves {target} after a rejection")
@@ -681,7 +716,7 @@ class SharedWorkspace(BaseWorkspace):
                           by, behind, unified(path, old, new), is_binary(old) or is_binary(new))
 
     def _payload(self, agent: str, verdict: _Verdict, head: pygit2.Oid, reads: dict[str, ReadEntry],
-                 reservation: Reservation | None) -> Rejection:
+                 reservation: Reservation | None, *, op: str = "write") -> Rejection:
         tree = self.store.commit(head).tree
         target = verdict.conflicts[0] if verdict.conflicts else next(iter(verdict.current))
         cur = verdict.current.get(target)
@@ -691,8 +726,7 @@ class SharedWorkspace(BaseWorkspace):
         reason = verdict.reason or RESERVED
         text = {
             DIRECT_CONFLICT: (f"{target} changed since {agent} read it" if target in reads and reads[target].head
-                              else f"{target} was changed by another agent while {agent}'s edit of it was made "
-                              "(exec or an edit on disk); the diff is from the version that edit started from"
+                              else _changed_meanwhile(target, agent, op, change.changed_by)
                               if target in reads and not change.never_read else
                               f"{target} was changed by another agent meanwhile; {agent} never read it: "
                               "its current content is attached and now counts as read"),
@@ -833,37 +867,21 @@ class SharedWorkspace(BaseWorkspace):
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
-        out: list[dict[str, Any]] = []
-        c = self.store.commit(self.head())
-        while len(out) < limit:
-            t = trailers.parse(c.message)
-            if "Storm-Agent" not in t:
-                break
-            item = {"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
-                    "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
-                    "paths": t.get("Storm-Path", []),
-                    "time": trailers.precise_time(c.message, c.commit_time)}
-            try:
-                prov = trailers.provenance(t)
-            except ValueError:
-                prov = None
-            if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
-                item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
-                                     "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
-            out.append(item)
-            if not c.parent_ids:
-                break
-            c = self.store.commit(c.parent_ids[0])
-        # The chain's order is the order writes landed in. A write queued on one machine
-        # and moved onto a head another machine wrote meanwhile carries the time it was
-        # validated, earlier than its new parent's: it is shown at its parent's time
-        # (when it landed, at the earliest), its own kept as ``written``.
-        latest = float("-inf")
-        for item in reversed(out):
-            if item["time"] < latest:
-                item["written"], item["time"] = item["time"], latest
-            latest = item["time"]
-        return events.merge_newest_first(out, events.read(self.store, limit), limit=limit)
+        return history.log(self.store, self.head(), limit)
+
+
+def _changed_meanwhile(target: str, agent: str, op: str, by: list[str]) -> str:
+    """A conflict with a write checked against the version its edit started from (not a
+    read), said in the terms of what ``agent`` did: an undo, a command, an edit on disk."""
+    who = ", ".join(by) or "another agent"
+    if op == UNDO_OP:
+        return (f"{target} was changed by {who} after {agent}'s last edit of it; undoing that edit would "
+                f"discard their change; the diff is from the version {agent}'s edit left")
+    if op == "exec":
+        return (f"{target} was changed by {who} while {agent}'s command ran; the diff is from the version "
+                "the command started from")
+    return (f"{target} was changed by {who} while {agent}'s edit of it on disk was made; the diff is from "
+            "the version that edit started from")
 
 
 def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:

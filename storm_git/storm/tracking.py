@@ -44,11 +44,12 @@ from ..core import disk, trailers
 from ..core.convert import ConversionFailed, Conversions
 from ..core.disk import TEMP_PREFIX, changed_paths, disk_state, entry_or_none, same, tree_changes
 from ..core.gitcmd import GitFailed
-from ..core.errors import BadPath, NotInitialised, TooLarge, UsageError
+from ..core.errors import BadPath, NotInitialised, TooLarge, UnmediatedEdit, UsageError
 from ..core.files import read_own, replace_file
 from ..core.locks import flocked
-from ..core.paths import check_on_disk, normalize
+from ..core.paths import check_on_disk, normalize, quoted, tree_entry_refusal
 from ..core.payloads import ExecResult, WriteResult
+from ..core.secret_files import likely_secret
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
 from . import branch
@@ -325,7 +326,21 @@ def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -
         raise BadPath(f"the working tree has a file storm cannot record: {exc.message}",
                       hint="rename or remove it; nothing was recorded") from None
     if isinstance(state, tuple) and state[1] == MODE_LINK:
-        check_on_disk(path, store.main_workdir, for_write=False)  # refuses a link leading out
+        top = store.main_workdir
+        check_on_disk(path, top, for_write=False)  # refuses a link leading out
+        why = tree_entry_refusal(path, MODE_LINK, link_target=os.fsencode(os.readlink(os.path.join(top, path))),
+                                 links=lambda p: _disk_link(top, p))
+        if why is not None:  # the rules a pushed tree obeys: no link into .git, none for .gitmodules
+            raise BadPath(f"the working tree has a file storm cannot record: {why}",
+                          hint="rename or remove it; nothing was recorded")
+
+
+def _disk_link(top: str, path: str) -> bytes | None:
+    """The target of the link at ``path`` in the working tree, None when it is not a link."""
+    try:
+        return os.fsencode(os.readlink(os.path.join(top, path)))
+    except OSError:
+        return None
 
 
 # Searched for "reverted" content: the shared history this far back, plus git's HEAD.
@@ -423,8 +438,8 @@ def revert_targets(store: Store, head: pygit2.Oid, start: pygit2.Tree, after: Sn
     Other targets are validated against what was on disk when the command started,
     which the command read; a ``git checkout``, ``stash`` or ``reset --hard`` takes
     its content from git's history instead, so that is no evidence that the agent saw
-    the work it undoes. Before 2026-11-25 ``exec -- git checkout -- .`` reverted
-    other agents' accepted writes that the agent had never read."""
+    the work it undoes: ``exec -- git checkout -- .`` must not revert other agents'
+    accepted writes that the agent never read."""
     states = {p: after.dirty.get(p) for p in expected}
     reverted = sorted(reverted_paths(store, head, states, start))
     for p in reverted:
@@ -465,7 +480,9 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
             item = {"path": path, "state": state, "shared_version": hex_(cur),
                     "base_version": hex_(base.oid) if base else None,
                     "behind": (base.oid if base else None) != cur,
-                    "disk_version": hex_(have[0]) if isinstance(have, tuple) else None}
+                    "disk_version": hex_(have[0]) if isinstance(have, tuple) else None,
+                    # an untracked .env, key…: for .gitignore, never for commit --adopt
+                    "likely_secret": state == "added" and likely_secret(path)}
             show = diffs and have is not False and (state != "added" or untracked_content)
             if show:
                 old = store.blob_bytes(base.oid) if base else None
@@ -722,6 +739,32 @@ def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: 
     return changes, expected
 
 
+def _drop_earlier_edits(before: Snapshot, after: Snapshot, changes: dict[str, Any],
+                        expected: dict[str, str | None]) -> None:
+    """A path that held an edit made outside storm before the command and holds the
+    same now (touched, not changed: ``sed -i`` without a match) is not the command's."""
+    for p in [p for p in changes if p in before.dirty and after.dirty.get(p) == before.dirty[p]]:
+        del changes[p]
+        expected.pop(p, None)
+
+
+def _refuse_mixed(before: Snapshot, changes: dict[str, Any], argv: list[str]) -> None:
+    """Refuse to credit an agent with a file that already held someone's edit (an
+    unmediated edit, listed by ``status``) when its command ran: the recorded file
+    would carry that edit as the agent's. Nothing is recorded; the files stay as the
+    command left them."""
+    mixed = sorted(p for p in changes if p in before.dirty)
+    if not mixed:
+        return
+    named = ", ".join(quoted(p) for p in mixed[:5]) + (f" and {len(mixed) - 5} more" if len(mixed) > 5 else "")
+    raise UnmediatedEdit(
+        f"exec: {named} held an edit made outside storm before {shlex.join(argv)[:60]} ran, and the command "
+        "changed it too: its change cannot be told apart from that edit, so nothing was recorded "
+        "(every file stays as the command left it)",
+        hint="record the earlier edit as its author's first (git storm adopt PATH --agent NAME) or drop it "
+             "(git storm checkout PATH), then run the command again")
+
+
 def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: str | None = None,
           timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
     """Run ``argv`` in the shared working tree and record what it changed as one write."""
@@ -739,26 +782,28 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
     dev = os.stat(store.main_workdir).st_dev
     with flocked(store.commondir, "worktree"):
         ws.head()  # not initialised: refuse before running anything
-        disk.sync_locked(store, full=True)  # behind paths forward: they are not the command's
-        start, _ = disk.record_tree(store)
+        # behind paths forward (they are not the command's), and the edits already on
+        # disk: a person's, never to be credited to the agent
+        before = snapshot(store)
+        start = before.record
         use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
         mark = clock_mark(store, dev) if use_clock else None
-        # Without a usable file-system clock: a full snapshot before the command too.
-        before = snapshot(store) if mark is None else None
-        missing_before = _load_missing(store) if mark is not None else None
     rc, timed_out = _run(argv, cwd, timeout)
     with flocked(store.commondir, "worktree"):
         after = snapshot(store)
-        if before is None:
+        if mark is not None:
+            missing_before = {p for p, v in before.dirty.items() if v is None}
             changes, expected = classify_since(store, start, mark, missing_before, after)
         else:
             changes, expected = classify(store, before, after)
+        _drop_earlier_edits(before, after, changes, expected)
         paths = list(changes)
         nested = after.nested  # each exec names them, as git status lists them, until ignored or a submodule
         if timed_out or rc < 0:
             # Killed: its changes may be half done. Record nothing; they stay on disk
             # and show as unmediated edits.
             return ExecResult(argv, rc, timed_out, paths, None, nested)
+        _refuse_mixed(before, changes, argv)
         for p in paths:
             check_recordable(store, p, after.dirty.get(p), ws)
         reverted = revert_targets(store, after.head, start, after, expected)

@@ -21,6 +21,9 @@ OnWait = Callable[[Reservation], None]  # called once when a writer starts waiti
 # set), not against the version on disk when the edit started: a command that put
 # back an older shared version (tracking.revert_targets).
 AS_WRITTEN = "<read set>"
+# The op of a write that puts back the version before the agent's last edit (the MCP
+# undo_edit tool): its ``expected`` is the version that edit produced.
+UNDO_OP = "undo_edit"
 
 
 class ValidatedWriter(Protocol):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, readsets, scope
+from ..core import events, history, readsets, scope
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from ..core.files import index_copy, read_regular
@@ -27,7 +27,7 @@ from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, S
 from ..core.readsets import ReadEntry
 from ..core.disk import UnsafePath, remove_path, write_file
 from ..core.workspace import BaseWorkspace
-from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK
+from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF
 from . import radar
 from .commit_rules import worktree_commit_problems
 from .worktrees import (
@@ -365,8 +365,9 @@ class WorktreeWorkspace(BaseWorkspace):
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Recorded events (writes in worktrees, commits, merges, mode switches…), newest first."""
-        out = list(events.read(self.store, limit))
+        """Recorded events (writes in worktrees, commits, merges, mode switches…) and the
+        writes accepted while the repository was in storm mode, newest first."""
+        out = history.log(self.store, self.store.ref_target(WORKSPACE_REF), limit)
         for e in out:
             if e.get("type") == "write":
                 e.setdefault("commit", None)

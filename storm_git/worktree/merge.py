@@ -1,6 +1,6 @@
 """The manager's merge of agent branches (worktree mode), computed in memory first.
 
-Each agent branch is merged with ``git merge-tree --write-tree`` (GIT-FACTS: ~5 ms
+Each agent branch is merged with ``git merge-tree --write-tree`` (~5 ms
 at any repository size, no index, no working tree; libgit2's in-memory merge
 grows with the size). The result is a tree; a clean merge becomes a merge
 commit on top of the previous one, a conflicting merge under ``abort`` is

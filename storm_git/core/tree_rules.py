@@ -1,0 +1,61 @@
+"""The path rules of storm_git.core.paths applied to the entries of a git tree.
+
+A tree reaches storm from outside through a push (the server guard checks every
+path a pushed write changes, and every path of the tree a shared workspace starts
+from) and reaches a disk through a sync. Both ask here, with the same rules a
+local write obeys (:func:`storm_git.core.paths.tree_entry_refusal`), so a name,
+a link or a size refused at one door is refused at all of them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pygit2
+
+from .paths import LINK_MODE, tree_entry_refusal
+
+TREE_MODE = 0o040000
+
+
+def link_text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes | None:
+    """The target of the link at ``path`` in ``tree``; None when no link is there."""
+    try:
+        entry = tree[path]
+    except (KeyError, ValueError, TypeError):
+        return None
+    if entry.filemode != LINK_MODE:
+        return None
+    return repo[entry.id].data
+
+
+def entry_refusal(repo: pygit2.Repository, tree: pygit2.Tree, path: str, oid: pygit2.Oid, mode: int,
+                  limit: int | None = None) -> str | None:
+    """Why the entry (``path``, ``oid``, ``mode``) of ``tree`` is refused, or None.
+    The size is read from the object's header: a 200 MB blob is not loaded to be refused."""
+    if mode == LINK_MODE:
+        target = repo[oid].data
+        return tree_entry_refusal(path, mode, link_target=target,
+                                  links=lambda p: link_text(repo, tree, p))
+    size = repo.odb.read_header(oid)[1] if limit is not None else None
+    return tree_entry_refusal(path, mode, size=size, limit=limit)
+
+
+def walk(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
+    """Every non-tree entry of ``tree``, with its full path (names as git stores them,
+    decoded with surrogateescape so a name that is not UTF-8 is seen, then refused)."""
+    for e in tree:
+        path = prefix + e.raw_name.decode("utf-8", "surrogateescape")
+        if e.filemode == TREE_MODE:
+            yield from walk(repo, repo[e.id], path + "/")
+        else:
+            yield path, e.id, e.filemode
+
+
+def refusals(repo: pygit2.Repository, tree: pygit2.Tree,
+             entries: Iterable[tuple[str, pygit2.Oid, int]] | None = None,
+             limit: int | None = None) -> Iterator[str]:
+    """The reasons ``entries`` (default: every entry of ``tree``) are refused."""
+    for path, oid, mode in (walk(repo, tree) if entries is None else entries):
+        why = entry_refusal(repo, tree, path, oid, mode, limit)
+        if why is not None:
+            yield why
