@@ -145,7 +145,6 @@ def test_clean_pair_is_rejected_at_write_and_cleared_by_one_rebased_change(synth
     assert (wt.merge_conflicts, wt.rejections, wt.caught) == (0, 0, "tests")
     assert (st.caught, st.rejections, st.rebased_accepted, st.rereads) == ("write", 1, 0, 1)
     assert (rb.caught, rb.rejections, rb.rebased_accepted, rb.rereads) == ("write", 1, 1, 0)
-    assert rb.rebased_via in (["self"], ["flag"])
     assert rb.agent_calls == st.agent_calls - 1  # the re-read the rebased change spares
     for r in (wt, st, rb):
         assert r.lost_updates == 0 and r.errors == []

@@ -4,14 +4,12 @@ agent's tool calls do: ``python -m storm_git.sim.cli_agent SPEC.json``.
 Storm mode: one ``git storm read --json`` of the change's files, then one
 ``git storm write --json`` per file. After a rejection the agent either re-plans
 (re-reads its files and re-applies its change: the STORM rule's cost), or, with
-``rebased`` in the spec, accepts the rebased change the rejection offers: its own
-edit (from the version it read to what it tried to write) three-way merged onto
-the current version. With the rejection's ``rebased`` field the agent runs
-``git storm write --rebased``; without it (a storm that does not offer one) the
-agent merges the same three versions itself and writes the result, which costs
-the same one call. A rebased change with conflict markers is never accepted: the
-agent re-plans. Stale files a rejection names are re-read before they are
-written, so nothing is written from a view the agent knows is old.
+``rebased`` in the spec, accepts the rebased change the rejection offers (its own
+edit, from the version it read to what it tried to write, three-way merged onto
+the current version) with ``git storm write --rebased``: one call. A rebased
+change with conflict markers is never accepted: the agent re-plans. Stale files
+a rejection names are re-read before they are written, so nothing is written
+from a view the agent knows is old.
 
 Worktree mode: the agent reads and writes the files of its own worktree and
 commits with ``git storm commit``; conflicts wait for the manager's merge.
@@ -30,7 +28,7 @@ import time
 from typing import Any
 
 from .agent import MAX_ATTEMPTS, Agent, apply_change, b64, main
-from .workload import Change, merge3
+from .workload import Change
 
 REPLAN_REASONS = ("direct_conflict", "stale_dependency")
 
@@ -85,29 +83,13 @@ class CliAgent(Agent):
         return out
 
     @staticmethod
-    def rebased_change(path: str, rej: dict[str, Any], view: dict[str, bytes | None],
-                       content: dict[str, bytes | None]) -> tuple[bytes, str] | None:
-        """The rejection's rebased change of ``path`` and where it comes from ("flag":
-        the rejection offers it; "self": the agent merged the same three versions);
-        None when it has conflict markers (the agent then re-plans)."""
+    def rebased_change(rej: dict[str, Any]) -> bytes | None:
+        """What ``git storm write --rebased`` would write: the rejection's offer, when it
+        has no conflict markers (None: the agent re-plans)."""
         offered = rej.get("rebased")
-        if offered is not None:
-            if not offered.get("clean") or offered.get("content") is None:
-                return None
-            return offered["content"].encode("utf-8"), "flag"
-        m = merge3(view.get(path), _content(rej, "current_content"), content[path])
-        return None if m.conflicts or m.content is None else (m.content, "self")
-
-    def write_rebased(self, change: Change, path: str, rej: dict[str, Any], merged: bytes, via: str,
-                      view: dict[str, bytes | None], content: dict[str, bytes | None]) -> dict[str, Any]:
-        """Accept the rebased change ``merged`` of ``path``: one call."""
-        if via == "flag":
-            _, out = self.storm("write", "--rebased", path)
-        else:
-            out = self.write_file(change, path, merged)
-        out["_via"] = via
-        view[path], content[path] = _content(rej, "current_content"), merged
-        return out
+        if not offered or not offered.get("clean") or offered.get("content") is None:
+            return None
+        return offered["content"].encode("utf-8")
 
     def task(self, rnd: int, change: Change, plan: dict[str, int]) -> dict[str, Any]:
         if rnd:
@@ -116,7 +98,7 @@ class CliAgent(Agent):
         view = self.read(change)
         rec: dict[str, Any] = {"message": change.message, "rejections": [], "rereads": 0, "judgement": 0,
                                "reservation_waits": 0, "waited_s": 0.0, "accepted": False, "gave_up": False,
-                               "rebased_accepted": 0, "rebased_refused": 0, "rebased_via": []}
+                               "rebased_accepted": 0, "rebased_refused": 0}
         self.barrier.mark("read", rnd)
         self.barrier.wait("read", rnd, list(plan))
         mine = plan[self.name]
@@ -185,7 +167,7 @@ class CliAgent(Agent):
                 if self.rebased and rej["reason"] == "direct_conflict":
                     # refused (conflict markers) unless accepted below; stale files are
                     # re-read only on the way to accepting it
-                    offer, row["rebased"] = self.rebased_change(p, rej, view, content), "refused"
+                    offer, row["rebased"] = self.rebased_change(rej), "refused"
                 if offer is not None:
                     others = sorted(stale - {p})
                     if others:  # what the validation compares them with must be what the agent saw,
@@ -195,10 +177,10 @@ class CliAgent(Agent):
                             content[q], judged = self._reapply(change, q, view)
                             rec["judgement"] += judged
                         stale.difference_update(others)
-                    done = self.write_rebased(change, p, rej, *offer, view, content)
+                    _, done = self.storm("write", "--rebased", p)
+                    view[p], content[p] = _content(rej, "current_content"), offer
                     row["rebased"] = "accepted" if done["accepted"] else "rejected"
                 if done is not None:
-                    rec["rebased_via"].append(done["_via"])
                     row["judged"], row["unchanged"] = 0, content[p] == before
                     if done["accepted"]:
                         rec["rebased_accepted"] += 1

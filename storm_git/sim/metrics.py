@@ -95,7 +95,6 @@ class RunMetrics:
     agent_calls: int = 0
     rebased_accepted: int = 0
     rebased_refused: int = 0  # the rebased change had conflict markers: the agent re-planned
-    rebased_via: list[str] = field(default_factory=list)  # "flag" (write --rebased) or "self" (own merge)
     per_agent: dict[str, dict[str, float]] = field(default_factory=dict)  # retries, re-reads, waits per agent
     # storm mode: each stale_dependency rejection (agent, change, target, stale paths,
     # needless) with, under --deps auto, why each moved file still counted ("moved")

@@ -73,7 +73,6 @@ class ModeResult:
     rejections: int = 0
     rebased_accepted: int = 0
     rebased_refused: int = 0
-    rebased_via: list[str] = field(default_factory=list)
     rereads: int = 0
     merge_conflicts: int = 0
     judgement: int = 0
@@ -296,7 +295,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
                 raise
             m = runner.failed_run(w, kind, "full", f"{type(exc).__name__}: {exc}")
         res.rejections, res.rereads, res.judgement = m.rejections, m.rereads, m.judgement
-        res.rebased_accepted, res.rebased_refused, res.rebased_via = m.rebased_accepted, m.rebased_refused, m.rebased_via
+        res.rebased_accepted, res.rebased_refused = m.rebased_accepted, m.rebased_refused
         res.merge_conflicts, res.agent_calls, res.wall_s = m.caught_at_merge, m.agent_calls, round(m.wall_s, 3)
         res.lost_updates = m.lost_updates + len(res.lost)
         res.errors = m.agent_errors + m.notes

@@ -330,7 +330,6 @@ class _Run:
             m.agent_calls += t.get("calls", 0)
             m.rebased_accepted += t.get("rebased_accepted", 0)
             m.rebased_refused += t.get("rebased_refused", 0)
-            m.rebased_via += t.get("rebased_via", [])
         if self.on_final:
             self.on_final(self.repo, rev, m)
 
