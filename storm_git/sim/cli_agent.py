@@ -25,12 +25,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from .agent import MAX_ATTEMPTS, Agent, apply_change, b64, main
 from .workload import Change
-
-REPLAN_REASONS = ("direct_conflict", "stale_dependency")
 
 
 def _content(d: dict[str, Any], key: str) -> bytes | None:
@@ -66,8 +65,8 @@ class CliAgent(Agent):
         wt = self.ws.worktree(self.name).path
         view: dict[str, bytes | None] = {}
         for p in paths:
-            full = os.path.join(wt, p)
-            view[p] = open(full, "rb").read() if os.path.isfile(full) else None
+            full = Path(wt, p)
+            view[p] = full.read_bytes() if full.is_file() else None
         return view
 
     def read(self, change: Change) -> dict[str, bytes | None]:
