@@ -274,7 +274,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
 
         def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res) -> None:
             final = {p: _show(repo, rev, p) for p in set(a.change.targets) | set(b.change.targets)}
-            # where no hunk needed judgement, both changes must be there, whatever the mode did
+            # in the files git merges cleanly both changes must be there, whatever the mode did
             res.lost = [x for f in (a, b) for x in survivors(f, final, [p for p in must if p in f.change.targets])]
             if tests is None or m.judgement:
                 return  # a hunk resolved by the scripted agent's rule (its own side) is no real agent's result
