@@ -59,10 +59,25 @@ def _seed(text: str) -> int | None:
 @click.option("--quick", is_flag=True,
               help="A small run (under a minute on 2 cores): the scenarios with 2 agents, no coupling sweep; "
                    "with --repo, 8 commits (unless --max-commits says otherwise).")
+@click.option("--pairs", "pairs_dir", metavar="DIR", default=None,
+              help="Replay feature pairs (CooperBench's layout: task folders with setup.sh naming BASE_COMMIT, "
+                   "feature<K>/feature.patch and tests.patch) on --repo: each pair by two agents working "
+                   "through the git storm CLI, in worktree mode, storm mode, and storm mode accepting rebased "
+                   "changes.")
+@click.option("--tasks", metavar="NAME[,NAME...]", default=None,
+              help="With --pairs: only these task folders (task2800 or 2800).")
+@click.option("--features", metavar="K[,K...]", default=None,
+              help="With --pairs: only pairs among these feature numbers.")
+@click.option("--shard", metavar="I/N", default="1/1", show_default=True,
+              help="With --pairs: only the I-th of every N pairs (a long run split over processes).")
+@click.option("--run-tests", is_flag=True,
+              help="With --pairs: run each feature's tests (its tests.patch applied, pytest on the files it "
+                   "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
              test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str, out: str | None,
-             quick: bool, as_json: bool) -> None:
+             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
+             run_tests: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
     One real process per agent, a fresh temporary repository per run. Storm
@@ -82,7 +97,14 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
       git storm simulate --repo . --range HEAD~20..HEAD --agents 4 \\
           --test-cmd 'python -m compileall -q .' --out sim-replay
       git storm simulate --repo . --quick   # HEAD~8..HEAD
+      git storm simulate --pairs cooperbench-click --repo click --run-tests --out sim-pairs
+
+    With --pairs, --test-cmd runs in an export of each result after the feature's
+    tests.patch is applied, $STORM_TEST_FILES naming the test files it touches.
     """
+    if pairs_dir is not None:
+        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, _shard(shard), out, as_json)
+        return
     from storm_git.sim import report as rep
     from storm_git.sim.suite import Plan, simulate as run_plan
 
@@ -103,18 +125,63 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
 
     result = run_plan(plan, on_run=finished, on_start=started)
     data = result.to_dict()
-    written = rep.write(data, out) if out else None
+    _finish(data, rep.write(data, out) if out else None, out, as_json,
+            rep.markdown(data).split("## Definitions", 1)[0].rstrip(),
+            sum(r.lost_updates for r in result.runs), sum(len(r.agent_errors) for r in result.runs), "agent error(s)")
+
+
+def _finish(data: dict, written: dict | None, out: str | None, as_json: bool, summary: str, lost: int,
+            errors: int, errors_are: str) -> None:
+    """Print the report (JSON or its Markdown summary); exit 1 on lost updates or agent errors."""
     if written and written["plots_skipped"]:
         click.echo(f"simulate: {written['plots_skipped']}", err=True)
     if as_json:
         _emit_json(dict(data, written=written))
     else:
-        click.echo(rep.markdown(data).split("## Definitions", 1)[0].rstrip())
+        click.echo(summary)
         if written:
             click.echo(f"\nreport: {', '.join(written['files'])} in {out}")
-    lost = sum(r.lost_updates for r in result.runs)
-    errors = [e for r in result.runs for e in r.agent_errors]
     if lost or errors:
-        click.echo(f"git storm: {lost} lost update(s), {len(errors)} agent error(s) in the simulation "
+        click.echo(f"git storm: {lost} lost update(s), {errors} {errors_are} in the simulation "
                    "(a bug in storm or the simulator: report it with the JSON)", err=True)
         sys.exit(1)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    i, _, n = text.partition("/")
+    if not (i.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(i) <= int(n):
+        raise click.BadParameter(f"{text!r} is not I/N with 1 <= I <= N, e.g. 2/3", param_hint="--shard")
+    return int(i), int(n)
+
+
+def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, features: str | None, modes: str,
+                    run_tests: bool, test_cmd: str | None, shard: tuple[int, int], out: str | None,
+                    as_json: bool) -> None:
+    from storm_git.sim import pairs, pairs_report
+
+    if repo is None:
+        raise click.UsageError("--pairs needs --repo: the repository holding the tasks' base commits")
+    chosen = pairs.MODES if modes == "both" else tuple(m for m in pairs.MODES if m.split("+")[0] == modes)
+
+    if out:  # each pair as it is done: a run cut short keeps what it measured
+        import os
+
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, pairs_report.PROGRESS), "w").close()
+
+    def done(pr) -> None:
+        if out:
+            pairs_report.append_pair(out, pr)
+        cells = ", ".join(f"{m}: {r.caught}" + (f" ({r.rebased_accepted} rebased)" if r.rebased_accepted else "")
+                          + (" SEMANTIC" if r.semantic else "") + (f" ERROR {r.errors[0]}" if r.errors else "")
+                          for m, r in pr.modes.items())
+        click.echo(f"simulate: {pr.task} f{pr.f1}+f{pr.f2}: {cells}", err=True)
+
+    result = pairs.simulate(pairs_dir, repo, tasks=tuple(x.strip() for x in (tasks or "").split(",") if x.strip()),
+                            features=_numbers(int, features, "--features"), modes=chosen, run_tests=run_tests,
+                            test_cmd=test_cmd, shard=shard, on_pair=done)
+    data = result.to_dict()
+    totals = data["totals"].values()
+    _finish(data, pairs_report.write(data, out) if out else None, out, as_json,
+            pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip(),
+            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)), "run(s) with agent errors")

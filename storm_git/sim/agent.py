@@ -181,10 +181,11 @@ class Agent:
         return self.report
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], cls: type[Agent] = Agent) -> int:
+    """Run the agent ``cls`` of the spec file ``argv[0]``; its report goes to the spec's ``out``."""
     with open(argv[0]) as fh:
         spec = json.load(fh)
-    agent = Agent(spec)
+    agent = cls(spec)
     try:
         report = agent.run()
     except Exception as exc:  # noqa: BLE001 - the runner reports a failed agent, with this message

@@ -90,6 +90,11 @@ class RunMetrics:
     integrate_s: float = 0.0  # of wall_s: the manager's commit (storm) or merges and resolutions (worktree)
     agent_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the runner had to work around
+    # agents working through the CLI: their commands (one per read, per file written, per
+    # commit, per merge-resolution step), and rejections cleared by accepting the rebased change
+    agent_calls: int = 0
+    rebased_accepted: int = 0
+    rebased_refused: int = 0  # the rebased change had conflict markers: the agent re-planned
     per_agent: dict[str, dict[str, float]] = field(default_factory=dict)  # retries, re-reads, waits per agent
     # storm mode: each stale_dependency rejection (agent, change, target, stale paths,
     # needless) with, under --deps auto, why each moved file still counted ("moved")

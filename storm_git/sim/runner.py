@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import StormError, UsageError
@@ -31,6 +32,7 @@ MODES = ("storm", "worktree")
 IDENT = {"GIT_AUTHOR_NAME": "storm-sim", "GIT_AUTHOR_EMAIL": "sim@storm.invalid",
          "GIT_COMMITTER_NAME": "storm-sim", "GIT_COMMITTER_EMAIL": "sim@storm.invalid"}
 AGENT_TIMEOUT = 900.0
+OnFinal = Callable[[str, str, RunMetrics], None]
 
 
 def _git(cwd: str, *args: str, input: bytes | None = None) -> bytes:
@@ -72,20 +74,25 @@ def _plans(w: Workload, names: list[str]) -> list[list[dict[str, int]]]:
     return [[per_round[r] for r in range(len(a))] for a in w.agents]
 
 
-def _start_agents(w: Workload, mode: str, repo: str, root: str, names: list[str], deps: str) -> list[Any]:
+def _start_agents(w: Workload, mode: str, repo: str, root: str, names: list[str], deps: str,
+                  agent_opts: dict[str, Any] | None = None) -> list[Any]:
+    """One process per agent; ``agent_opts``: ``via="cli"`` runs :mod:`storm_git.sim.cli_agent`
+    (every step a ``git storm`` command), the rest goes into each agent's spec."""
+    opts = dict(agent_opts or {})
+    module = "storm_git.sim.cli_agent" if opts.pop("via", "api") == "cli" else "storm_git.sim.agent"
     sync_dir = os.path.join(root, "sync")
     os.makedirs(sync_dir)
     procs = []
     for name, changes, plans in zip(names, w.agents, _plans(w, names)):
         spec = {"agent": name, "mode": mode, "repo": repo, "kind": w.kind, "deps": deps, "sync_dir": sync_dir,
                 "changes": [c.to_json() for c in changes], "plans": plans,
-                "out": os.path.join(root, f"{name}.json")}
+                "out": os.path.join(root, f"{name}.json"), **opts}
         path = os.path.join(root, f"{name}.spec.json")
         with open(path, "w") as fh:
             json.dump(spec, fh)
         # cwd outside the repository: `python -m` puts cwd first on sys.path, and a replay of
         # storm's own history has an older storm_git/ there
-        procs.append((name, subprocess.Popen([sys.executable, "-m", "storm_git.sim.agent", path], cwd=root,
+        procs.append((name, subprocess.Popen([sys.executable, "-m", module, path], cwd=root,
                                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
     return procs
 
@@ -123,8 +130,10 @@ def _dec(s: str | None) -> bytes | None:
 class _Run:
     """One workload in one mode: state shared by the integration and the measurement."""
 
-    def __init__(self, w: Workload, mode: str, deps: str, test_cmd: str | None) -> None:
+    def __init__(self, w: Workload, mode: str, deps: str, test_cmd: str | None,
+                 agent_opts: dict[str, Any] | None = None, on_final: OnFinal | None = None) -> None:
         self.w, self.mode, self.deps, self.test_cmd = w, mode, deps, test_cmd or w.test_cmd
+        self.agent_opts, self.on_final = agent_opts, on_final
         self.root = tempfile.mkdtemp(prefix=f"storm-sim-{mode}-")
         self.names = [f"agent_{i + 1}" for i in range(len(w.agents))]
         self.m = RunMetrics(w.name, w.kind, mode, deps if mode == "storm" else "-", len(w.agents),
@@ -152,7 +161,7 @@ class _Run:
         try:
             self.setup()
             t0 = time.monotonic()
-            procs = _start_agents(self.w, self.mode, self.repo, self.root, self.names, self.deps)
+            procs = _start_agents(self.w, self.mode, self.repo, self.root, self.names, self.deps, self.agent_opts)
             self.reports, self.m.agent_errors = _collect(procs, self.root)
             t1 = time.monotonic()
             final_rev = self.integrate()
@@ -223,6 +232,7 @@ class _Run:
                 with open(full, "wb") as fh:
                     fh.write(content)
             self.resolutions.append(Write(agent, p, start, content, seen=_content(self.repo, res.before, p)))
+        self.m.agent_calls += 3 + len(res.conflicts)  # sync, read the conflicted files, write each, commit
         message = f"{agent}: resolve the merge with main"
         try:
             WorktreeWorkspace(self.store).commit(message, agent=agent)
@@ -259,7 +269,7 @@ class _Run:
                 if not t.get("commit"):
                     continue
                 for p, wr in t.get("writes", {}).items():
-                    if _content(self.repo, t["commit"] + "^", p) != _dec(wr["base"]):
+                    if _content(self.repo, (wr.get("commit") or t["commit"]) + "^", p) != _dec(wr["base"]):
                         bad.append({"agent": name, "path": p, "commit": t["commit"]})
         return bad
 
@@ -316,6 +326,12 @@ class _Run:
         m.retries = m.rejections
         m.caught_at_write = m.rejections_needed
         self.lost = lost
+        for t in (t for r in self.reports.values() for t in r.get("tasks", [])):
+            m.agent_calls += t.get("calls", 0)
+            m.rebased_accepted += t.get("rebased_accepted", 0)
+            m.rebased_refused += t.get("rebased_refused", 0)
+        if self.on_final:
+            self.on_final(self.repo, rev, m)
 
 
 def failed_run(w: Workload, mode: str, deps: str, error: str) -> RunMetrics:
@@ -326,8 +342,13 @@ def failed_run(w: Workload, mode: str, deps: str, error: str) -> RunMetrics:
     return m
 
 
-def run(w: Workload, mode: str, *, deps: str = "full", test_cmd: str | None = None) -> RunMetrics:
-    """Run ``w`` in ``mode`` ("storm" or "worktree"); the metrics of that run."""
+def run(w: Workload, mode: str, *, deps: str = "full", test_cmd: str | None = None,
+        agent_opts: dict[str, Any] | None = None, on_final: OnFinal | None = None) -> RunMetrics:
+    """Run ``w`` in ``mode`` ("storm" or "worktree"); the metrics of that run.
+
+    ``agent_opts`` go to each agent's spec (``via="cli"``: agents that work through
+    ``git storm`` commands; ``rebased``: they accept rebased changes). ``on_final(repo,
+    rev, metrics)`` looks at the integrated result before the run's repository goes."""
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}")
-    return _Run(w, mode, deps, test_cmd).run()
+    return _Run(w, mode, deps, test_cmd, agent_opts, on_final).run()
