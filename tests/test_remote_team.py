@@ -29,6 +29,16 @@ def _first_clone(tmp_path: Path, srv: Path) -> Path:
     return a
 
 
+def _team(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The server, the first clone and a teammate's clone that joined it."""
+    srv = _server(tmp_path)
+    a = _first_clone(tmp_path, srv)
+    git(tmp_path, "clone", "-q", str(srv), "b")
+    b = tmp_path / "b"
+    assert storm(b, "join", "origin").returncode == 0
+    return srv, a, b
+
+
 def _status(repo: Path) -> str:
     return git(repo, "status", "--porcelain").stdout.decode()
 
@@ -72,11 +82,7 @@ def test_join_refuses_an_ambiguous_branch_and_changes_nothing(tmp_path):
 
 
 def test_the_managers_commit_reaches_every_clone(tmp_path):
-    srv = _server(tmp_path)
-    a = _first_clone(tmp_path, srv)
-    git(tmp_path, "clone", "-q", str(srv), "b")
-    b = tmp_path / "b"
-    assert storm(b, "join", "origin").returncode == 0
+    srv, a, b = _team(tmp_path)
     _write(a, "eng_a", "src/api.py", "A = 1\n")
     _write(b, "eng_b", "src/util.py", "B = 1\n")
     assert storm(a, "sync").returncode == 0
@@ -103,11 +109,7 @@ def test_the_managers_commit_reaches_every_clone(tmp_path):
 
 
 def test_sync_reports_a_branch_ahead_or_diverged_and_never_rewrites_it(tmp_path):
-    srv = _server(tmp_path)
-    a = _first_clone(tmp_path, srv)
-    git(tmp_path, "clone", "-q", str(srv), "b")
-    b = tmp_path / "b"
-    assert storm(b, "join", "origin").returncode == 0
+    srv, a, b = _team(tmp_path)
     _write(a, "eng_a", "src/api.py", "A = 1\n")
     assert storm(a, "commit", "-m", "one").returncode == 0
     mine = rev(a, "main")
@@ -136,11 +138,7 @@ def _claude(repo: Path, session: str, event: str, tool: str, tool_input: dict, u
 
 
 def test_harness_hooks_in_a_clone_validate_and_lease_against_the_server(tmp_path):
-    srv = _server(tmp_path)
-    a = _first_clone(tmp_path, srv)
-    git(tmp_path, "clone", "-q", str(srv), "b")
-    b = tmp_path / "b"
-    assert storm(b, "join", "origin").returncode == 0
+    srv, a, b = _team(tmp_path)
     api = str(b / "src/api.py")
     assert _hook(b, _claude(b, "sess-b", "PostToolUse", "Read", {"file_path": api}, "r1")) is None
     _write(a, "eng_a", "src/api.py", "A = 1\n")  # lands on the server; b's local copy is older
