@@ -203,3 +203,20 @@ def test_the_set_up_and_the_day_in_docs_remote_run_verbatim(tmp_path):
     assert (team / "version.py").read_text() == 'VERSION = "2"\n'
     assert rev(team, "main") == rev(me, "main") == rev(tmp_path / "project.git", "main")
     assert git(team, "symbolic-ref", "HEAD").stdout.decode().strip() == "refs/heads/main"
+
+
+def test_join_never_moves_a_local_branch_of_the_servers_name(tmp_path):
+    """A clone with no commit on its checked-out branch but a branch of its own named
+    like the server's, at another commit: join would have to move it; it refuses,
+    exit 2, and the branch and the clone are as they were."""
+    srv = _server(tmp_path)
+    _first_clone(tmp_path, srv)
+    git(tmp_path, "clone", "-q", str(srv), "b")
+    b = tmp_path / "b"
+    tree = git(b, "mktree", input=b"").stdout.decode().strip()
+    own = git(b, "commit-tree", tree, "-m", "mine", input=None).stdout.decode().strip()
+    git(b, "update-ref", "refs/heads/main", own)
+    r = storm(b, "join", "origin")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "would have to move it" in r.stderr, r.stderr
+    assert rev(b, "refs/heads/main") == own
+    assert git(b, "config", "--get", "storm.mode", check=False).returncode == 1

@@ -207,10 +207,10 @@ def _unused_remote_state(store: Store) -> tuple[list[str], list[str]]:
     return refs, [f for f in files if os.path.lexists(f)]
 
 
-def _unused_remote(store: Store, fix: bool, out: list[Finding]) -> None:
+def _unused_remote(store: Store, leftovers: tuple[list[str], list[str]], fix: bool, out: list[Finding]) -> None:
     """``unused_remote_state`` (harmless): leftovers of remote clients that took turns
     and ran a relay; the fix deletes them (under the remote lock: no fetch moves them)."""
-    refs, files = _unused_remote_state(store)
+    refs, files = leftovers
     if not refs and not files:
         return
     shown = [*refs, *(os.path.relpath(f, store.commondir) for f in files)]
@@ -238,8 +238,9 @@ def _unused_remote(store: Store, fix: bool, out: list[Finding]) -> None:
     f.fixed = True
 
 
-def _broken_refs(store: Store, out: list[Finding]) -> None:
-    unused = set(_unused_remote_state(store)[0])
+def _broken_refs(store: Store, out: list[Finding], unused: frozenset[str] = frozenset()) -> None:
+    """Storm refs that do not resolve to a commit (the leftovers of older remote
+    clients, ``unused``, are reported by _unused_remote instead)."""
     names = [r for r in store.repo.references
              if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS)) and r not in unused]
     for name in names:
@@ -446,8 +447,9 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     if not rep.ok:  # the other checks open these paths: they would fail on them, not report
         return rep
     _ref_locks(store, fix, rep.findings)
-    _broken_refs(store, rep.findings)
-    _unused_remote(store, fix, rep.findings)
+    leftovers = _unused_remote_state(store)
+    _broken_refs(store, rep.findings, frozenset(leftovers[0]))
+    _unused_remote(store, leftovers, fix, rep.findings)
     broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
     if not broken & {RESERVATIONS_REF}:
         _expired_reservations(store, fix, rep.findings)

@@ -1106,11 +1106,18 @@ def _branch_for_unborn(store: Store, remote: str) -> str | None:
     heads = transport.list_heads(store, remote)
     if not heads.branches:
         return None
-    for name in (own, heads.head):
-        if name in heads.branches:
-            return name
-    if len(heads.branches) == 1:
-        return next(iter(heads.branches))
+    chosen = next((n for n in (own, heads.head) if n in heads.branches), None)
+    if chosen is None and len(heads.branches) == 1:
+        chosen = next(iter(heads.branches))
+    if chosen is not None:
+        mine = store.ref_target(f"refs/heads/{chosen}")
+        if mine is not None and str(mine) != heads.branches[chosen]:
+            raise UsageError(f"this clone has no commit on {own}, and its own branch {chosen} is not "
+                             f"{remote}'s {chosen}: joining would have to move it",
+                             hint=f"check out the branch you mean to work on (git checkout {chosen}, or git "
+                                  f"checkout -b NAME --track {remote}/{chosen}), then git storm join {remote} "
+                                  "again; nothing was changed")
+        return chosen
     names = ", ".join(sorted(heads.branches)[:5])
     raise UsageError(f"this clone has no commit on {own} and {remote}'s HEAD names "
                      f"{heads.head or 'no branch'}; {remote} has several branches ({names})",
@@ -1127,6 +1134,8 @@ def _check_out_unborn(store: Store, remote: str, name: str) -> None:
     if not transport.fetch_branch(store, remote, src, tracking):
         raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
     tip = store.ref_target(tracking)
+    if store.ref_target(src) not in (None, tip):
+        raise RepoStateError(f"{src} appeared while joining", hint=f"run git storm join {remote} again")
     store.repo.references.create(src, tip, force=True)
     store.config_set(f"branch.{name}.remote", remote)
     store.config_set(f"branch.{name}.merge", src)

@@ -23,8 +23,6 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from unidiff import PatchSet
-
 from ..core.diffs import unified
 from ..core.errors import UsageError
 from ..core.files import read_own, replace_file
@@ -88,6 +86,8 @@ def merge(path: str, base: bytes, mine: bytes, current: bytes, *, read_version: 
 def crossed(path: str, base: bytes, mine: bytes, current: bytes) -> list[str]:
     """The hunks of ``base`` -> ``current`` (the others' change) whose lines overlap or
     touch lines the agent changed (``base`` -> ``mine``), as unified-diff hunks."""
+    from unidiff import PatchSet  # only a direct_conflict pays for it, not every write's start-up
+
     def hunks(new: bytes) -> list[Any]:
         text = unified(path, base, new, context=0)
         return list(PatchSet(text)[0]) if text.strip() else []
