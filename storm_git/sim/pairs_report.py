@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from . import report
+
 PLOT = "pairs.png"
 PROGRESS = "pairs.jsonl"  # one line per pair as it is done
 CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", "#e9c46a"),
@@ -145,13 +147,11 @@ def markdown(data: dict[str, Any], plot: str | None = None) -> str:
 
 def write(data: dict[str, Any], out: str) -> dict[str, Any]:
     """report.json, report.md and the plot into ``out``; what was written."""
-    os.makedirs(out, exist_ok=True)
-    plotted, note = plot(data, out)
-    with open(os.path.join(out, "report.json"), "w") as fh:
-        json.dump(data, fh, indent=1)
-    with open(os.path.join(out, "report.md"), "w") as fh:
-        fh.write(markdown(data, plotted))
-    return {"dir": out, "files": ["report.json", "report.md"] + ([plotted] if plotted else []), "plots_skipped": note}
+    def one_plot(d: dict[str, Any], o: str) -> tuple[list[str], str | None]:
+        plotted, note = plot(d, o)
+        return ([plotted] if plotted else []), note
+
+    return report.write_with(data, out, one_plot, lambda d, plots: markdown(d, plots[0] if plots else None))
 
 
 def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:

@@ -109,13 +109,19 @@ def parse_markdown_runs(text: str) -> list[dict[str, str]]:
 
 def write(data: dict[str, Any], out: str) -> dict[str, Any]:
     """Write report.json, report.md and the plots into ``out``; what was written."""
+    return write_with(data, out, plot, markdown)
+
+
+def write_with(data: dict[str, Any], out: str, plotter: Any, to_markdown: Any) -> dict[str, Any]:
+    """report.json, report.md (``to_markdown(data, plots)``) and the plots
+    (``plotter(data, out)`` -> (file names, why none)) into ``out``; what was written."""
     os.makedirs(out, exist_ok=True)
-    plots, note = plot(data, out)
+    plots, note = plotter(data, out)
     with open(os.path.join(out, "report.json"), "w") as fh:
         json.dump(data, fh, indent=1)
     with open(os.path.join(out, "report.md"), "w") as fh:
-        fh.write(markdown(data, plots))
-    return {"dir": out, "files": ["report.json", "report.md"] + plots, "plots_skipped": note}
+        fh.write(to_markdown(data, plots))
+    return {"dir": out, "files": ["report.json", "report.md"] + list(plots), "plots_skipped": note}
 
 
 def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
