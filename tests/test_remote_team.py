@@ -5,6 +5,7 @@ harness hooks in a clone validating and leasing against the server."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from helpers import git, make_repo, rev, storm, storm_json
@@ -220,3 +221,39 @@ def test_join_never_moves_a_local_branch_of_the_servers_name(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "would have to move it" in r.stderr, r.stderr
     assert rev(b, "refs/heads/main") == own
     assert git(b, "config", "--get", "storm.mode", check=False).returncode == 1
+
+
+def test_sync_refuses_to_follow_a_branch_that_moved_while_it_waited(tmp_path):
+    """The window between sync reading the branch and moving it: the follow step waits
+    for storm's workspace lock (held here with flock), the branch moves meanwhile (a
+    person's commit), and the follow then refuses -- one line, exit 3 -- leaving the
+    person's commit where it is and the index to git."""
+    import subprocess
+    import sys
+
+    from helpers import flock_waiters, hold, release
+
+    srv, a, b = _team(tmp_path)
+    _write(a, "eng_a", "src/api.py", "A = 1\n")
+    assert storm(a, "commit", "-m", "one").returncode == 0
+    git(a, "push", "-q", "origin", "main")
+    script = ("import json, sys; from storm_git.core.store import Store; "
+              "from storm_git.remote.branch_follow import follow; from storm_git.core.errors import StormError\n"
+              "try:\n    print(json.dumps(follow(Store.discover('.'), 'origin').to_dict()))\n"
+              "except StormError as e:\n    print(json.dumps({'error': e.message})); sys.exit(3)\n")
+    holder = hold(b, "workspace")
+    try:
+        p = subprocess.Popen([sys.executable, "-c", script], cwd=b, stdout=subprocess.PIPE, text=True)
+        lock = b / ".git" / "storm" / "locks" / "workspace"
+        deadline = time.monotonic() + 60
+        while flock_waiters(lock, p.pid) == 0:  # fetched, read the branch, now waiting for the lock
+            assert p.poll() is None and time.monotonic() < deadline, "the follow never waited for the lock"
+            time.sleep(0.02)
+        tree = git(b, "rev-parse", "HEAD^{tree}").stdout.decode().strip()
+        mine = git(b, "commit-tree", tree, "-p", "HEAD", "-m", "a person's commit").stdout.decode().strip()
+        git(b, "update-ref", "refs/heads/main", mine)
+    finally:
+        release(holder)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 3 and "moved while storm was following" in json.loads(out)["error"], out
+    assert rev(b, "refs/heads/main") == mine
