@@ -110,7 +110,9 @@ def test_new_file_shell_edit_failing_edit_and_an_unread_file_in_one_session(harn
                                          "new_string": "# svc"}},
               {"tool": "Bash", "input": {"command": "echo half > src/half.txt; echo failing; exit 3",
                                          "description": "fail"}}],
-        "B": [{"after": ["A", 4], "tool": "Read", "input": {"file_path": client}},
+        # B edits the file A read only once A's session is over: A's failing command must not
+        # meet a stale read of it (that rejection would be right, and the order a race)
+        "B": [{"after": ["A", 6], "tool": "Read", "input": {"file_path": client}},
               {"tool": "Edit", "input": {"file_path": client, "old_string": "def load(url):",
                                          "new_string": "def load(url, retries=1):"}}],
     })
