@@ -44,9 +44,10 @@ def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_agai
     install(repo, home)
     api = str(repo / "src/api.py")
     script = play(harness_bin, repo, home, log, {
+        # A edits only once B has read (B's read is of the old version), and B edits after A
         "A": [{"tool": "Read", "input": {"file_path": api}},
-              {"tool": "Edit", "input": {"file_path": api, "old_string": "def fetch(url):",
-                                         "new_string": "def fetch(url, timeout=10):  # A: callers hang"}}],
+              {"after": ["B", 1], "tool": "Edit", "input": {"file_path": api, "old_string": "def fetch(url):",
+                                                            "new_string": "def fetch(url, timeout=10):  # A: callers hang"}}],
         "B": [{"tool": "Read", "input": {"file_path": api}},
               {"after": ["A", 2], "tool": "Edit",
                "input": {"file_path": api, "old_string": "return http_get(url)", "new_string": "return http_get(url, 5)"}},
