@@ -476,58 +476,8 @@ class Store:
             raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
 
     def tree_with(self, tree: pygit2.Tree, changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
-        """Write ``tree`` with ``changes`` applied (None deletes), rebuilding only
-        the trees along the changed paths; empty directories disappear as in git."""
-        nested: dict = {}
-        for path, value in changes.items():
-            node = nested
-            parts = path.split("/")
-            for part in parts[:-1]:
-                if node.get(part, {}) is None:
-                    node[part] = {}  # the file `part` is deleted and becomes a directory
-                node = node.setdefault(part, {})
-                if not isinstance(node, dict):
-                    break
-            if not isinstance(node, dict):
-                if value is None:
-                    continue  # deleting a file under a directory the write replaces by a file
-                raise BadPath(f"conflicting paths in one write: {path!r}")
-            old = node.get(parts[-1])
-            if isinstance(old, dict):
-                if value is None:
-                    continue  # deleting a file where the write puts a directory
-                if not _only_deletions(old):
-                    raise BadPath(f"conflicting paths in one write: {path!r}")
-            node[parts[-1]] = value
-        oid = self._rebuild(tree, nested)
-        return oid if oid is not None else self.empty_tree()
-
-    def _rebuild(self, tree: pygit2.Tree | None, node: dict) -> pygit2.Oid | None:
-        tb = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        for name, value in node.items():
-            if isinstance(value, dict):
-                sub = None
-                if tree is not None:
-                    try:
-                        obj = tree[name]
-                        if obj.filemode == MODE_TREE:
-                            sub = self.repo[obj.id]
-                    except KeyError:
-                        pass
-                new = self._rebuild(sub, value)
-                if new is None:
-                    if tb.get(name) is not None:
-                        tb.remove(name)
-                else:
-                    tb.insert(name, new, MODE_TREE)
-            elif value is None:
-                if tb.get(name) is not None:
-                    tb.remove(name)
-            else:
-                tb.insert(name, value[0], value[1])
-        if len(tb) == 0:
-            return None
-        return odb_retry(tb.write)
+        """Write ``tree`` with ``changes`` applied (None deletes): :func:`tree_with`."""
+        return tree_with(self.repo, tree, changes)
 
     def empty_tree(self) -> pygit2.Oid:
         return odb_retry(self.repo.TreeBuilder().write)
@@ -535,6 +485,65 @@ class Store:
     def make_commit(self, tree: pygit2.Oid, parents: list[pygit2.Oid], agent: str, message: str) -> pygit2.Oid:
         sig = signature(agent)
         return odb_retry(self.repo.create_commit, None, sig, sig, message, tree, parents)
+
+
+def tree_with(repo: pygit2.Repository, tree: pygit2.Tree,
+              changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
+    """Write ``tree`` with ``changes`` applied (None deletes), rebuilding only
+    the trees along the changed paths; empty directories disappear as in git.
+    A function of the repository, not of a Store: the server (a bare repository)
+    rebuilds queued writes with it too (storm_git.remote.queue_move)."""
+    nested: dict = {}
+    for path, value in changes.items():
+        node = nested
+        parts = path.split("/")
+        for part in parts[:-1]:
+            if node.get(part, {}) is None:
+                node[part] = {}  # the file `part` is deleted and becomes a directory
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        if not isinstance(node, dict):
+            if value is None:
+                continue  # deleting a file under a directory the write replaces by a file
+            raise BadPath(f"conflicting paths in one write: {path!r}")
+        old = node.get(parts[-1])
+        if isinstance(old, dict):
+            if value is None:
+                continue  # deleting a file where the write puts a directory
+            if not _only_deletions(old):
+                raise BadPath(f"conflicting paths in one write: {path!r}")
+        node[parts[-1]] = value
+    oid = _rebuild(repo, tree, nested)
+    return oid if oid is not None else odb_retry(repo.TreeBuilder().write)
+
+
+def _rebuild(repo: pygit2.Repository, tree: pygit2.Tree | None, node: dict) -> pygit2.Oid | None:
+    tb = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+    for name, value in node.items():
+        if isinstance(value, dict):
+            sub = None
+            if tree is not None:
+                try:
+                    obj = tree[name]
+                    if obj.filemode == MODE_TREE:
+                        sub = repo[obj.id]
+                except KeyError:
+                    pass
+            new = _rebuild(repo, sub, value)
+            if new is None:
+                if tb.get(name) is not None:
+                    tb.remove(name)
+            else:
+                tb.insert(name, new, MODE_TREE)
+        elif value is None:
+            if tb.get(name) is not None:
+                tb.remove(name)
+        else:
+            tb.insert(name, value[0], value[1])
+    if len(tb) == 0:
+        return None
+    return odb_retry(tb.write)
 
 
 def _only_deletions(node: dict) -> bool:

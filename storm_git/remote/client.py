@@ -49,8 +49,7 @@ import pygit2
 
 from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
-from ..core.disk import changed_paths
-from ..core.errors import Busy, NotInitialised, RepoStateError, StormError, UsageError
+from ..core.errors import Busy, NotInitialised, RepoStateError, UsageError
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
@@ -60,7 +59,7 @@ from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..core.remote_state import QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
-from . import backoff, transport
+from . import backoff, queue_move, transport
 from .branch_follow import follow
 from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
 
@@ -791,24 +790,15 @@ def _oldest_row(path: str) -> float | None:
         return None
 
 
-_VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)
-
-
 def _rebase_queue(store: Store, remote: str) -> int:
     """Move the writes queued on the local ref onto the server's head as just fetched
     (workspace lock held); returns how many moved. They were queued on an older
     server head ``old``: the last commit the local ref shares with the server's
     history (found, not remembered: a fetch killed halfway has moved the tracking
-    ref already).
-
-    A queued write moves when nothing it was validated against changed: none of the
-    paths of its scope (its ``Storm-Dep`` paths, or its whole read set) nor its
-    targets differ between ``old`` and the new head, nor were written by a write
-    dropped before it in the queue. It then has, on the new parent, exactly the
-    versions it was validated against: its commit is rebuilt there (its own
-    changes on the new tree, ``Storm-Validated-At`` the new parent), and the
-    server's guard checks it like any write. Any other write is dropped, and its
-    writer validates it again."""
+    ref already). The rule is the server's too (:mod:`.queue_move`): a write already
+    on the new head is landed (the server applied it and its answer was lost), one
+    whose scope and targets did not move is rebuilt on the new head, any other is
+    dropped and its writer validates it again."""
     new = _tracked_head(store, remote)
     local = store.ref_target(WORKSPACE_REF)
     if new is None or local is None or local == new or store.descends(local, new):
@@ -818,33 +808,17 @@ def _rebase_queue(store: Store, remote: str) -> int:
         return 0
     walker = store.repo.walk(local, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(old)
-    changed = set(changed_paths(store, store.commit(old).tree, store.commit(new).tree))
-    parent, pairs = new, []
-    for c in walker:
-        found = trailers.parse(c.message)
-        try:
-            prov = trailers.provenance(found)
-            whole = prov is not None and prov.deps is None
-            paths = _read_set_paths(store, c) if whole else frozenset()
-            scope = None if prov is None else set(prov.deps) if not whole else set(paths)
-        except (StormError, ValueError):
-            prov = scope = None
-            whole = False
-        targets = set(found.get("Storm-Path", []))
-        if prov is None or scope is None or len(c.parent_ids) != 1 or (scope | targets) & changed:
-            changed |= targets  # later writes that read these saw this write's versions
-            continue
-        placed = {p: (e.oid, e.mode) if (e := store.entry(c.tree, p)) else None for p in targets}
-        tree = store.tree_with(store.commit(parent).tree, placed)
-        message = _VALIDATED_AT.sub(f"Storm-Validated-At: {parent}", c.message, count=1)
-        parent = store.make_commit(tree, [parent], found["Storm-Agent"][0], message)
-        pairs.append((c.id, parent))
-        if whole:
-            _remember_scope(parent, paths)
+    mv = queue_move.move(store.repo, list(walker), new, lambda c, _prov: _read_set_paths(store, c),
+                         landed=queue_move.landed_since(store.repo, new, old))
+    pairs = mv.moved + [(q, now) for q, now in mv.landed if q != now]
+    for q, now in mv.moved:
+        if q in _SCOPES:
+            _remember_scope(now, _SCOPES[q])
     if pairs:
         _record_rebased(store, pairs)
-        _force(store, WORKSPACE_REF, parent)
-    return len(pairs)
+    if mv.placed or mv.landed:
+        _force(store, WORKSPACE_REF, mv.tip)
+    return len(mv.moved)
 
 
 # queued commit -> the paths of the read set it was validated against (its scope when it
