@@ -201,12 +201,17 @@ def server_hook_check(path: str, as_json: bool) -> None:
         _emit_json(res.to_dict())
     else:
         click.echo(f"storm's guard is active: {res.hook} (runs {res.python})")
+        click.echo("clones' writes are ordered here (refs/storm/inbox/, proc-receive)" if res.ordering else
+                   "clones' writes are not ordered here: they push to refs/storm/workspace with a lease")
 
 
 @server_hook.command("install", context_settings=CONTEXT)
 @click.argument("path", required=False, default=".", metavar="[BARE_REPO]")
+@click.option("--no-order", "no_order", is_flag=True,
+              help="Install the guard only: clones push to refs/storm/workspace with a lease, "
+                   "and a busy team's clones race for it (docs/remote.md).")
 @json_option
-def server_hook_install(path: str, as_json: bool) -> None:
+def server_hook_install(path: str, no_order: bool, as_json: bool) -> None:
     """Install storm's pre-receive guard in the bare repository BARE_REPO (default: .).
 
     The guard refuses a push that moves refs/storm/workspace other than forward
@@ -217,17 +222,27 @@ def server_hook_install(path: str, as_json: bool) -> None:
     pre-receive hook already there is kept and chained. It goes where git runs the
     repository's hooks: hooks/, or the directory core.hooksPath names.
 
+    It also makes the server order the clones' writes: a proc-receive hook
+    (receive.procReceiveRefs = refs/storm/inbox) applies the writes each clone
+    pushes to its inbox in the order they arrive, with the guard's checks, and
+    refs/storm/ordering tells clones to push there instead of racing for a lease
+    on refs/storm/workspace. --no-order leaves that out.
+
     \b
     Example:
       git storm server-hook install /srv/git/project.git
     """
     from storm_git.remote.server_hook import install
 
-    res = install(path)
+    res = install(path, ordering=not no_order)
     if as_json:
         _emit_json(res.to_dict())
     else:
         click.echo(f"installed storm's guard: {res.hook} (runs {res.python})")
+        if res.ordering:
+            click.echo("the server orders clones' writes: they push to refs/storm/inbox/<clone>/ (proc-receive)")
+        elif res.ordering_skipped:
+            click.echo(f"the server does not order writes: {res.ordering_skipped}", err=True)
         if res.shared:
             click.echo(f"core.hooksPath sends this repository's hooks to {os.path.dirname(res.hook)}, outside it: "
                        "every repository using that directory now runs the guard too (it acts only on "

@@ -44,6 +44,7 @@ from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
+GUARD_NAME = "git storm guard"
 HOOK = "pre-receive"
 # Ops whose targets are validated against the base an edit was made on (exec, adopt),
 # not against the read set: their targets' read-set entries may differ from the parent.
@@ -103,6 +104,22 @@ def parse_updates(text: str) -> list[Update]:
 
 # storm's namespaces on a server: a push may touch only the refs storm defines there
 STORM_NAMESPACES = ("refs/storm/", "refs/notes/storm/")
+# A clone's inbox (storm_git.remote.server_order, the proc-receive hook, orders what is
+# pushed there) and the ref that tells clones the server has one.
+INBOX_PREFIX = "refs/storm/inbox/"
+ORDERING_REF = "refs/storm/ordering"
+PROC_RECEIVE = "proc-receive"
+NO_ORDERING = ("this server does not order writes (no storm proc-receive hook, or receive.procReceiveRefs "
+               "does not name refs/storm/inbox): git storm server-hook install")
+
+
+def ordering_configured(repo: pygit2.Repository) -> bool:
+    """Whether git hands pushes to the inbox to storm's proc-receive hook."""
+    try:
+        names = list(repo.config.get_multivar("receive.procReceiveRefs"))
+    except (KeyError, pygit2.GitError):
+        names = []
+    return INBOX_PREFIX.rstrip("/") in names and _is_ours(os.path.join(hooks_dir(repo.path), PROC_RECEIVE))
 
 
 def check(repo: pygit2.Repository, updates: list[Update]) -> Verdict:
@@ -119,6 +136,11 @@ def check(repo: pygit2.Repository, updates: list[Update]) -> Verdict:
             elif u.ref.startswith(AGENTS_PREFIX):
                 _check_agent_ref(u)
                 _check_forward(repo, u, "the journals provenance points into are never rewritten")
+            elif u.ref.startswith(INBOX_PREFIX):
+                if not ordering_configured(repo):  # else the proc-receive hook takes it, and checks it
+                    raise Refused(NO_ORDERING)
+            elif u.ref == ORDERING_REF:
+                raise Refused("it says this server orders writes: git storm server-hook install sets it")
             elif u.ref.startswith(STORM_NAMESPACES) and u.new != ZERO:  # deleting leftovers is allowed
                 raise Refused(f"not a ref storm defines (a server takes {WORKSPACE_REF}, {RESERVATIONS_REF} "
                               f"and {AGENTS_PREFIX}<agent> under storm's names)")
@@ -312,6 +334,8 @@ class InstallResult:
     # core.hooksPath names a directory outside the repository (several repositories'
     # hooks): the guard runs for their pushes too (it acts only on storm's refs)
     shared: bool = False
+    ordering: bool = False  # the proc-receive hook orders clones' writes (server_order)
+    ordering_skipped: str | None = None  # why it does not
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -327,20 +351,29 @@ def render(python: str) -> str:
             "# trailers or provenance, and provenance that contradicts the parent. See docs/remote.md.\n"
             f"STORM_PYTHON={_sh_quote(python)}\n"
             'input=$(cat)\n'
-            "# only pushes that move storm's guarded refs pay for the interpreter\n"
+            "# a push to a clone's inbox is checked by the proc-receive hook; without it, refused\n"
             'case "$input" in\n'
-            f'*" {WORKSPACE_REF}"*|*" {AGENTS_PREFIX}"*)\n'
-            '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1 ;;\n'
+            f'*" {INBOX_PREFIX}"*)\n'
+            f'    if ! git config --get-all receive.procReceiveRefs | grep -qx {INBOX_PREFIX.rstrip("/")} ||\n'
+            f'       ! grep -q {MARKER} "$(dirname "$0")/{PROC_RECEIVE}" 2>/dev/null; then\n'
+            f'        echo "{GUARD_NAME}: refused {INBOX_PREFIX}: {NO_ORDERING}" >&2; exit 1\n'
+            '    fi ;;\n'
             'esac\n'
+            "# only pushes that move storm's refs (but for the inbox) pay for the interpreter\n"
+            f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}" | grep -q " refs/storm/\\| refs/notes/storm/"; then\n'
+            '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1\n'
+            'fi\n'
             'if [ -x "$0.storm-chained" ]; then\n'
             '    printf "%s\\n" "$input" | "$0.storm-chained" "$@" || exit 1\n'
             "fi\n"
             "exit 0\n")
 
 
-def install(path: str) -> InstallResult:
+def install(path: str, ordering: bool = True) -> InstallResult:
     """Write the pre-receive hook into the bare repository at ``path`` (idempotent;
-    a hook that was there is kept as ``pre-receive.storm-chained`` and still runs)."""
+    a hook that was there is kept as ``pre-receive.storm-chained`` and still runs);
+    with ``ordering``, the proc-receive hook that orders clones' writes too
+    (storm_git.remote.server_order)."""
     repo = _bare(path)
     hooks = hooks_dir(repo.path)
     os.makedirs(hooks, exist_ok=True)
@@ -355,7 +388,48 @@ def install(path: str) -> InstallResult:
     replace_file(target, render(sys.executable).encode("utf-8"), mode=0o755)
     gitdir = os.path.realpath(repo.path)
     shared = os.path.commonpath([gitdir, os.path.realpath(hooks)]) != gitdir
-    return InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile(), shared)
+    res = InstallResult(os.path.normpath(repo.path), target, chained, sys.executable, _precompile(), shared)
+    if ordering:
+        res.ordering_skipped = _install_ordering(repo, hooks)
+        res.ordering = res.ordering_skipped is None
+    else:
+        _delete_ref(repo, ORDERING_REF)  # clones push to the workspace with a lease again
+    return res
+
+
+def render_proc_receive(python: str) -> str:
+    return (f"#!/bin/sh\n# {MARKER}: storm's ordering of the writes clones push to {INBOX_PREFIX}<clone>/\n"
+            "# (git storm server-hook install): applied in arrival order, checked as the guard checks.\n"
+            f"exec {_sh_quote(python)} -m storm_git.remote.server_order proc-receive\n")
+
+
+def _install_ordering(repo: pygit2.Repository, hooks: str) -> str | None:
+    """The proc-receive hook, ``receive.procReceiveRefs`` and the ref that tells clones
+    (their inbox); why not, when a proc-receive hook of another tool is there (one
+    hook speaks git's protocol for all of a push's refs: it cannot be chained)."""
+    target = os.path.join(hooks, PROC_RECEIVE)
+    if os.path.lexists(target) and not _is_ours(target):
+        _delete_ref(repo, ORDERING_REF)
+        return (f"{target} is another tool's: clones push to {WORKSPACE_REF} with a lease (storm orders "
+                "writes only with its own proc-receive hook)")
+    replace_file(target, render_proc_receive(sys.executable).encode("utf-8"), mode=0o755)
+    if INBOX_PREFIX.rstrip("/") not in list(repo.config.get_multivar("receive.procReceiveRefs")):
+        run_git(["config", "--add", "receive.procReceiveRefs", INBOX_PREFIX.rstrip("/")], repo.path,
+                env={"GIT_DIR": repo.path})
+    for sub in ("order", "locks"):  # made here, by the repository's owner (the hooks may run as others)
+        os.makedirs(os.path.join(repo.path, "storm", sub), exist_ok=True)
+    if repo.references.get(ORDERING_REF) is None:
+        sig = pygit2.Signature("git storm", "storm@storm.invalid")
+        tree = repo.TreeBuilder().write()
+        note = (f"git storm: this server orders writes\n\nClones push their queued writes to "
+                f"{INBOX_PREFIX}<clone>/workspace; storm's proc-receive hook applies them in arrival order.\n")
+        repo.references.create(ORDERING_REF, repo.create_commit(None, sig, sig, note, tree, []))
+    return None
+
+
+def _delete_ref(repo: pygit2.Repository, name: str) -> None:
+    if repo.references.get(name) is not None:
+        repo.references.delete(name)
 
 
 def _bare(path: str) -> pygit2.Repository:
@@ -381,6 +455,7 @@ class GuardStatus:
     repository: str
     hook: str  # where git runs the pre-receive hook from
     python: str | None  # the interpreter the hook names
+    ordering: bool = False  # clones' writes are ordered here (refs/storm/ordering, the proc-receive hook)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -412,7 +487,14 @@ def check_installed(path: str) -> GuardStatus:
     if r.returncode != 0:
         raise GuardInactive(f"the guard's interpreter {python} cannot import git storm: every push to storm's refs "
                             "is refused", hint=hint + " (with the Python that has git storm)")
-    return GuardStatus(os.path.normpath(repo.path), target, python)
+    ordering = repo.references.get(ORDERING_REF) is not None
+    if ordering and not ordering_configured(repo):
+        raise GuardInactive(f"{ORDERING_REF} tells clones this server orders writes, but {NO_ORDERING.split(': ')[0]}: "
+                            "every write then pushes twice (the inbox refused, then the lease)", hint=hint)
+    if ordering and not os.access(os.path.join(hooks_dir(repo.path), PROC_RECEIVE), os.X_OK):
+        raise GuardInactive(f"{os.path.join(hooks_dir(repo.path), PROC_RECEIVE)} is not executable: git cannot run it",
+                            hint=hint)
+    return GuardStatus(os.path.normpath(repo.path), target, python, ordering)
 
 
 def hooks_dir(gitdir: str) -> str:

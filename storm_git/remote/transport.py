@@ -225,6 +225,9 @@ class PushOutcome:
     returncode: int
     refs: dict[str, tuple[str, str]] = field(default_factory=dict)
     stderr: str = ""
+    # every line (flag, source, destination, summary), in the server's order: a
+    # server that orders writes answers one line per write, all for one destination
+    lines: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -261,21 +264,27 @@ class PushOutcome:
         return not self.refs and any(u in low for u in _UNREACHABLE)
 
 
-def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]]) -> PushOutcome:
+def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]], *,
+         atomic: bool = True) -> PushOutcome:
     """One ``git push --atomic --porcelain``: ``updates`` are (source oid, destination
     ref, lease). A lease is the oid the server must still have ("" = must be absent);
-    None pushes without force (the server refuses a non-fast-forward)."""
+    None pushes without force (the server refuses a non-fast-forward). ``atomic``
+    False: a push to an inbox, whose hook answers for all its refs at once anyway."""
     check_remote(store, remote)
-    args = ["push", "--atomic", "--porcelain", "--no-verify", "--quiet"]
+    # --quiet keeps the lines of refs that failed only; an inbox's answers are all needed
+    args = ["push", *(["--atomic", "--quiet"] if atomic else []), "--porcelain", "--no-verify"]
     args += [f"--force-with-lease={dst}:{lease}" for _src, dst, lease in updates if lease is not None]
     args.append(remote)
     args += [f"{src}:{dst}" for src, dst, _lease in updates]
-    r = _git(store, args, PUSH_TIMEOUT)
+    # an inbox's answers name commits this clone may not have: whole ids (git >= 2.31)
+    r = _git(store, args, PUSH_TIMEOUT, [] if atomic else ["-c", "core.abbrev=no"])
     out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
     for line in r.stdout.decode("utf-8", "replace").splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and ":" in parts[1]:
-            out.refs[parts[1].split(":", 1)[1]] = (parts[0], parts[2])
+            src, dst = parts[1].split(":", 1)
+            out.refs[dst] = (parts[0], parts[2])
+            out.lines.append((parts[0], src, dst, parts[2]))
     return out
 
 
