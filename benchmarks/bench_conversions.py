@@ -49,7 +49,8 @@ def main() -> None:
 
     import pygit2
 
-    import storm_git.core.disk as disk
+    import storm_git.disk.safe_fs as safe_fs
+    import storm_git.disk.sync as disk_sync
     import storm_git.storm.shared as shared
     from storm_git import open_workspace
     from storm_git.core.convert import Conversions
@@ -99,10 +100,10 @@ def main() -> None:
 
     on, off, fl = [], [], []
     for i in range(2 * args.writes):
-        shared.Conversions = disk.Conversions = Conversions if i % 2 == 0 else Off
+        shared.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions if i % 2 == 0 else Off
         (on if i % 2 == 0 else off).append(write("plain", i))
         fl.append(floor("plain", i))
-    shared.Conversions = disk.Conversions = Conversions
+    shared.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions
     crlf, crlf_fl = [], []
     for i in range(args.writes):
         crlf.append(write("crlf", i))

@@ -401,8 +401,9 @@ class PhaseProfiler:
 
 
 def install_phases(prof: PhaseProfiler) -> None:
-    import storm_git.core.disk as disk
     import storm_git.core.locks as locks
+    import storm_git.disk.safe_fs as safe_fs
+    import storm_git.disk.sync as disk_sync
     import storm_git.core.notes as notes
     import storm_git.core.readsets as readsets
     import storm_git.core.reservations as reservations
@@ -438,10 +439,9 @@ def install_phases(prof: PhaseProfiler) -> None:
     prof.wrap(notes, "update_notes", "notes commit (update_notes)")
     prof.wrap(reservations, "get", "reservation check")
     prof.wrap(shared, "materialize", "materialize to disk")
-    prof.wrap(disk, "disk_oid", "hash file on disk (disk_oid)")
-    prof.wrap(disk, "known_version", "history walk (known_version)")
-    prof.wrap(disk, "_write_file", "write file + rename")
-    for mod in (shared, readsets, disk):
+    prof.wrap(safe_fs, "disk_oid", "hash file on disk (disk_oid)")
+    prof.wrap(safe_fs, "write_file", "write file + rename")
+    for mod in (shared, readsets, disk_sync):
         prof.wrap_cm(mod, "flocked")
 
     class _Fcntl:  # time the flock() syscall (waiting) separately

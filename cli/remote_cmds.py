@@ -109,7 +109,7 @@ def join(remote: str, as_json: bool) -> None:
 
 def sync_remote(as_json: bool) -> None:
     """``git storm sync`` without AGENT in a clone with storm.remote (from worktree_cmds.sync)."""
-    from storm_git.core.disk import FAILED, KEPT, WRITTEN
+    from storm_git.disk.sync import FAILED, KEPT, WRITTEN
     from storm_git.remote.client import sync_remote as do_sync
 
     from storm_git.core.errors import UsageError

@@ -335,7 +335,7 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
       git config --add storm.restricted __init__.py
       git storm assign --json
     """
-    from storm_git.core import scope
+    from storm_git.core import assignments as scope
     from storm_git.core.errors import UsageError
 
     files = tuple(globs) + tuple(files)

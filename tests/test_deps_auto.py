@@ -1,5 +1,5 @@
 """``--deps auto`` / ``storm.deps=auto``: a write is validated against the read files
-its new content depends on (storm_git.core.depscope), never fewer than a real conflict
+its new content depends on (storm_git.deps.scope), never fewer than a real conflict
 needs: an unrelated stale read is let through, a changed import, name-defining
 file or importer is still a rejection, and other languages use the whole read set."""
 from __future__ import annotations
@@ -225,7 +225,7 @@ def test_module_walk_matches_ast_walk_on_real_code():
     import ast
     from pathlib import Path
 
-    from storm_git.core import depscope
+    from storm_git.deps import scope as depscope
 
     root = Path(depscope.__file__).resolve().parents[1]
     files = sorted(root.rglob("*.py"))
@@ -245,7 +245,7 @@ def test_written_module_is_parsed_once(repo):
     write of that file finds the head's version parsed: the same analysis object."""
     import pygit2
 
-    from storm_git.core import depscope
+    from storm_git.deps import scope as depscope
     from storm_git.core.store import Store
 
     depscope._INFO.clear()

@@ -1,4 +1,4 @@
-"""``--deps auto`` looks inside a moved dependency (storm_git.core.depimpact): a read
+"""``--deps auto`` looks inside a moved dependency (storm_git.deps.impact): a read
 file another agent changed is left out of the scope only when its change touches no
 name the write uses; every change that can reach the write still rejects it.
 

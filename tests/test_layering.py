@@ -24,15 +24,17 @@ PACKAGES = {"storm_git": ROOT, "storm_git.cli": TOP / "cli", "storm_git.hooks": 
 # what each layer may import from (besides itself and the standard library)
 ALLOWED = {
     "core": set(),
-    "storm": {"core"},
-    "worktree": {"core"},
+    "disk": {"core"},  # the working tree on disk: safe file primitives, the disk record, sync
+    "deps": {"core"},  # Python-source analysis: which files a write depends on
+    "storm": {"core", "disk", "deps"},
+    "worktree": {"core", "disk", "deps"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
-    "admin": {"core", "storm", "worktree", "hooks"},
-    "remote": {"core", "storm", "admin"},  # storm mode on a git server; init/join set up
+    "admin": {"core", "disk", "storm", "worktree", "hooks"},
+    "remote": {"core", "disk", "storm", "admin"},  # storm mode on a git server; init/join set up
     "api": {"core", "storm", "worktree", "remote"},
-    "integrations": {"core", "storm", "worktree", "remote", "api"},
-    "sim": {"core", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
-    "cli": {"core", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
+    "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
+    "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
+    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
 }
 
 

@@ -521,32 +521,33 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
     paths left behind the shared head (a writer killed between its CAS and its
     disk write, when no command has come by since). Unmediated edits are not a
     fault: status lists them."""
-    from ..core import disk
+    from ..core import tree_diff
+    from ..disk import record, safe_fs, sync as disk_sync
 
     with flocked(store.commondir, "worktree"):
         try:
-            rec = disk.load(store)
+            rec = record.load(store)
         except CorruptState as exc:
-            f = Finding("corrupt_disk_record", disk.record_path(store), exc.message, True)
+            f = Finding("corrupt_disk_record", record.record_path(store), exc.message, True)
             out.append(f)
             if fix:  # what is on disk now is taken as what storm put there; differences show as edits
                 head = store.ref_target(WORKSPACE_REF)
-                disk.reset(store, store.commit(head).tree.id, head)
+                record.reset(store, store.commit(head).tree.id, head)
                 f.fixed = True
             return
         head = store.ref_target(WORKSPACE_REF)
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
+        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
                                     *rec.pending])
         behind = []
         conv = Conversions(store)
         for p in candidates:
-            want = disk.entry_or_none(store, htree, p)
+            want = record.entry_or_none(store, htree, p)
             if rec.get(store, p) == want:
                 continue
-            have = disk.disk_state(store.main_workdir, p, conv=conv)
-            if not disk.same(have, want) and rec.is_storms(store, p, have):
+            have = safe_fs.disk_state(store.main_workdir, p, conv=conv)
+            if not safe_fs.same(have, want) and rec.is_storms(store, p, have):
                 behind.append(p)
         if not behind:
             return
@@ -555,5 +556,5 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
                     "(a writer died before its disk write, or the disk refused it); any storm command brings them forward", True)
         out.append(f)
         if fix:
-            res = disk.sync_locked(store, behind, full=True)
-            f.fixed = all(res.outcomes.get(p) in (disk.WRITTEN, disk.CURRENT) for p in behind)
+            res = disk_sync.sync_locked(store, behind, full=True)
+            f.fixed = all(res.outcomes.get(p) in (disk_sync.WRITTEN, disk_sync.CURRENT) for p in behind)

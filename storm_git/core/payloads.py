@@ -143,7 +143,7 @@ class WriteResult:
     flags: list[str] = field(default_factory=list)
     reservation_wait: ReservationWait | None = None  # part of ``waited`` spent on a reservation
     # --deps auto: read files that moved since read, left out of the scope because their
-    # change touches nothing the write uses (path -> why; storm_git.core.depimpact)
+    # change touches nothing the write uses (path -> why; storm_git.deps.impact)
     unaffected: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class Provenance:
     """What a write was validated against, as its commit's trailers carry it."""
 
     validated_at: str  # the head (the commit's parent)
-    scope: str  # all, deps, auto, auto:all (storm_git.core.depscope.FALLBACK)
+    scope: str  # all, deps, auto, auto:all (storm_git.deps.scope.FALLBACK)
     base: str  # the read-set note blob the agent's journal extended, or "none"
     reads: int  # how many of that journal's reads counted
     deps: list[str] | None = field(default=None)  # the scope's paths (deps, auto); None: the whole read set

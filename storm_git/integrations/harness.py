@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ..core import disk, events, readsets, reservations
+from ..core import events, readsets, reservations
+from ..disk import record, safe_fs, sync as disk_sync
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
@@ -350,27 +351,27 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     before = readsets.load(store, agent)
     news: list[str] = []
     with flocked(store.commondir, "worktree"):
-        rtree, _ = disk.record_tree(store)
+        rtree, _ = disk_sync.record_tree(store)
         head = ws.head()
         tree = store.commit(head).tree
         behind, unmediated = [], []
         conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p, conv=conv)
+            have = safe_fs.disk_state(top, p, conv=conv)
             if have is False:
                 continue  # a directory (or a path through a link): nothing storm versions
-            cur = disk.entry_or_none(store, tree, p)
-            base = disk.entry_or_none(store, rtree, p)
-            if disk.same(have, cur):
+            cur = record.entry_or_none(store, tree, p)
+            base = record.entry_or_none(store, rtree, p)
+            if safe_fs.same(have, cur):
                 entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
                 seen = before.get(p)
                 if seen is not None and seen.blob != (hex_(cur.oid) if cur else None):
                     news.append(_news(ws, p, seen, cur, head))
             else:
                 entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
-                (behind if disk.same(have, base) else unmediated).append(p)
+                (behind if safe_fs.same(have, base) else unmediated).append(p)
         if behind:
-            disk.sync_locked(store, behind)
+            disk_sync.sync_locked(store, behind)
     if entries:
         readsets.record(store, agent, entries, why="harness read")
     notes = list(news)
@@ -422,7 +423,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
         known = readsets.load(store, agent)
         head = ws.head()
         tree = store.commit(head).tree
-        implicit = [ReadEntry(p, hex_(getattr(disk.entry_or_none(store, tree, p), "oid", None)), str(head))
+        implicit = [ReadEntry(p, hex_(getattr(record.entry_or_none(store, tree, p), "oid", None)), str(head))
                     for p in paths if p not in known]
         if implicit:
             readsets.record(store, agent, implicit, why="harness patch context")
@@ -448,7 +449,7 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
                                   {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
                                    "time": time.time(), "since": now,
                                    "tool_use_id": event.tool_use_id,
-                                   "disk": {p: _encode_state(disk.disk_state(store.main_workdir, p))
+                                   "disk": {p: _encode_state(safe_fs.disk_state(store.main_workdir, p))
                                             for p in paths}})
                     break
                 granted = ws._reject_locked(agent, OP, paths, verdict, head, now, hold)
@@ -522,7 +523,7 @@ def _never_ran(store: Store, lease: Reservation, now: float) -> bool:
         if (not isinstance(rec, dict) or rec.get("kind") != "write" or lease.path not in (rec.get("paths") or [])
                 or rec.get("since") != lease.since or not isinstance(rec.get("disk"), dict)):
             continue
-        return all(_encode_state(disk.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
+        return all(_encode_state(safe_fs.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
                    for p in rec["paths"])
     return False
 
@@ -559,20 +560,20 @@ def _post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
     with flocked(store.commondir, "worktree"):
-        rtree, _ = disk.record_tree(store)
+        rtree, _ = disk_sync.record_tree(store)
         tree = store.commit(ws.head()).tree
         conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p, conv=conv)
-            if disk.same(have, disk.entry_or_none(store, tree, p)) or have is False:
+            have = safe_fs.disk_state(top, p, conv=conv)
+            if safe_fs.same(have, record.entry_or_none(store, tree, p)) or have is False:
                 continue  # nothing new (or a directory: not a file storm records)
             tracking.check_recordable(store, p, have, ws)
             content = tracking._read_disk(store, p) if have is not None else None
             if content is not None:
                 ws._check_size(p, content)
-            changes[p] = tracking._with_mode(content, have, disk.entry_or_none(store, rtree, p))
+            changes[p] = tracking._with_mode(content, have, record.entry_or_none(store, rtree, p))
             expected[p] = (expected_before[p] if p in expected_before
-                           else hex_(getattr(disk.entry_or_none(store, rtree, p), "oid", None)))
+                           else hex_(getattr(record.entry_or_none(store, rtree, p), "oid", None)))
     if not changes:
         if _release(store, agent, paths):
             ws.publish_reservations()
@@ -613,8 +614,8 @@ def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult
     dev = os.stat(store.main_workdir).st_dev
     with flocked(store.commondir, "worktree"):
         ws.head()
-        disk.sync_locked(store, full=True)  # behind paths forward: they are not the command's
-        start, _ = disk.record_tree(store)
+        disk_sync.sync_locked(store, full=True)  # behind paths forward: they are not the command's
+        start, _ = disk_sync.record_tree(store)
         use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
         mark = tracking.clock_mark(store, dev) if use_clock else None
         before = tracking.snapshot(store) if mark is None else None

@@ -488,7 +488,7 @@ class StormTools:
 
     def assign(self, assignee: str | None = None, files: list[str] | None = None, task: str | None = None,
                allow_overlap: bool = False, clear: bool = False) -> ToolOutcome:
-        from ..core import scope
+        from ..core import assignments as scope
 
         if assignee is None:
             if files or task or clear:

@@ -108,7 +108,7 @@ class RemoteWorkspace(SharedWorkspace):
         with exchanging(self.store):
             self._fetch_adopt(None if notes else self._own_notes(agent))
         if disk:
-            from ..core.disk import sync
+            from ..disk.sync import sync
 
             sync(self.store)
         return self.head()
@@ -445,7 +445,7 @@ class RemoteWorkspace(SharedWorkspace):
         res.cas_retries += self._moves  # a push refused, the write moved onto the newer head: a retry
         self._push_reservations()
         if res.commit is None:  # no commit of ours was materialized: the fetch may have moved the head
-            from ..core.disk import sync
+            from ..disk.sync import sync
 
             sync(self.store)
         return res
@@ -1022,7 +1022,8 @@ def join(store: Store, remote: str) -> JoinResult:
     working tree to the shared head through the disk record (local edits stay). A
     clone whose branch has no commit yet (the server's HEAD named a branch it lacks)
     is put on the server's branch first, before anything is written to disk."""
-    from ..core.disk import KEPT, record_path, reset, sync
+    from ..disk.sync import KEPT, sync
+    from ..disk.record import record_path, reset
     from ..admin.hooks_install import install
 
     transport.check_remote(store, remote)
@@ -1134,7 +1135,7 @@ class RemoteSyncResult:
 def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     """``git storm sync``: fetch the storm refs and converge the working tree to the
     shared head (a local unmediated edit is kept, as everywhere in storm)."""
-    from ..core.disk import sync
+    from ..disk.sync import sync
 
     before = store.ref_target(WORKSPACE_REF)
     ws = RemoteWorkspace(store, remote)

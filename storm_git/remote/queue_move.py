@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from ..core import trailers
-from ..core.disk import changed_paths
+from ..core.tree_diff import changed_paths
 from ..core.errors import StormError
 from ..core.store import odb_retry, tree_with
 

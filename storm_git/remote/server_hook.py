@@ -231,7 +231,7 @@ def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.T
     names, no link leading out of the tree or into .git, no link for a file git reads)
     and, for a write, the server's own ``storm.maxFileBytes``: a client's limit is the
     client's word, the server's config is what it enforces. (A clone refuses such an
-    entry too, for servers without this guard: storm_git.core.disk.refused_entry.)"""
+    entry too, for servers without this guard: storm_git.disk.sync.refused_entry.)"""
     if parent is None:
         found = tree_rules.refusals(repo, c.tree)
     else:

@@ -25,13 +25,14 @@ from typing import Any
 
 import pygit2
 
-from ..core import casefold, depimpact, depscope, events, history, intents, maintenance, readsets, reservations, trailers
+from ..core import casefold, events, history, intents, maintenance, readsets, reservations, trailers
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
-from ..core.disk import _parent_fd as disk_parent
-from ..core.disk import changed_paths, check_record
-from ..core.disk import materialize
+from ..disk.safe_fs import parent_fd as disk_parent
+from ..core.tree_diff import changed_paths
+from ..disk.record import check_record
+from ..disk.sync import materialize
 from ..core.errors import BadPath, NotFound, NotInitialised, StormError, UsageError
 from ..core.files import reason
 from ..core.locks import flocked
@@ -53,7 +54,8 @@ from ..core.payloads import (
 )
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
-from ..core.scope import OUTSIDE_ASSIGNMENT, flag_storm_write
+from ..deps import impact as depimpact, scope as depscope
+from ..core.assignments import OUTSIDE_ASSIGNMENT, flag_storm_write
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.workspace import BaseWorkspace
 from . import branch, rebased
@@ -68,7 +70,7 @@ RESERVING_REASONS = (DIRECT_CONFLICT, STALE_DEPENDENCY)
 HISTORY_LIMIT = 256
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 # ``deps=AUTO_DEPS`` (or ``storm.deps=auto``): validate against the read files the write
-# depends on, computed (storm_git.core.depscope), instead of the whole read set.
+# depends on, computed (storm_git.deps.scope), instead of the whole read set.
 AUTO_DEPS = depscope.AUTO
 DEPS_KEY = "storm.deps"
 
@@ -388,7 +390,7 @@ class SharedWorkspace(BaseWorkspace):
                     verdict = self._validate_at(head, tree, pre, paths, reads, scope, expected, changes)
                     if verdict.reason == STALE_DEPENDENCY and auto is not None and auto.paths is not None:
                         # moved files whose change touches nothing the write uses leave the
-                        # computed scope (storm_git.core.depimpact); the rest still reject
+                        # computed scope (storm_git.deps.impact); the rest still reject
                         try:
                             impact = depimpact.judge(store, agent, changes, reads, tree, verdict.stale)
                         except (RecursionError, MemoryError, ValueError, KeyError, TypeError) as exc:
@@ -465,7 +467,7 @@ class SharedWorkspace(BaseWorkspace):
         res_wait = ReservationWait(held_by.holder, held_by.path, blocked_end - blocked_at) if held_by else None
         if verdict.reason is None:
             # after the lock (they read only the immutable parent tree and commit):
-            # outside the agent's assignment, allowed but flagged and logged (storm_git.core.scope);
+            # outside the agent's assignment, allowed but flagged and logged (storm_git.core.assignments);
             # a line another agent annotated, deleted or rewritten: flagged and logged (storm_git.core.intents)
             # The write is on the shared ref: from here on nothing may turn it into an
             # error (a full disk, a bad setting). What fails is said in the answer.
@@ -810,7 +812,7 @@ class SharedWorkspace(BaseWorkspace):
         A directory (``.`` for all) means every edited or deleted file of the shared
         state under it, as ``git checkout -- DIR`` restores tracked files: files the
         shared state does not have (``added``) are left, as git leaves untracked ones."""
-        from ..core.disk import restore
+        from ..disk.sync import restore
 
         if not paths:
             raise UsageError("no path given", hint="git storm checkout PATH... (git storm status lists them)")

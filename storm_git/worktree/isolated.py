@@ -17,7 +17,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, history, readsets, scope
+from ..core import assignments as scope, events, history, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from ..core.files import index_copy, read_regular
@@ -25,7 +25,7 @@ from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import ReadEntry
-from ..core.disk import UnsafePath, remove_path, write_file
+from ..disk.safe_fs import UnsafePath, remove_path, write_file
 from ..core.workspace import BaseWorkspace
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF
 from . import radar

@@ -1,6 +1,6 @@
 """Whether a dependency that moved since the agent read it touches what the write uses.
 
-``--deps auto`` (storm_git.core.depscope) keeps a read file in a write's scope
+``--deps auto`` (storm_git.deps.scope) keeps a read file in a write's scope
 when the new content imports it, takes names from it, or is imported by it. A
 file in that scope that another agent changed meanwhile still rejects the write
 as a stale dependency, even when the change is to a function the write never
@@ -82,10 +82,10 @@ from typing import Any
 
 import pygit2
 
-from .depscope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse_new, python_targets, resolve,
+from .scope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse_new, python_targets, resolve,
                        target_deps)
-from .readsets import ReadEntry
-from .store import Store
+from ..core.readsets import ReadEntry
+from ..core.store import Store
 
 Uses = dict[str, "set[str] | None"]  # per read file, the names used; None: used as a whole
 
