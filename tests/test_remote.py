@@ -871,10 +871,13 @@ def test_a_refused_push_is_exit_3_and_changes_nothing(tmp_path):
 
 def test_guard_runs_only_for_storm_refs_and_fails_closed(guarded):
     """A branch push does not start the interpreter; a storm push whose guard cannot
-    run (its interpreter is gone) is refused, not let through."""
+    run (its interpreter is gone: the pre-receive guard's and the proc-receive hook's
+    that orders writes) is refused, not let through."""
     srv, a = guarded
     hook = srv / "hooks" / "pre-receive"
     hook.write_text(hook.read_text().replace("STORM_PYTHON=", "STORM_PYTHON='/nonexistent/python' #"))
+    order = srv / "hooks" / "proc-receive"
+    order.write_text(order.read_text().replace("exec ", "exec '/nonexistent/python' #"))
     git(a, "commit", "-q", "--allow-empty", "--no-verify", "-m", "more")
     assert _push(a, "main").returncode == 0
     assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0

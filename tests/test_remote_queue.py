@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 import helpers
 from helpers import git, release, rev, snapshot_refs, start_write, storm, storm_json
 from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log, server_provenance  # noqa: F401 (daemon: fixture)
@@ -95,15 +97,18 @@ def test_writers_of_one_clone_land_in_one_push(tmp_path, daemon):  # noqa: F811
     assert rev(a, WS) == rev(a, TRACKED) == rev(srv, WS)
 
 
-def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_changed(tmp_path):
+@pytest.mark.parametrize("order", ["lease", "server"])
+def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_changed(tmp_path, order):
     """While three writes wait in clone a's queue, clone b lands a write of src/util.py.
-    a's push is refused (stale lease); after the fetch the queue is moved onto the new
-    head where it still holds: x (its read set and target untouched by b) is rebuilt
-    there without being validated again; y (it read src/util.py) and w (it writes
-    src/util.py) are dropped, and their writers get the usual rejections, given at a
-    head that is on the server."""
+    With the lease, a's push is refused (stale lease) and after the fetch the queue is
+    moved onto the new head; on a server that orders writes, the server moves it. The
+    same rule either way: x (its read set and target untouched by b) is rebuilt there
+    without being validated again; y (it read src/util.py) and w (it writes
+    src/util.py) are not applied, and their writers get the usual rejections, given at
+    a head that is on the server."""
     srv = bare(tmp_path / "proj.git")
-    assert storm(srv, "server-hook", "install", str(srv)).returncode == 0  # it checks the moved write too
+    install = ["server-hook", "install", str(srv)] + (["--no-order"] if order == "lease" else [])
+    assert storm(srv, *install).returncode == 0  # it checks the moved write too
     a = seed(tmp_path, f"file://{srv}")
     b = clone(tmp_path, f"file://{srv}", "b")
     reads = {"eng_x": ["src/api.py"], "eng_y": ["README.md", "src/util.py"], "eng_w": ["src/util.py"]}
@@ -136,8 +141,11 @@ def test_a_stale_lease_moves_the_queue_onto_the_new_head_or_drops_what_it_change
     assert server_log(srv)[:2] == [rx["commit"], rz["commit"]]
     assert rev(a, WS) == rev(srv, WS) and (a / "src/util.py").read_text() == "Z\n"
     assert (a / "src/api.py").read_text() == "X\n"
-    # the stale lease opened the clone's back-off window; the push that landed closed it
-    assert (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
+    if order == "lease":  # the stale lease opened the clone's back-off window; the push that landed closed it
+        assert (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
+    else:  # the server ordered it: no lease was lost, nothing to back off from
+        assert not (a / ".git/storm/remote-gate").exists() or \
+            (a / ".git/storm/remote-gate").read_text().split()[0] == "0"
 
 
 def blocked_on(repo: Path, lock: str, pid: int) -> bool:

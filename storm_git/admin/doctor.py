@@ -99,6 +99,7 @@ from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
     REMOTE_TRACKING_PREFIX,
+    ORDERING_REF,
     RESERVATIONS_REF,
     FUTURE_REF_LOCK_SECONDS,
     STALE_REF_LOCK_SECONDS,
@@ -197,7 +198,7 @@ def _unused_remote_state(store: Store) -> tuple[list[str], list[str]]:
     for name in store.refs_under(REMOTE_TRACKING_PREFIX):
         rest = name[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
         if len(rest) == 2 and not rest[1].startswith("notes/storm/") \
-                and rest[1] not in {r[len("refs/"):] for r in (WORKSPACE_REF, RESERVATIONS_REF)}:
+                and rest[1] not in {r[len("refs/"):] for r in (WORKSPACE_REF, RESERVATIONS_REF, ORDERING_REF)}:
             refs.append(name)
     root = os.path.join(store.commondir, "storm")
     files = [os.path.join(root, "remote-clone"), os.path.join(root, "relay")]

@@ -20,6 +20,9 @@ from .files import no_space, size_limited
 
 WORKSPACE_REF = "refs/storm/workspace"
 RESERVATIONS_REF = "refs/storm/reservations"
+# On a server: it exists where storm's proc-receive hook orders the writes clones push
+# to their inbox (storm_git.remote.server_order); clones copy it like the others.
+ORDERING_REF = "refs/storm/ordering"
 EVENTS_REF = "refs/storm/log"
 # One notes ref per agent holds its read set and its folded journals (which its
 # writes' provenance trailers point into).

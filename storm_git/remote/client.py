@@ -59,7 +59,7 @@ from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..core.remote_state import QUEUE_FILE, REBASED_FILE
 from ..storm.shared import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
-from . import backoff, queue_move, transport
+from . import backoff, inbox, queue_move, transport
 from .branch_follow import follow
 from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
 
@@ -284,6 +284,8 @@ class RemoteWorkspace(SharedWorkspace):
         for a in _to_fold(store, tip, base):
             readsets.fold(store, a)  # the journal reads each queued write names travel with it
         updates = _updates(store, self.remote, tip, base, agents)
+        if inbox.server_orders(store, self.remote) and self._push_to_inbox(agent, updates, count):
+            return
         out = transport.push(store, self.remote, updates)
         self.pushes += 1
         if out.ok:
@@ -331,6 +333,55 @@ class RemoteWorkspace(SharedWorkspace):
                                 hint="nothing was changed; see docs/remote.md (the server's guard)")
         raise Unreachable(f"cannot push the write to {self.remote}: {transport.describe_failure(out)}",
                           hint=self._unreachable_hint())
+
+    def _push_to_inbox(self, agent: str | None, updates: list[tuple[str, str, str | None]], count: int) -> bool:
+        """Push the queue to this clone's inbox on a server that orders writes
+        (:mod:`.inbox`); the server applies them in arrival order and answers per
+        write. False when it does not order writes after all: push with the lease."""
+        store = self.store
+        (tip, _ws, base), notes_updates = updates[0], updates[1:]
+        notes = {dst[len(AGENTS_PREFIX):]: pygit2.Oid(hex=src) for src, dst, _lease in notes_updates}
+        ans = inbox.push(store, self.remote, pygit2.Oid(hex=tip), notes)
+        self.pushes += 1
+        if ans.unordered:
+            inbox.remove_stray(store, self.remote, ans.stray)
+            return False
+        if ans.unreachable or ans.refused or ans.notes_refused:
+            self._drop_queue(pygit2.Oid(hex=base) if base else None)
+            if agent is not None:
+                self._queued = None
+                self._put_back(agent)
+            if ans.notes_refused:
+                raise RepoStateError(
+                    f"{ans.notes_refused} on {self.remote} was written from another clone: agent "
+                    f"{ans.notes_refused[len(AGENTS_PREFIX):]} has notes there that this clone does not have",
+                    hint="an agent id works from one clone at a time; use another --agent here")
+            if ans.refused:
+                raise RemoteRefused(f"{self.remote} refused the write: {ans.refused}",
+                                    hint="nothing was changed; see docs/remote.md (the server's guard)")
+            raise Unreachable(f"cannot push the write to {self.remote}: {ans.unreachable}",
+                              hint=self._unreachable_hint())
+        if ans.busy or ans.unclear:
+            # the server is busy, or the answer was lost (the server may have applied the
+            # writes): the same queue is pushed again, and a write already there is
+            # answered landed, never applied twice
+            self._unclear += 1 if ans.unclear else 0
+            backoff.write(store, backoff.after_push(backoff.read(store), stale=True))
+            backoff.wait(store)
+            return True
+        backoff.write(store, backoff.after_push(backoff.read(store), stale=False))
+        with flocked(store.commondir, "workspace"):
+            for ref, oid in ans.notes.items():
+                _force(store, tracking_ref(self.remote, ref), oid)
+        if ans.head == pygit2.Oid(hex=tip):  # every write landed as it was: nothing to fetch
+            with flocked(store.commondir, "workspace"):
+                self._after_landing(updates)
+                _record_landing(store, pygit2.Oid(hex=base), pygit2.Oid(hex=tip))
+            self.batched += count - 1
+        else:  # moved by the server, or not applied: the new head tells which (queue_move.landed_since)
+            self._fetch_adopt()
+        self._fresh = True
+        return True
 
     def _unreachable_hint(self) -> str:
         """What a writer that could not reach the server may say of its write: nothing

@@ -29,7 +29,7 @@ from .transport import tracking_ref
 
 # what receive-pack says when the hook died or answered nothing: the writes may have
 # landed (the hook commits, then answers); the same queue is pushed again to learn it
-_HOOK_FAILED = ("proc-receive", "hook declined", "failed to report", "unpacker error", "unpack failed")
+_HOOK_FAILED = ("proc-receive", "failed to report", "unpacker error", "unpack failed")
 
 
 def clone_name(store: Store) -> str:
@@ -119,12 +119,15 @@ def _refusal(ans: InboxAnswer, dst: str, reason: str, stderr: str) -> None:
         ans.notes_refused = ans.notes_refused or AGENTS_PREFIX + dst.rsplit("/notes/", 1)[1]
     elif reason.startswith("not applied"):
         pass  # a notes ref that goes with a write not applied: the queue's own line says why
-    elif any(m in reason for m in _HOOK_FAILED):
+    elif "pre-receive hook declined" in reason:  # before anything was applied: a refusal
         guard = [ln.split("remote:", 1)[1].strip() for ln in stderr.splitlines() if GUARD_NAME in ln]
-        if guard and "hook declined" in reason:  # the pre-receive guard refused it
-            ans.refused = ans.refused or guard[0]
-        else:
-            ans.unclear = ans.unclear or reason
+        ans.refused = ans.refused or (guard[0] if guard else f"{dst}: {reason}")
+    elif "fail to negotiate version with proc-receive hook" in stderr:
+        # the hook never read the push (it cannot start: its interpreter gone): nothing
+        # applied; the guard decides whether the lease may go instead
+        ans.unordered = f"the server's proc-receive hook does not run: {reason}"
+    elif any(m in reason for m in _HOOK_FAILED):
+        ans.unclear = ans.unclear or reason
     else:
         ans.refused = ans.refused or reason
 

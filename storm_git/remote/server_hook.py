@@ -37,7 +37,7 @@ from ..core.files import replace_file
 from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
 from ..core import reservations
-from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
+from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from ..core.trailers import provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
@@ -107,7 +107,6 @@ STORM_NAMESPACES = ("refs/storm/", "refs/notes/storm/")
 # A clone's inbox (storm_git.remote.server_order, the proc-receive hook, orders what is
 # pushed there) and the ref that tells clones the server has one.
 INBOX_PREFIX = "refs/storm/inbox/"
-ORDERING_REF = "refs/storm/ordering"
 PROC_RECEIVE = "proc-receive"
 NO_ORDERING = ("this server does not order writes (no storm proc-receive hook, or receive.procReceiveRefs "
                "does not name refs/storm/inbox): git storm server-hook install")
