@@ -3,8 +3,9 @@
 
 For each transport (``file://``; ``git://`` to a ``git daemon`` on 127.0.0.1; ``ssh://``
 to an sshd of this script's own on 127.0.0.1, with a throwaway host key and one
-authorized key), a bare repository with storm's pre-receive guard, ``--clones``
-clones joined to it, and ``--agents`` agents per clone. Each agent is a long-lived
+authorized key), a bare repository with storm's hooks (the pre-receive guard and the
+proc-receive hook that orders clones' writes; ``--lease``: the guard alone, and clones
+race for a lease), ``--clones`` clones joined to it, and ``--agents`` agents per clone. Each agent is a long-lived
 process using storm's Python API (benchmarks/remote_agent.py): 1-3 s after its last
 write ended (its own seeded random gaps) it forgets its read set, reads a file -- its
 own, or with probability ``--share`` the one file all agents share -- appends a line
@@ -28,6 +29,7 @@ there), its line in the file's final version.
 
     python3 benchmarks/bench_remote.py                       # 8 clones x 4 agents, 60 s, file git ssh
     python3 benchmarks/bench_remote.py --quick               # smoke run: 3 clones x 4 agents, 15 s
+    python3 benchmarks/bench_remote.py --transports git --lease   # the same load racing for a lease
     python3 benchmarks/bench_remote.py --transports git --seconds 30 --json > remote.json
     python3 benchmarks/bench_remote.py --clones 4 --agents 8 --share 0.3 --seed 7
 
@@ -138,13 +140,13 @@ class Site:
 
 
 def build_site(tmp: str, transport: str, n_clones: int, agents: list[str], guard: bool,
-               sshd: loopback.Server | None) -> Site:
+               sshd: loopback.Server | None, order: bool = True) -> Site:
     base = os.path.join(tmp, "served")
     os.makedirs(base)
     srv = os.path.join(base, "proj.git")
     git(base, "init", "-q", "--bare", "-b", "main", srv)
-    if guard:
-        storm(srv, "server-hook", "install", srv)
+    if guard:  # with the ordering of clones' writes, unless --lease
+        storm(srv, "server-hook", "install", *([] if order else ["--no-order"]), srv)
     server = None
     if transport == "file":
         url = f"file://{srv}"
@@ -483,7 +485,7 @@ def run_transport(transport: str, args: argparse.Namespace, sshd: loopback.Serve
     agents = [agent_name(i, k) for i in range(args.clones) for k in range(args.agents)]
     with tempfile.TemporaryDirectory(prefix=f"bench-remote-{transport}-", ignore_cleanup_errors=True) as tmp:
         t_setup = time.monotonic()
-        site = build_site(tmp, transport, args.clones, agents, not args.no_guard, sshd)
+        site = build_site(tmp, transport, args.clones, agents, not args.no_guard, sshd, not args.lease)
         try:
             probe = Probe(site)
             idle_load = loadavg()
@@ -622,7 +624,9 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=None, help="idle baseline rounds (default 15; --quick 5)")
     ap.add_argument("--transports", default=",".join(TRANSPORTS), help="any of file,git,ssh (default all three; "
                                                                        "ssh needs sshd, see loopback.py)")
-    ap.add_argument("--no-guard", action="store_true", help="no storm pre-receive guard on the server")
+    ap.add_argument("--no-guard", action="store_true", help="no storm hooks on the server (clones race for the lease)")
+    ap.add_argument("--lease", action="store_true", help="the guard without the server's ordering of writes "
+                                                         "(server-hook install --no-order): clones race for the lease")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 clones, 15 s, 5 idle rounds")
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the report on stderr")
     ap.add_argument("--records", metavar="FILE", help="also write every agent's records (JSON lines, one per "
@@ -641,7 +645,7 @@ def main() -> int:
     meta = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": commit + ("+" if dirty else ""),
             "git": git(ROOT, "--version"), "cpus": os.cpu_count(), "clones": args.clones, "agents": args.agents,
             "seconds": args.seconds, "gaps": [args.min_gap, args.max_gap], "share": args.share, "seed": args.seed,
-            "guard": not args.no_guard, "tmpdir": tempfile.gettempdir(), "argv": sys.argv[1:]}
+            "guard": not args.no_guard, "order": not (args.no_guard or args.lease), "tmpdir": tempfile.gettempdir(), "argv": sys.argv[1:]}
     print(f"bench_remote at {meta['commit']}, {meta['git']}, {meta['cpus']} CPUs, {meta['date_utc']} UTC, "
           f"TMPDIR {meta['tmpdir']}", file=log)
     results: dict[str, dict] = {}

@@ -150,6 +150,28 @@ def test_conflicting_write_is_not_applied_and_says_which_path_moved(site) -> Non
     assert not git(srv, "for-each-ref", "refs/storm/inbox").stdout  # an inbox ref is never created
 
 
+def test_a_write_moved_onto_a_path_another_agent_reserved_is_not_applied(site) -> None:
+    """al was rejected for a conflict on README.md and holds it (a reservation, on the
+    server); bob's write of README.md, validated before, has to be moved onto a newer
+    head: it is not applied, as its validation would refuse it now."""
+    srv, a, b, c = site
+    for repo in (a, b, c):
+        git(repo, "config", "storm.reservationSeconds", "60")
+    read_as(a, "al", "README.md")
+    read_as(c, "cy", "README.md")
+    assert write_as(c, "README.md", "# cy\n", agent="cy")[0] == 0
+    st, q, notes = queue(b, "bob", "README.md", "# bob\n")  # on cy's write
+    code, res = write_as(a, "README.md", "# al\n", agent="al")
+    assert code == 1 and res["rejection"]["reason"] == "direct_conflict", res
+    assert git(srv, "ls-tree", "refs/storm/reservations").stdout  # al's reservation reached the server
+    read_as(c, "cy", "src/api.py")
+    assert write_as(c, "src/api.py", "cy = 2\n", agent="cy")[0] == 0  # bob's write must move
+    head = rev(srv, WS)
+    ans = inbox.push(st, "origin", q, {"bob": notes})
+    assert not ans.landed and ans.not_applied and "README.md" in ans.not_applied, ans
+    assert rev(srv, WS) == head
+
+
 # -- order ----------------------------------------------------------------------------------
 def test_pushes_are_applied_in_arrival_order(site) -> None:
     """The server lock held: b's push arrives, then c's; released, b's write lands
@@ -241,15 +263,18 @@ def test_a_lease_push_beside_the_inbox_is_never_overwritten(site) -> None:
     server lock: both land, the inbox's write moved onto the leased one."""
     srv, a, b, _c = site
     _st, q, _notes = queue(b, "bob", "README.md", "# bob\n")
+    _sa, qa, na = queue(a, "al", "src/util.py", "x = 1\n")
+    head = rev(srv, WS)
     holder = subprocess.Popen(["flock", lock_path(str(srv), "order"), "sleep", "60"])
     try:
         time.sleep(0.2)
         p = plain_push(b, q, "bob")
         wait_for(lambda: len(tickets(srv)) == 1, "b's ticket")
-        read_as(a, "al", "src/util.py")
-        code, res = write_as(a, "src/util.py", "x = 1\n", agent="al")  # a's client: the lease
-        assert code == 0, res
+        r = git(a, "push", "--atomic", "--porcelain", f"--force-with-lease={WS}:{head}", "origin",
+                f"{qa}:{WS}", f"{na}:{NOTES}al", check=False)  # a client that pushes with a lease
+        assert r.returncode == 0, r.stdout + r.stderr
         leased = rev(srv, WS)
+        assert leased == str(qa)
     finally:
         holder.kill()
         holder.wait()

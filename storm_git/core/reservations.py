@@ -146,6 +146,31 @@ def live_on(store: Store, paths: list[str], now: float | None = None) -> dict[st
     return out
 
 
+def held_by_others(repo: pygit2.Repository, paths: list[str], agent: str, max_ahead_seconds: float,
+                   now: float | None = None) -> list[str]:
+    """Which of ``paths`` a live reservation of another agent holds, read from a
+    repository (a server's bare one too): a queued write moved onto a newer head is
+    not validated again, so the move asks this instead (storm_git.remote.queue_move).
+    An entry that cannot be read holds nothing."""
+    ref = repo.references.get(RESERVATIONS_REF)
+    if ref is None:
+        return []
+    try:
+        tree = repo[ref.target].peel(pygit2.Commit).tree
+    except (KeyError, ValueError, pygit2.GitError):
+        return []
+    now = clock() if now is None else now
+    out = []
+    for p in paths:
+        try:
+            r = _decode(repo[tree[path_key(p)].id].data)
+        except (KeyError, ValueError, TypeError, AttributeError, pygit2.GitError):
+            continue
+        if r.holder != agent and r.live(now, max_ahead_seconds):
+            out.append(p)
+    return out
+
+
 def active(store: Store, now: float | None = None) -> list[Reservation]:
     _ref, tree = _tree(store)
     if tree is None:

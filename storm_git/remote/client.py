@@ -47,7 +47,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import readsets, trailers
+from ..core import readsets, reservations, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.errors import Busy, NotInitialised, RepoStateError, UsageError
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
@@ -860,7 +860,8 @@ def _rebase_queue(store: Store, remote: str) -> int:
     walker = store.repo.walk(local, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(old)
     mv = queue_move.move(store.repo, list(walker), new, lambda c, _prov: _read_set_paths(store, c),
-                         landed=queue_move.landed_since(store.repo, new, old))
+                         landed=queue_move.landed_since(store.repo, new, old),
+                         reserved_ahead=reservations.max_ahead(store))
     pairs = mv.moved + [(q, now) for q, now in mv.landed if q != now]
     for q, now in mv.moved:
         if q in _SCOPES:

@@ -9,7 +9,9 @@ when it orders the writes pushed to a clone's inbox, :mod:`.server_order`):
   *landed*: it is never applied twice;
 * a write whose scope (its ``Storm-Dep`` paths, or its whole read set) and targets
   have the same versions in the head it was validated at (its parent) and in the
-  head it would now go on is *moved*: rebuilt there (its own changes on the new
+  head it would now go on, and none of whose targets another agent's live
+  reservation holds (its validation would refuse it), is *moved*: rebuilt there
+  (its own changes on the new
   tree, ``Storm-Validated-At`` the new parent, ``Storm-Moved-From`` the commit it
   was first queued as), so it has exactly the versions it was validated against;
 * any other write is *dropped*, with the paths that moved under it; its writer
@@ -30,6 +32,7 @@ import pygit2
 from ..core import trailers
 from ..core.tree_diff import changed_paths
 from ..core.errors import StormError
+from ..core.reservations import held_by_others
 from ..core.store import odb_retry, tree_with
 
 MOVED_FROM = "Storm-Moved-From"
@@ -79,10 +82,14 @@ class Move:
 
 
 def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid, scope_of: ScopeOf,
-         landed: dict[pygit2.Oid, pygit2.Oid] | None = None, drop_agents: frozenset[str] = frozenset()) -> Move:
+         landed: dict[pygit2.Oid, pygit2.Oid] | None = None, drop_agents: frozenset[str] = frozenset(),
+         reserved_ahead: float | None = None) -> Move:
     """Apply the rule (module docstring) to ``writes`` (oldest first) onto ``onto``.
     ``landed``: identity -> commit of the writes already on ``onto`` (``landed_since``);
-    ``drop_agents``: agents whose writes are dropped whatever their scope."""
+    ``drop_agents``: agents whose writes are dropped whatever their scope;
+    ``reserved_ahead`` (storm_git.core.reservations.max_ahead): a write whose target
+    another agent's live reservation holds in ``repo`` is dropped too, as its
+    validation would refuse it (a moved write is not validated again)."""
     landed = landed or {}
     objects = _Objects(repo)
     out = Move(onto)
@@ -109,6 +116,8 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
             continue
         moved = set(changed_paths(objects, repo[parent].peel(pygit2.Commit).tree,  # type: ignore[arg-type]
                                   repo[out.tip].peel(pygit2.Commit).tree)) & (scope | targets)
+        if not moved and reserved_ahead is not None:
+            moved = set(held_by_others(repo, sorted(targets), agent, reserved_ahead))
         if moved:
             out.dropped.append((c.id, sorted(moved)))
             continue

@@ -51,6 +51,7 @@ from ..core.agents import validate_agent
 from ..core.errors import BadAgent, Busy, UsageError
 from ..core.gitcmd import run_git
 from ..core.readsets import provenance_entries
+from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from . import arrival, pktline, queue_move
@@ -287,7 +288,8 @@ def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post
     scope_of = _scopes(repo, post)
     moved_under: dict[pygit2.Oid, list[str]] = {}  # why each write was first dropped
     while True:
-        mv = queue_move.move(repo, writes, head_oid, scope_of, landed=landed, drop_agents=drop)
+        mv = queue_move.move(repo, writes, head_oid, scope_of, landed=landed, drop_agents=drop,
+                             reserved_ahead=_reserved_ahead(repo))
         for q, paths in mv.dropped:
             moved_under.setdefault(q, paths)
         agents = drop | {_agent(repo[q]) for q, _paths in mv.dropped}
@@ -310,6 +312,15 @@ def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post
         reason = "; ".join(m.split(": ", 1)[1] for m in out.messages[:3])
         return Report(queue.ref, f"{NOT_APPLIED}: {reason}"), head, set(drop)
     return Report(queue.ref, updates=updates), str(mv.tip), set(drop)
+
+
+def _reserved_ahead(repo: pygit2.Repository) -> float:
+    """storm_git.core.reservations.max_ahead, from the server's own config."""
+    try:
+        seconds = float(repo.config["storm.reservationSeconds"])
+    except (KeyError, ValueError, pygit2.GitError):
+        seconds = 30.0
+    return max(MAX_AHEAD_SECONDS, MAX_AHEAD_FACTOR * seconds)
 
 
 def _agent(c: pygit2.Commit) -> str:
