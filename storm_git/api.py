@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .core.errors import CorruptState, NotInitialised
 from .core.workspace import MODES
-from .storm.shared import SharedWorkspace
+from .storm.workspace import SharedWorkspace
 from .core.store import Store
 
 if TYPE_CHECKING:

@@ -301,7 +301,7 @@ class ReadSetView:
     ``gen`` names one parse of the read set in this process and ``changed`` the
     paths re-recorded since (first ``changed_at`` of them were there when this view
     was taken): a validator that checked the whole set at some head re-checks only
-    those and the paths that moved (storm_git.storm.shared). ``entries`` is read-only."""
+    those and the paths that moved (storm_git.storm.write). ``entries`` is read-only."""
 
     entries: dict[str, ReadEntry]
     base: str

@@ -5,8 +5,8 @@ lives on a git server, which does the compare-and-swap. A write:
 
 1. is validated, under the workspace lock, against the clone's local copy of the
    shared head, with the local code unchanged; the commit, its provenance in its
-   trailers, is *queued*: the local ref moves to it (``_publish``);
-2. lands (``_land``), the workspace lock released, under the clone's ``remote``
+   trailers, is *queued*: the local ref moves to it (``queue_write``);
+2. lands (``land``), the workspace lock released, under the clone's ``remote``
    lock: the first queued writer to get it pushes everything queued on the local
    ref — its write and those other processes of this clone queued meanwhile, with
    their agents' notes refs, each agent's journal folded first (the read set its
@@ -58,7 +58,8 @@ from ..core.files import append_rows, read_own, remove_quietly, replace_file
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
 from ..core.remote_state import QUEUE_FILE, REBASED_FILE
-from ..storm.shared import SharedWorkspace
+from ..storm.publication import Publication
+from ..storm.workspace import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import backoff, transport
 from .branch_follow import follow
@@ -82,13 +83,35 @@ class _Snapshot:
     notes: pygit2.Oid | None
 
 
+class RemotePublication(Publication):
+    """A validated write's commit is queued on the local copy of the shared ref and
+    lands when the server takes a push (storm_git.storm.publication)."""
+
+    lands_later = True
+
+    def __init__(self, ws: RemoteWorkspace) -> None:
+        super().__init__(ws.store)
+        self.ws = ws
+
+    def publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+        return self.ws.queue_write(ref, commit, head, agent, op)
+
+    def land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
+        return self.ws.land(agent, commit)
+
+    def verdict_is_final(self) -> bool:
+        return self.ws.on_server_head()
+
+    def refresh_for_verdict(self, agent: str) -> None:
+        self.ws.refresh_for_verdict(agent)
+
+
 class RemoteWorkspace(SharedWorkspace):
     """Storm mode whose shared ref lives on ``remote`` (module docstring)."""
 
-    _lands_later = True
-
     def __init__(self, store: Store, remote: str) -> None:
         super().__init__(store)
+        self.publication = RemotePublication(self)
         self.remote = remote
         self._snap: dict[str, _Snapshot] = {}
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
@@ -141,7 +164,7 @@ class RemoteWorkspace(SharedWorkspace):
         new_here = store.ref_target(agent_ref(agent)) is None and not os.path.exists(journal_path(store, agent))
         return [agent] if new_here else []
 
-    def _verdict_is_final(self) -> bool:
+    def on_server_head(self) -> bool:
         # A verdict that pushes nothing is the server's only when it was reached on the
         # server's head: once this write has fetched (the local copy may be older than
         # what the agent read: a push whose answer was lost), and with nothing queued
@@ -149,7 +172,8 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         return self._fresh and store.ref_target(WORKSPACE_REF) == _tracked_head(store, self.remote)
 
-    def _refresh_for_verdict(self, agent: str) -> None:
+    def refresh_for_verdict(self, agent: str) -> None:
+        """Fetch (after pushing what is queued) so the next verdict is the server's."""
         self._put_back(agent)  # a write that changed nothing journaled its versions: not yet
         with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
@@ -160,7 +184,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._fresh = True
 
     # -- the compare-and-swap, done by the server ------------------------------------
-    def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+    def queue_write(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
         """Queue the write on the local ref (workspace lock held). Its provenance is in
         its commit; the journal its ``Storm-Read-Set`` points into is folded by whichever
         process pushes the queue, before it pushes (``_push_queue``)."""
@@ -174,7 +198,7 @@ class RemoteWorkspace(SharedWorkspace):
         _put_queue_record(store, tracked, commit, queued)
         return True
 
-    def _land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
+    def land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
         """Group commit: the first queued writer to take the remote lock pushes every
         write queued on the local ref (its own and those other processes of this
         clone queued before or behind it) in one atomic push with a lease on the
@@ -398,7 +422,7 @@ class RemoteWorkspace(SharedWorkspace):
         """Undo what a failed attempt did to the agent's journal and notes: the write's
         new versions must not count as read when it did not land."""
         snap = self._snap.get(agent)
-        self._valid.pop(agent, None)
+        self.valid_cache.pop(agent, None)
         if snap is None:
             return
         store = self.store

@@ -41,6 +41,7 @@ from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from ..core.trailers import provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
+from ..storm.validate import moved
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
@@ -194,13 +195,13 @@ def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]
     if header.get("validated-at") != str(parent.id):
         raise Refused(f"{short}: its provenance was validated at {header.get('validated-at', '?')[:10]}, "
                       f"not at its parent {str(parent.id)[:10]}")
-    for e in entries:
-        if e.path in paths and op in EXPECTED_OPS:
-            continue
-        have = _blob_at(repo, parent.tree, e.path)
-        if have != e.blob:
-            raise Refused(f"{short}: its provenance says {agent} read {e.path} as {(e.blob or 'absent')[:10]}, "
-                          f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
+    read = {e.path: e.blob for e in entries if not (e.path in paths and op in EXPECTED_OPS)}
+    stale = moved(read.items(), lambda p: _blob_at(repo, parent.tree, p))  # the rule writers apply
+    if stale:
+        p = stale[0]
+        have = _blob_at(repo, parent.tree, p)
+        raise Refused(f"{short}: its provenance says {agent} read {p} as {(read[p] or 'absent')[:10]}, "
+                      f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
 
 
 def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.Tree | None) -> None:
