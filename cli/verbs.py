@@ -163,7 +163,7 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def _deps(deps: tuple[str, ...]) -> list[str] | str | None:
-    from storm_git.storm.shared import deps_argument
+    from storm_git.storm.write import deps_argument
 
     return deps_argument(deps)
 
@@ -227,7 +227,7 @@ def _read_limited(fh, limit: int, what: str) -> bytes:
 
 def _wait_kw(ws: object) -> dict:
     """Storm mode: say on stderr, once per wait, that the write waits for a reservation."""
-    from storm_git.storm.shared import SharedWorkspace
+    from storm_git.storm.workspace import SharedWorkspace
 
     if not isinstance(ws, SharedWorkspace):
         return {}  # worktree mode: no reservations
