@@ -76,7 +76,7 @@ def report_join(res, as_json: bool) -> None:
 
 def init_remote(base: str | None, remote: str, as_json: bool) -> None:
     """``git storm init --remote NAME`` (called from verbs.init)."""
-    from storm_git.remote.client import init_remote as do_init
+    from storm_git.admin.join import init_remote as do_init
 
     report_join(do_init(_store(), remote, base), as_json)
 
@@ -102,7 +102,7 @@ def join(remote: str, as_json: bool) -> None:
     Example:
       git clone ssh://host/project.git && cd project && git storm join origin
     """
-    from storm_git.remote.client import join as do_join
+    from storm_git.admin.join import join as do_join
 
     report_join(do_join(_store(), remote), as_json)
 

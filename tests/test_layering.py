@@ -29,8 +29,8 @@ ALLOWED = {
     "storm": {"core", "disk", "deps"},
     "worktree": {"core", "disk", "deps"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
-    "admin": {"core", "disk", "storm", "worktree", "hooks"},
-    "remote": {"core", "disk", "storm", "admin"},  # storm mode on a git server; init/join set up
+    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote"},  # set-up, join, doctor see every part
+    "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
     "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
     "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)

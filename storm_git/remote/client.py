@@ -50,14 +50,14 @@ import pygit2
 from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.tree_diff import changed_paths
-from ..core.errors import Busy, NotInitialised, RepoStateError, StormError, UsageError
+from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
-from ..core.remote_state import QUEUE_FILE, REBASED_FILE
+from .state_files import QUEUE_FILE, REBASED_FILE
 from ..storm.publication import Publication
 from ..storm.workspace import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
@@ -144,10 +144,10 @@ class RemoteWorkspace(SharedWorkspace):
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         with flocked(store.commondir, "workspace"):
-            _learn_writers(store, self.remote)
+            learn_writers(store, self.remote)
             self.rebased += _rebase_queue(store, self.remote)
             adopt_tracking(store, self.remote)
-            _put_queue_record(store, _tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
+            _put_queue_record(store, tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
 
     def _own_notes(self, agent: str | None) -> list[str]:
         """Whose notes a read (or edit, rm, exec, adopt, release) of ``agent`` fetches:
@@ -170,7 +170,7 @@ class RemoteWorkspace(SharedWorkspace):
         # what the agent read: a push whose answer was lost), and with nothing queued
         # on top (a queued write of another process may still be dropped).
         store = self.store
-        return self._fresh and store.ref_target(WORKSPACE_REF) == _tracked_head(store, self.remote)
+        return self._fresh and store.ref_target(WORKSPACE_REF) == tracked_head(store, self.remote)
 
     def refresh_for_verdict(self, agent: str) -> None:
         """Fetch (after pushing what is queued) so the next verdict is the server's."""
@@ -192,7 +192,7 @@ class RemoteWorkspace(SharedWorkspace):
         if not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op} (queued for {self.remote})"):
             return False
         self._queued = commit
-        tracked = _tracked_head(store, self.remote)
+        tracked = tracked_head(store, self.remote)
         before = _record_for(store, tracked, head)
         queued = None if before is None or store.commit(commit).parent_ids != [head] else [*before.order, commit]
         _put_queue_record(store, tracked, commit, queued)
@@ -213,7 +213,7 @@ class RemoteWorkspace(SharedWorkspace):
             # find their write still queued. Neither ref moved since the last look (read
             # without the lock: a landing moves the one, a move or a drop the other): it
             # still is, and the look under the workspace lock is spared.
-            refs = (_tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF))
+            refs = (tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF))
             if refs == seen:
                 state = QUEUED
             else:
@@ -370,7 +370,7 @@ class RemoteWorkspace(SharedWorkspace):
         left by a crash) goes back to it: no write can be queued on it."""
         store = self.store
         with flocked(store.commondir, "workspace"):
-            local, tracked = store.ref_target(WORKSPACE_REF), _tracked_head(store, self.remote)
+            local, tracked = store.ref_target(WORKSPACE_REF), tracked_head(store, self.remote)
             if tracked is not None and local != tracked and (
                     local is None or not store.descends(local, tracked)):
                 _force(store, WORKSPACE_REF, tracked)
@@ -381,7 +381,7 @@ class RemoteWorkspace(SharedWorkspace):
         other queued writes are validated again by their writers). False when it was
         no longer queued (landed or dropped meanwhile: its state says which)."""
         with flocked(self.store.commondir, "workspace"):
-            tracked = _tracked_head(self.store, self.remote)
+            tracked = tracked_head(self.store, self.remote)
             queued = tracked is not None and _state(self.store, self.remote, commit)[0] == QUEUED
             if queued:
                 _force(self.store, WORKSPACE_REF, tracked)
@@ -402,7 +402,7 @@ class RemoteWorkspace(SharedWorkspace):
         with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
                 tip, _base, _agents, count = _queue(self.store, self.remote)
-                behind = tip is None and self.store.ref_target(WORKSPACE_REF) != _tracked_head(self.store, self.remote)
+                behind = tip is None and self.store.ref_target(WORKSPACE_REF) != tracked_head(self.store, self.remote)
             if behind:  # a queue on an older server head (a fetch stopped halfway): move it first
                 self._fetch_adopt()
                 with flocked(self.store.commondir, "workspace"):
@@ -591,7 +591,7 @@ def _state(store: Store, remote: str, commit: pygit2.Oid) -> tuple[str, pygit2.O
 
 def _where(store: Store, remote: str, commit: pygit2.Oid) -> str | None:
     """LANDED or QUEUED for ``commit`` itself, or None (workspace lock held)."""
-    tracked = _tracked_head(store, remote)
+    tracked = tracked_head(store, remote)
     if tracked is not None and (tracked == commit or store.descends(tracked, commit)):
         return LANDED
     # Still on the local ref: queued, even when the tracking ref has just moved past it.
@@ -647,7 +647,7 @@ def _queue_path(store: Store) -> str:
 
 def _queue_record(store: Store, remote: str) -> _QueueRecord | None:
     """The record, if it names the refs' current values (workspace lock held)."""
-    return _record_for(store, _tracked_head(store, remote), store.ref_target(WORKSPACE_REF))
+    return _record_for(store, tracked_head(store, remote), store.ref_target(WORKSPACE_REF))
 
 
 def _record_for(store: Store, tracked: pygit2.Oid | None, local: pygit2.Oid | None) -> _QueueRecord | None:
@@ -833,7 +833,7 @@ def _rebase_queue(store: Store, remote: str) -> int:
     changes on the new tree, ``Storm-Validated-At`` the new parent), and the
     server's guard checks it like any write. Any other write is dropped, and its
     writer validates it again."""
-    new = _tracked_head(store, remote)
+    new = tracked_head(store, remote)
     local = store.ref_target(WORKSPACE_REF)
     if new is None or local is None or local == new or store.descends(local, new):
         return 0
@@ -901,7 +901,7 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
     is leased on, the agents whose writes are queued, and how many writes. (None,
     base, [], 0) when nothing is: a local ref that is not ahead of the server's head
     is never pushed (a forced push of it would rewrite the server's history)."""
-    tip, base = store.ref_target(WORKSPACE_REF), _tracked_head(store, remote)
+    tip, base = store.ref_target(WORKSPACE_REF), tracked_head(store, remote)
     if tip is None or base is None or tip == base or not store.descends(tip, base):
         return None, base, [], 0
     agents: list[str] = []
@@ -958,7 +958,7 @@ def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str
 _AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)
 
 
-def _learn_writers(store: Store, remote: str) -> None:
+def learn_writers(store: Store, remote: str) -> None:
     """Record the agents whose writes the fetched head brought: the tracked head's
     commits that the local ref has not taken yet (workspace lock held, before the queue
     moves and the local ref is adopted). The clone does not fetch their notes refs, and
@@ -966,7 +966,7 @@ def _learn_writers(store: Store, remote: str) -> None:
     Counted from the local ref, not from the tracked head before the fetch: a process
     killed between its fetch and this leaves the local ref behind, and the next fetch
     learns what it missed."""
-    new, local = _tracked_head(store, remote), store.ref_target(WORKSPACE_REF)
+    new, local = tracked_head(store, remote), store.ref_target(WORKSPACE_REF)
     if new is None or local is None or new == local:
         return
     try:
@@ -1013,160 +1013,10 @@ def adopt_tracking(store: Store, remote: str) -> None:
                 readsets._cache(store).pop(name[len(AGENTS_PREFIX):], None)
 
 
-# -- init, join, sync, push-reads ------------------------------------------------------
-@dataclass
-class JoinResult:
-    remote: str
-    head: str
-    created: bool  # this clone created the shared workspace on the remote
-    hooks: list[str] = field(default_factory=list)
-    disk: dict[str, int] = field(default_factory=dict)  # outcome -> number of paths
-    kept: list[str] = field(default_factory=list)  # local edits sync left in place
-    warnings: list[str] = field(default_factory=list)
-    branch: dict[str, Any] | None = None  # what following the server's branch did (branch_follow)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def _tracked_head(store: Store, remote: str) -> pygit2.Oid | None:
+# -- sync, push-reads -------------------------------------------------------------
+def tracked_head(store: Store, remote: str) -> pygit2.Oid | None:
+    """The server's shared head as last fetched here."""
     return store.ref_target(tracking_ref(remote, WORKSPACE_REF))
-
-
-def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResult:
-    """``git storm init --remote NAME``: put this clone's shared workspace on ``remote``
-    (created from HEAD or ``base``), or join the one already there."""
-    from ..admin.setup import init
-
-    transport.check_remote(store, remote)
-    with exchanging(store):
-        transport.fetch(store, remote)
-    if _tracked_head(store, remote) is not None:
-        res = join(store, remote)
-        if base is not None:
-            res.warnings.append(f"{remote} already has a shared workspace: joined it, --base was not used")
-        return res
-    local = init(store, base)
-    with exchanging(store):
-        with flocked(store.commondir, "workspace"):
-            head = store.ref_target(WORKSPACE_REF)
-            updates = [(str(head), WORKSPACE_REF, "")]
-            updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
-        out = transport.push(store, remote, updates)
-        if not out.ok and not out.stale(WORKSPACE_REF):
-            if out.unreachable:
-                raise Unreachable(f"cannot push the shared workspace to {remote}: {transport.describe_failure(out)}",
-                                  hint="check that the server is up, then run git storm init --remote again")
-            raise RemoteRefused(f"{remote} refused the shared workspace: {transport.describe_failure(out)}",
-                                hint="the server must accept refs/storm/* (see docs/remote.md)")
-    if not out.ok:  # another clone created it first: join that one
-        return join(store, remote)
-    store.config_set("storm.remote", remote)
-    with exchanging(store):
-        transport.fetch(store, remote)
-    return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
-
-
-def join(store: Store, remote: str) -> JoinResult:
-    """``git storm join NAME``: fetch the storm refs, set the mode, and bring the
-    working tree to the shared head through the disk record (local edits stay). A
-    clone whose branch has no commit yet (the server's HEAD named a branch it lacks)
-    is put on the server's branch first, before anything is written to disk."""
-    from ..disk.sync import KEPT, sync
-    from ..disk.record import record_path, reset
-    from ..admin.hooks_install import install
-
-    transport.check_remote(store, remote)
-    mode = store.config_get("storm.mode")
-    if mode not in (None, "storm"):
-        raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
-    warnings = []
-    unborn = store.repo.head_is_unborn
-    chosen = _branch_for_unborn(store, remote) if unborn else None
-    with exchanging(store), flocked(store.commondir, "workspace"):
-        transport.fetch(store, remote)
-        if _tracked_head(store, remote) is None:
-            raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
-                                 hint=f"run git storm init --remote {remote} in a clone that has the code")
-        mine = store.ref_target(WORKSPACE_REF)
-        theirs = _tracked_head(store, remote)
-        if mine is not None and mine != theirs and not store.descends(theirs, mine):
-            warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
-                            f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
-        _learn_writers(store, remote)
-        adopt_tracking(store, remote)
-        head = store.ref_target(WORKSPACE_REF)
-    if not os.path.exists(record_path(store)):
-        # what is on disk is git's checkout of HEAD (or nothing in an empty clone)
-        with flocked(store.commondir, "worktree"):
-            tree = store.repo.head.peel(pygit2.Commit).tree.id if not unborn else store.empty_tree()
-            reset(store, tree, None)
-    if chosen is not None:
-        _check_out_unborn(store, remote, chosen)
-        warnings.append(f"this clone had no commit on its branch: now on {chosen}, as on {remote}")
-    elif unborn:
-        warnings.append(f"{remote} has no branch: the manager's first git storm commit starts one "
-                        f"(push it with git push {remote} HEAD)")
-    store.config_set("storm.mode", "storm")
-    store.config_set("storm.remote", remote)
-    hooks = install(store)
-    outcomes = sync(store, full=True).outcomes
-    res = JoinResult(remote, str(head), False, hooks=list(hooks.installed), warnings=warnings)
-    for o in outcomes.values():
-        res.disk[o] = res.disk.get(o, 0) + 1
-    res.kept = sorted(p for p, o in outcomes.items() if o == KEPT)
-    if hooks.skipped:
-        res.warnings.append(f"pre-commit guard not installed: {hooks.skipped}")
-    if not store.repo.head_is_unborn:
-        res.branch = follow(store, remote).to_dict()
-    return res
-
-
-def _branch_for_unborn(store: Store, remote: str) -> str | None:
-    """The server's branch a clone with no commit yet goes on: its own branch's name
-    when the server has it, the only branch, or the one the server's HEAD names; None
-    when the server has no branch. Several and none named: exit 2, nothing changed."""
-    own = store.repo.lookup_reference("HEAD").target
-    own = own[len("refs/heads/"):] if own.startswith("refs/heads/") else own
-    heads = transport.list_heads(store, remote)
-    if not heads.branches:
-        return None
-    chosen = next((n for n in (own, heads.head) if n in heads.branches), None)
-    if chosen is None and len(heads.branches) == 1:
-        chosen = next(iter(heads.branches))
-    if chosen is not None:
-        mine = store.ref_target(f"refs/heads/{chosen}")
-        if mine is not None and str(mine) != heads.branches[chosen]:
-            raise UsageError(f"this clone has no commit on {own}, and its own branch {chosen} is not "
-                             f"{remote}'s {chosen}: joining would have to move it",
-                             hint=f"check out the branch you mean to work on (git checkout {chosen}, or git "
-                                  f"checkout -b NAME --track {remote}/{chosen}), then git storm join {remote} "
-                                  "again; nothing was changed")
-        return chosen
-    names = ", ".join(sorted(heads.branches)[:5])
-    raise UsageError(f"this clone has no commit on {own} and {remote}'s HEAD names "
-                     f"{heads.head or 'no branch'}; {remote} has several branches ({names})",
-                     hint=f"choose one: git checkout -b NAME --track {remote}/NAME (after git fetch {remote}), "
-                          f"then git storm join {remote} again; nothing was changed")
-
-
-def _check_out_unborn(store: Store, remote: str, name: str) -> None:
-    """Put a clone with no commit on the server's branch ``name``: the branch, its
-    upstream and git's index; the disk is storm's (synced next)."""
-    from ..storm import index
-
-    src, tracking = f"refs/heads/{name}", f"refs/remotes/{remote}/{name}"
-    if not transport.fetch_branch(store, remote, src, tracking):
-        raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
-    tip = store.ref_target(tracking)
-    if store.ref_target(src) not in (None, tip):
-        raise RepoStateError(f"{src} appeared while joining", hint=f"run git storm join {remote} again")
-    store.repo.references.create(src, tip, force=True)
-    store.config_set(f"branch.{name}.remote", remote)
-    store.config_set(f"branch.{name}.merge", src)
-    store.repo.set_head(src)
-    with index.locked(store):
-        index.reset(store, store.commit(tip).tree.id)
 
 
 @dataclass
@@ -1203,7 +1053,7 @@ def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     with exchanging(store):
         transport.fetch(store, remote, [agent])
         with flocked(store.commondir, "workspace"):
-            _learn_writers(store, remote)
+            learn_writers(store, remote)
             adopt_tracking(store, remote)
         mine = store.ref_target(agent_ref(agent))
         theirs = store.ref_target(tracking_ref(remote, agent_ref(agent)))
