@@ -25,7 +25,7 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
     if mode == "storm":
         remote = store.config_get("storm.remote")
         if remote:  # the shared workspace lives on a git remote (storm_git.remote)
-            from .remote.client import RemoteWorkspace
+            from .remote.workspace import RemoteWorkspace
 
             return RemoteWorkspace(store, str(remote))
         return SharedWorkspace(store)
