@@ -500,7 +500,7 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
 
     def fetch_and_move() -> int:  # what a push's stale lease does (the test holds the remote lock)
         before = ws.rebased
-        ws._fetch_adopt()
+        ws.fetch_adopt()
         return ws.rebased - before
 
     holder = hold_push(a)

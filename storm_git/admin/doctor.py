@@ -327,7 +327,7 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     now, ahead = reservations.clock(), reservations.max_ahead(store)
     expired, skewed, unreadable = [], [], []
     for e in tree:
-        r = reservations._readable(store, e)
+        r = reservations.readable(store, e)
         if r is None:
             unreadable.append(Finding("unreadable_reservation", RESERVATIONS_REF,
                                       f"entry {e.name} is not a reservation storm can read; the fix removes it", True))

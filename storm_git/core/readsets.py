@@ -332,6 +332,12 @@ def _cache(store: Store) -> dict[str, _Cached]:
     return store.caches.setdefault("readsets", {})
 
 
+def drop_cached(store: Store, agent: str) -> None:
+    """Forget this process's parse of ``agent``'s read set: its notes ref was moved
+    from outside this module (a remote clone adopting the server's copy)."""
+    _cache(store).pop(agent, None)
+
+
 def _base_of(store: Store, agent: str) -> tuple[pygit2.Oid | None, str, pygit2.Tree | None]:
     ref = store.ref(agent_ref(agent))
     tree = notes.notes_tree(store, ref)

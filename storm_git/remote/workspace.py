@@ -130,14 +130,14 @@ class RemoteWorkspace(SharedWorkspace):
         ``agent``, that agent's notes ref too (another clone may have moved it: the
         agent's reads here then extend it); ``notes``: every agent's."""
         with exchanging(self.store):
-            self._fetch_adopt(None if notes else self._own_notes(agent))
+            self.fetch_adopt(None if notes else self._own_notes(agent))
         if disk:
             from ..disk.sync import sync
 
             sync(self.store)
         return self.head()
 
-    def _fetch_adopt(self, agents: Iterable[str] | None = ()) -> None:
+    def fetch_adopt(self, agents: Iterable[str] | None = ()) -> None:
         """Fetch, then copy the server's values onto the local refs (remote lock held);
         what is queued here moves onto the server's new head where it still holds.
         ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
@@ -180,7 +180,7 @@ class RemoteWorkspace(SharedWorkspace):
                 queued = _queue(self.store, self.remote)[0] is not None
             if queued:
                 self._push_queue(None)  # what is queued lands or is dropped first
-            self._fetch_adopt()
+            self.fetch_adopt()
         self._fresh = True
 
     # -- the compare-and-swap, done by the server ------------------------------------
@@ -288,7 +288,7 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         backoff.write(store, backoff.after_push(backoff.read(store), stale=True))
         backoff.wait(store)
-        self._fetch_adopt()
+        self.fetch_adopt()
         self._fresh = True
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
@@ -303,7 +303,7 @@ class RemoteWorkspace(SharedWorkspace):
         with flocked(store.commondir, "workspace"):
             tip, base, agents, count = _queue(store, self.remote)
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
-            self._fetch_adopt()
+            self.fetch_adopt()
             self._fresh = True
             return
         for a in _to_fold(store, tip, base):
@@ -404,7 +404,7 @@ class RemoteWorkspace(SharedWorkspace):
                 tip, _base, _agents, count = _queue(self.store, self.remote)
                 behind = tip is None and self.store.ref_target(WORKSPACE_REF) != tracked_head(self.store, self.remote)
             if behind:  # a queue on an older server head (a fetch stopped halfway): move it first
-                self._fetch_adopt()
+                self.fetch_adopt()
                 with flocked(self.store.commondir, "workspace"):
                     tip, _base, _agents, count = _queue(self.store, self.remote)
             if tip is None:
@@ -440,7 +440,7 @@ class RemoteWorkspace(SharedWorkspace):
                     store.repo.references.delete(agent_ref(agent))
             else:
                 _force(store, agent_ref(agent), snap.notes)
-            readsets._cache(store).pop(agent, None)
+            readsets.drop_cached(store, agent)
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
@@ -596,7 +596,7 @@ def _where(store: Store, remote: str, commit: pygit2.Oid) -> str | None:
         return LANDED
     # Still on the local ref: queued, even when the tracking ref has just moved past it.
     # A fetch moves the tracking ref before the queue is moved onto the new head
-    # (_fetch_adopt: the git fetch, then the workspace lock): a writer that called it
+    # (fetch_adopt: the git fetch, then the workspace lock): a writer that called it
     # dropped in that window would write it again, and the queue's move would land
     # it a second time.
     local = store.ref_target(WORKSPACE_REF)
@@ -1010,7 +1010,7 @@ def adopt_tracking(store: Store, remote: str) -> None:
         if mine is None or store.descends(theirs, mine):
             with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):
                 _force(store, name, theirs)
-                readsets._cache(store).pop(name[len(AGENTS_PREFIX):], None)
+                readsets.drop_cached(store, name[len(AGENTS_PREFIX):])
 
 
 # -- sync, push-reads -------------------------------------------------------------
@@ -1041,7 +1041,7 @@ def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     ws = RemoteWorkspace(store, remote)
     ws.flush()  # writes queued here by processes that stopped before pushing them
     with exchanging(store):
-        ws._fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
+        ws.fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
     res = sync(store, full=True)
     followed = follow(store, remote)
     return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors, followed.to_dict())
