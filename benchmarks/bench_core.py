@@ -437,7 +437,6 @@ def install_phases(prof: PhaseProfiler) -> None:
     prof.wrap(write, "flag_storm_write", "assignment flag")
     prof.wrap(validate, "verdict_at", "validate under the lock (validate.verdict_at)")
     prof.wrap(readsets, "record", "readsets.record (notes)")
-    prof.wrap(readsets, "provenance_text", "provenance_text")
     prof.wrap(notes, "update_notes", "notes commit (update_notes)")
     prof.wrap(reservations, "get", "reservation check")
     prof.wrap(write, "materialize", "materialize to disk")

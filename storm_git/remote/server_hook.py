@@ -10,10 +10,7 @@ parent and agreeing with the parent's tree: every path of the read set it names
 has, in the parent, the blob it recorded. The read set is resolved from the
 agent's notes ref as pushed in the same push (or already there): the read-set
 note blob plus the first reads of the journal folded under that blob's key (the
-client folds before it queues a write, so both travel with it). A commit written
-before provenance moved into commits has no such trailers; it passes with a
-provenance note on that ref instead (the old format), and nothing else does. An
-agent's notes ref only moves forward (its journals are never rewritten). A client
+client folds before it queues a write, so both travel with it). An agent's notes ref only moves forward (its journals are never rewritten). A client
 that skips validation, rewrites history or pushes a hand-made commit is refused.
 
 Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
@@ -35,7 +32,7 @@ from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
-from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
+from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
 from ..core import reservations
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
@@ -250,9 +247,7 @@ def _blob_at(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | Non
 def _provenance(repo: pygit2.Repository, agent: str, c: pygit2.Commit, t: dict[str, list[str]],
                 post: dict[str, str]) -> tuple[list[ReadEntry], dict[str, str]]:
     """(the read set the write says it was validated against, its header): from the
-    commit's provenance trailers, or from an old-format provenance note."""
-    from ..core.notes import read_note
-
+    commit's provenance trailers."""
     commit = str(c.id)
     try:
         prov = parse_provenance_trailers(t)
@@ -277,17 +272,7 @@ def _provenance(repo: pygit2.Repository, agent: str, c: pygit2.Commit, t: dict[s
         except (CorruptReadSet, RepoStateError, KeyError, ValueError, AttributeError, TypeError) as exc:
             raise Refused(f"{commit[:10]}: the read set its provenance names cannot be read ({exc})") from None
         return entries, {"validated-at": prov.validated_at, "scope": prov.scope}
-    if tree is None:
-        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer, and {ref} "
-                      "is not in the push nor on the server")
-    raw = read_note(_Repo(repo), tree, commit)  # type: ignore[arg-type]
-    if raw is None:
-        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer and no note on {ref}")
-    try:
-        header, entries = note_entries(repo, agent, raw)
-    except (CorruptReadSet, RepoStateError, KeyError, ValueError) as exc:
-        raise Refused(f"{commit[:10]}: its provenance note cannot be read ({exc})") from None
-    return entries, header
+    raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer")
 
 
 def run(stdin_text: str, path: str = ".") -> tuple[int, list[str]]:
