@@ -62,3 +62,4 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     assert hx.workspace(repo, "src/api.py") == b"def fetch(url, timeout=10):\n    return http_get(url, 2)\n"
     writes = [e for e in json.loads(storm(repo, "log", "--json").stdout) if e.get("type") == "write"]
     assert [e.get("agent") for e in writes[:2]] == ["engineer_1", "engineer_2"], writes[:2]
+
