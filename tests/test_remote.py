@@ -100,7 +100,12 @@ def server_log(server: Path, since: str | None = None) -> list[str]:
 @pytest.fixture(params=["daemon", "file", "path"])
 def remote(request, tmp_path: Path):
     """(server bare repository, URL clones use) for each kind of remote."""
-    if request.param == "daemon":
+    return served(request, tmp_path, request.param)
+
+
+def served(request, tmp_path: Path, kind: str) -> tuple[Path, str]:
+    """A bare repository and the URL of ``kind`` (daemon, file, path) it is served at."""
+    if kind == "daemon":
         base = tmp_path / "served"
         base.mkdir()
         d = Daemon(base)
@@ -108,7 +113,7 @@ def remote(request, tmp_path: Path):
         srv = bare(base / "proj.git")
         return srv, d.url("proj.git")
     srv = bare(tmp_path / "proj.git")
-    return srv, (f"file://{srv}" if request.param == "file" else str(srv))
+    return srv, (f"file://{srv}" if kind == "file" else str(srv))
 
 
 def server_provenance(srv: Path, agent: str, commit: str):

@@ -16,12 +16,13 @@ import pytest
 
 import forge
 from helpers import git, make_repo, read_as, rev, storm, write_as
-from test_remote import Daemon, bare
+from test_remote import bare, served
 
 from storm_git.core import readsets
 from storm_git.core.store import Store
 from storm_git.remote import inbox
 from storm_git.remote.arrival import lock_path, order_dir
+from storm_git.remote.transport import read_push
 
 WS = "refs/storm/workspace"
 NOTES = "refs/notes/storm/agents/"
@@ -29,17 +30,8 @@ NOTES = "refs/notes/storm/agents/"
 
 @pytest.fixture(params=["file", "daemon"])
 def site(request, tmp_path: Path):
-    """(server, clone a, clone b): the server has storm's guard and ordering."""
-    if request.param == "daemon":
-        base = tmp_path / "served"
-        base.mkdir()
-        d = Daemon(base)
-        request.addfinalizer(d.stop)
-        srv = bare(base / "proj.git")
-        url = d.url("proj.git")
-    else:
-        srv = bare(tmp_path / "proj.git")
-        url = f"file://{srv}"
+    """(server, clone a, clone b, clone c): the server has storm's guard and ordering."""
+    srv, url = served(request, tmp_path, request.param)
     r = storm(srv, "server-hook", "install", str(srv))
     assert r.returncode == 0 and "orders clones' writes" in r.stdout, r.stderr
     a = make_repo(tmp_path / "a", init_storm=False)
@@ -223,25 +215,12 @@ def test_hook_killed_after_applying_the_push_again_learns_it_landed_once(site) -
     finally:
         log.unlink()
     assert p.returncode != 0
-    first = inbox.read_answer(_outcome(p.returncode, out, err))
+    first = inbox.read_answer(read_push(p.returncode, out, err))
     assert first.unclear and not first.landed and not first.refused, first
     landed_as = rev(srv, WS)
     ans = inbox.push(st, "origin", q, {"bob": notes})
     assert [str(n) for _o, n in ans.landed] == [landed_as] and not ans.unclear
     assert rev(srv, WS) == landed_as and len(applied(srv, q)) == 1
-
-
-def _outcome(code: int, out: bytes, err: bytes):
-    from storm_git.remote.transport import PushOutcome
-
-    res = PushOutcome(code, stderr=err.decode())
-    for line in out.decode().splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 3 and ":" in parts[1]:
-            src, dst = parts[1].split(":", 1)
-            res.refs[dst] = (parts[0], parts[2])
-            res.lines.append((parts[0], src, dst, parts[2]))
-    return res
 
 
 def test_a_copy_pushed_to_another_clones_inbox_lands_once(site) -> None:

@@ -45,6 +45,26 @@ def append_all(path: str, data: bytes) -> os.stat_result:
         os.close(fd)
 
 
+def append_log_line(path: str, line: bytes, rotate_bytes: int) -> None:
+    """Append ``line`` to a log in one ``O_APPEND`` write (several processes may append
+    at once), moving the log to ``<path>.1`` first once it is past ``rotate_bytes``.
+    Best effort: a failure to log never fails what is being logged."""
+    try:
+        if os.path.getsize(path) > rotate_bytes:
+            os.replace(path, path + ".1")
+    except OSError:
+        pass
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def append_rows(path: str, rows: bytes) -> None:
     """Append whole lines to ``path`` (created if absent; the caller holds the lock that
     serialises its appenders). A row torn by a writer killed mid-append stays a line of

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from . import packs, promisor
 from .errors import RepoStateError
 from .locks import flocked, is_locked, try_flocked
+from .files import append_log_line
 from .store import Store, git_env
 
 LOOSE, ROLLUP, PACK_REFS = "loose-objects", "geometric-rollup", "pack-refs"
@@ -130,22 +131,8 @@ def _record_path(store: Store) -> str:
 def _record(store: Store, rec: RunRecord) -> None:
     """Append ``rec`` (one line, one ``write`` with O_APPEND: the loose step and a
     roll-up may append at once). A failure to record never fails the maintenance."""
-    path = _record_path(store)
     line = (json.dumps(rec.to_dict(), separators=(",", ":")) + "\n").encode()
-    try:
-        if os.path.getsize(path) > RECORD_MAX:
-            os.replace(path, path + ".1")
-    except OSError:
-        pass
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    append_log_line(_record_path(store), line, RECORD_MAX)
 
 
 def history(store: Store, since: float = 0.0) -> list[RunRecord]:

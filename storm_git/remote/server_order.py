@@ -49,6 +49,7 @@ import pygit2
 
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, Busy, UsageError
+from ..core.files import append_log_line
 from ..core.gitcmd import run_git
 from ..core.readsets import provenance_entries
 from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
@@ -354,18 +355,8 @@ def _commit(gitdir: str, changes: list[tuple[str, str, str]], who: str) -> bool:
 def _log(gitdir: str, ticket: int, who: str, out: Outcome) -> None:
     """One line per push served, in the order served (the order's record, for the
     operator). Best effort: the refs have moved; the answer must still go out."""
-    path = os.path.join(arrival.order_dir(gitdir), "log")
     line = f"{ticket} {time.time():.6f} {who} {out.before} {out.after} landed={out.landed} dropped={out.dropped}\n"
-    try:
-        if os.path.getsize(path) > LOG_ROTATE_BYTES:
-            os.replace(path, path + ".1")
-    except OSError:
-        pass
-    try:
-        with open(path, "ab") as fh:
-            fh.write(line.encode("utf-8", "replace"))
-    except OSError:
-        pass
+    append_log_line(os.path.join(arrival.order_dir(gitdir), "log"), line.encode("utf-8", "replace"), LOG_ROTATE_BYTES)
 
 
 # -- the hook's end of the protocol -------------------------------------------------------

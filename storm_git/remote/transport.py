@@ -278,8 +278,13 @@ def push(store: Store, remote: str, updates: list[tuple[str, str, str | None]], 
     args += [f"{src}:{dst}" for src, dst, _lease in updates]
     # an inbox's answers name commits this clone may not have: whole ids (git >= 2.31)
     r = _git(store, args, PUSH_TIMEOUT, [] if atomic else ["-c", "core.abbrev=no"])
-    out = PushOutcome(r.returncode, stderr=r.stderr.decode("utf-8", "replace"))
-    for line in r.stdout.decode("utf-8", "replace").splitlines():
+    return read_push(r.returncode, r.stdout, r.stderr)
+
+
+def read_push(returncode: int, stdout: bytes, stderr: bytes) -> PushOutcome:
+    """What ``git push --porcelain`` said (its exit status, its output and errors)."""
+    out = PushOutcome(returncode, stderr=stderr.decode("utf-8", "replace"))
+    for line in stdout.decode("utf-8", "replace").splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and ":" in parts[1]:
             src, dst = parts[1].split(":", 1)
