@@ -1,15 +1,20 @@
 """The shared workspace on a git remote, with the server doing the compare-and-swap.
 
 A clone configured with ``storm.remote=NAME`` keeps local copies of the storm
-refs; the remote's ``refs/storm/workspace`` is the truth. A write fetches the
-storm refs (never branches), runs the local validated write against the
-fetched head ``H`` (:class:`storm_git.storm.workspace.SharedWorkspace`, unchanged), and
-publishes it with one ``git push --atomic --force-with-lease=…:<H>`` carrying
-the commit (its provenance in its trailers) and the agent's notes (the read set
-and journal those trailers name): both land or neither does.
-A stale lease means another machine wrote: fetch, re-validate, retry.
+refs; the remote's ``refs/storm/workspace`` is the truth. A write runs the local
+validated write against the clone's copy of the server's head
+(:class:`storm_git.storm.workspace.SharedWorkspace`, unchanged) and queues it; the
+queue goes to the server with the agents' notes (the read sets its provenance
+names): to the clone's inbox on a server that orders writes (its proc-receive hook
+applies them in arrival order and answers per write), elsewhere in one ``git push
+--atomic --force-with-lease=…:<H>`` (a stale lease: another machine wrote; fetch,
+move the queue, push again).
 
-* :mod:`.transport` — the ``git`` subprocesses (fetch of the storm refs, atomic push);
-* :mod:`.client` — :class:`RemoteWorkspace`, init/join/sync/push-reads;
-* :mod:`.server_hook` — the pre-receive guard installed in the bare repository.
+* :mod:`.transport` — the ``git`` subprocesses (fetch of the storm refs, pushes);
+* :mod:`.workspace` — :class:`RemoteWorkspace`, its publication, sync and push-reads;
+* :mod:`.queue_move` — the rule that moves queued writes onto a newer head (both sides);
+* :mod:`.inbox` — a clone's push to its inbox and the server's answers;
+* :mod:`.server_hook` — the pre-receive guard installed in the bare repository;
+* :mod:`.server_order`, :mod:`.arrival`, :mod:`.pktline` — the proc-receive hook that
+  orders clones' writes.
 """

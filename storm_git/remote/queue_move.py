@@ -7,11 +7,13 @@ when it orders the writes pushed to a clone's inbox, :mod:`.server_order`):
 
 * a write already on the new head (its identity, :func:`identity`, is there) is
   *landed*: it is never applied twice;
+* a write a target of which another agent's live reservation holds is *dropped*:
+  the reservation may have been taken after the write was validated (a rejected
+  agent holds the file for its retry), and its validation would refuse it now;
+* a write validated at the head it now goes on lands as it is;
 * a write whose scope (its ``Storm-Dep`` paths, or its whole read set) and targets
   have the same versions in the head it was validated at (its parent) and in the
-  head it would now go on, and none of whose targets another agent's live
-  reservation holds (its validation would refuse it), is *moved*: rebuilt there
-  (its own changes on the new
+  head it would now go on is *moved*: rebuilt there (its own changes on the new
   tree, ``Storm-Validated-At`` the new parent, ``Storm-Moved-From`` the commit it
   was first queued as), so it has exactly the versions it was validated against;
 * any other write is *dropped*, with the paths that moved under it; its writer
@@ -87,9 +89,8 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
     """Apply the rule (module docstring) to ``writes`` (oldest first) onto ``onto``.
     ``landed``: identity -> commit of the writes already on ``onto`` (``landed_since``);
     ``drop_agents``: agents whose writes are dropped whatever their scope;
-    ``reserved_ahead`` (storm_git.core.reservations.max_ahead): a write whose target
-    another agent's live reservation holds in ``repo`` is dropped too, as its
-    validation would refuse it (a moved write is not validated again)."""
+    ``reserved_ahead`` (storm_git.core.reservations.max_ahead): the reservations in
+    ``repo`` count (None: they are not looked at)."""
     landed = landed or {}
     objects = _Objects(repo)
     out = Move(onto)
@@ -109,6 +110,10 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
         if prov is None or scope is None or len(c.parent_ids) != 1 or not agent or agent in drop_agents:
             out.dropped.append((c.id, []))  # not for a path that moved: nothing to name
             continue
+        held = held_by_others(repo, sorted(targets), agent, reserved_ahead) if reserved_ahead is not None else []
+        if held:
+            out.dropped.append((c.id, held))
+            continue
         parent = c.parent_ids[0]
         if parent == out.tip:  # validated at the head it goes on: it lands as it is
             out.placed.append((c.id, c.id))
@@ -116,8 +121,6 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
             continue
         moved = set(changed_paths(objects, repo[parent].peel(pygit2.Commit).tree,  # type: ignore[arg-type]
                                   repo[out.tip].peel(pygit2.Commit).tree)) & (scope | targets)
-        if not moved and reserved_ahead is not None:
-            moved = set(held_by_others(repo, sorted(targets), agent, reserved_ahead))
         if moved:
             out.dropped.append((c.id, sorted(moved)))
             continue
