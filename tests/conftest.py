@@ -3,14 +3,11 @@ identity for plain git commands, and no inherited STORM_AGENT."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from helpers import make_repo  # noqa: E402
+from helpers import make_repo
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,17 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import git, make_repo, rev, storm, storm_json
+from helpers import ROOT, git, git_commit, make_repo, rev, storm, storm_json
 
 VENV_BIN = os.path.dirname(sys.executable)
-
-
-def git_commit(cwd, *args: str, agent: str | None = None, **extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "STORM_AGENT"}
-    if agent:
-        env["STORM_AGENT"] = agent
-    env.update(extra)
-    return subprocess.run(["git", "commit", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def _bin_dir(tmp_path: Path, name: str, **programs: str) -> str:
@@ -80,7 +72,7 @@ def test_shim_without_its_interpreter_falls_back_or_says_how_to_fix(tmp_path):
     assert "cannot run storm's guard" in c.stderr and "deleted-venv" in c.stderr
     assert "reinstall git storm" in c.stderr and "git storm uninstall-hooks" in c.stderr
     # from the clone it came from (the test's editable install), not from an index
-    assert f"(python3 -m pip install -e {Path(__file__).resolve().parent.parent}), then" in c.stderr, c.stderr
+    assert f"(python3 -m pip install -e {ROOT}), then" in c.stderr, c.stderr
     assert "pre-commit" in c.stderr and rev(repo, "HEAD") == base
     # a python3 without storm_git does not count
     nostorm = _bin_dir(tmp_path, "nostorm", python3=shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3")

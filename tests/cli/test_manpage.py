@@ -4,11 +4,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parent.parent / "man" / "git-storm.1"
+from helpers import ROOT
+
+PAGE = ROOT / "man" / "git-storm.1"
 
 
 def test_shipped_man_page_is_up_to_date():

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
+from helpers import ROOT, git, make_repo, rev, snapshot_refs, storm, storm_json
 from helpers import ok as _ok
 
-ROOT = Path(__file__).resolve().parent.parent
 DATED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
 
 
@@ -459,7 +458,7 @@ def test_the_command_list_is_grouped_by_who_uses_it(tmp_path, argv):
 
 
 def test_the_man_page_groups_the_commands_the_same_way():
-    page = (Path(__file__).resolve().parent.parent / "man" / "git-storm.1").read_text()
+    page = (ROOT / "man" / "git-storm.1").read_text()
     heads = [ln[4:].strip('"') for ln in page.splitlines() if ln.startswith(".SH ")]
     assert [h for h in heads if h.title() in [s.title() for s in HELP_SECTIONS]] == \
         [s.upper() for s in HELP_SECTIONS], heads

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 SHOW = "from storm_git.core.install_hint import pip_install; print(pip_install('mcp', python='python3'))"
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import fsck, git, hold, make_repo, release, storm, storm_json
+from helpers import ROOT, SUPPORT, fsck, git, hold, make_repo, release, storm, storm_json
 
-WRITER = str(Path(__file__).with_name("storm_writer.py"))
+WRITER = str(SUPPORT / "storm_writer.py")
 
 GIT_LOOP = [
     ["gc", "--quiet"],
@@ -141,7 +141,7 @@ def test_storm_maintenance_never_prunes(tmp_path, repo):
     assert "--prune=now" not in joined and "--expire=now" not in joined, joined
     assert " git prune " not in joined.replace("'", " ").replace('"', " ") + " ", joined
     # and storm's own source never runs or advises it outside of a warning
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     for f in list((root / "storm_git").rglob("*.py")) + list((root / "cli").rglob("*.py")):
         for ln in f.read_text().splitlines():
             if "prune=now" in ln:

@@ -14,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, hold, make_repo, release, rev, start_write, storm, storm_json
+from helpers import git, hold, journal, make_repo, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES
-
-
-def journal(repo: Path, agent: str) -> Path:
-    return repo / ".git" / "storm" / "journal" / agent
 
 
 def test_a_read_is_one_append_and_status_folds_it(repo):

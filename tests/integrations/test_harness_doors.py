@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from helpers import git, rev, show, snapshot_refs, storm
-from test_harness import claude_event, codex_event, decision, hook
+from helpers import claude_event, codex_event, decision, git, hook, rev, show, snapshot_refs, storm
 
 
 def read(repo, session, rel, use_id):

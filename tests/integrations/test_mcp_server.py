@@ -24,7 +24,7 @@ anyio = pytest.importorskip("anyio")
 
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
-from helpers import git, rev, show, snapshot_refs, storm  # noqa: E402
+from helpers import ROOT, git, rev, show, snapshot_refs, storm  # noqa: E402
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 EXPECTED_TOOLS = {"view", "create", "str_replace", "insert", "undo_edit", "read", "write", "rm", "exec",
@@ -498,7 +498,7 @@ def test_cli_without_the_sdk_says_how_to_install_it(repo, tmp_path):
                        text=True, input="", env=env, timeout=30)
     assert r.returncode == 2
     # the hint installs the extra the way this copy was installed: editable, from the clone
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(ROOT)
     assert r.stderr.count("\n") == 1, r.stderr
     # with this environment's interpreter (the git-storm script's: python or python3)
     assert f"(/{os.path.dirname(sys.executable).strip('/')}/python" in r.stderr, r.stderr

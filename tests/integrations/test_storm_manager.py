@@ -18,40 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, storm
+from helpers import SUPPORT, git, make_repo, storm
+from manager_agent import Agent, increment
 from storm_git.core.errors import BadAgent, BadPath, RepoStateError
-from storm_git.integrations.storm_manager import Manager, ReadResponse, StaleFile, WriteResponse
-
-
-class Agent:
-    """The harness's file_editor for one agent: a cache of viewed files and versions."""
-
-    def __init__(self, manager: Manager, agent_id: str) -> None:
-        self.m, self.id = manager, agent_id
-        self.cache: dict[str, ReadResponse] = {}
-
-    async def view(self, path: str) -> ReadResponse:
-        r = await self.m.read_file(self.id, path)
-        self.cache[path] = r
-        return r
-
-    def snapshot(self) -> dict[str, int]:
-        return {p: r.version for p, r in self.cache.items()}
-
-    async def str_replace(self, path: str, old: str, new: str) -> WriteResponse:
-        seen = self.cache[path]
-        assert seen.content.count(old) == 1, (path, old, seen.content)
-        res = await self.m.write_file(self.id, path, seen.content.replace(old, new, 1), seen.version,
-                                      snapshot=self.snapshot(), base_content=seen.content)
-        if res.success:
-            self.cache[path] = ReadResponse(seen.content.replace(old, new, 1), res.new_version)
-        return res
-
-    async def create(self, path: str, text: str) -> WriteResponse:
-        res = await self.m.write_file(self.id, path, text, 0)
-        if res.success:
-            self.cache[path] = ReadResponse(text, res.new_version)
-        return res
+from storm_git.integrations.storm_manager import Manager, ReadResponse, StaleFile
 
 
 def run(coro):
@@ -322,36 +292,14 @@ def test_a_writer_gives_up_after_the_reservation_wait(repo: Path) -> None:
 
 
 # -- many agents, processes, restarts ------------------------------------------------------------
-async def _increment(manager: Manager, agent: str, path: str, times: int) -> list[int]:
-    """Add one line to ``path`` ``times`` times, as the harness would: view, edit the
-    cached view, write; on a rejection take the current content and retry."""
-    a = Agent(manager, agent)
-    got = []
-    await a.view(path)
-    done = 0
-    while done < times:
-        seen = a.cache[path]
-        res = await manager.write_file(agent, path, seen.content + f"{agent} {done}\n", seen.version,
-                                       snapshot={path: seen.version})
-        if res.success:
-            got.append(res.new_version)
-            a.cache[path] = ReadResponse(seen.content + f"{agent} {done}\n", res.new_version)
-            done += 1
-        else:
-            assert res.reason in ("direct_conflict", "reserved"), res
-            await manager.release_reservation(agent, path)
-            await a.view(path)
-    return got
-
-
 def test_many_agents_as_tasks_on_one_event_loop(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {"log.txt": "", **{f"own/{i}.txt": "" for i in range(8)}})
     manager = Manager(repo)
     agents = [f"engineer_{i}" for i in range(8)]
 
     async def go() -> list[list[int]]:
-        shared_work = [_increment(manager, a, "log.txt", 3) for a in agents]
-        own_work = [_increment(manager, a, f"own/{i}.txt", 2) for i, a in enumerate(agents)]
+        shared_work = [increment(manager, a, "log.txt", 3) for a in agents]
+        own_work = [increment(manager, a, f"own/{i}.txt", 2) for i, a in enumerate(agents)]
         return await asyncio.gather(*shared_work, *own_work)
 
     results = run(go())
@@ -367,13 +315,13 @@ def test_many_agents_as_tasks_on_one_event_loop(tmp_path: Path) -> None:
 WORKER = textwrap.dedent("""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[4])
-    from test_storm_manager import _increment
+    from manager_agent import increment
     from storm_git.integrations.storm_manager import Manager
 
     async def main():
         m = Manager(sys.argv[1])
         agents = sys.argv[2].split(",")
-        got = await asyncio.gather(*[_increment(m, a, "log.txt", int(sys.argv[3])) for a in agents])
+        got = await asyncio.gather(*[increment(m, a, "log.txt", int(sys.argv[3])) for a in agents])
         print(json.dumps(got))
 
     asyncio.run(main())
@@ -384,8 +332,7 @@ def test_several_processes_on_one_repository_agree_on_versions(tmp_path: Path) -
     repo = make_repo(tmp_path / "r", {"log.txt": ""})
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    tests_dir = str(Path(__file__).parent)
-    procs = [subprocess.Popen([sys.executable, str(script), str(repo), f"p{n}_a,p{n}_b", "4", tests_dir],
+    procs = [subprocess.Popen([sys.executable, str(script), str(repo), f"p{n}_a,p{n}_b", "4", str(SUPPORT)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -401,7 +348,7 @@ def test_a_process_killed_mid_session_leaves_numbers_that_match_the_history(tmp_
     git(repo, "config", "storm.reservationSeconds", "2")  # one the killed agents held ends soon
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    proc = subprocess.Popen([sys.executable, str(script), str(repo), "k_a,k_b", "1000", str(Path(__file__).parent)],
+    proc = subprocess.Popen([sys.executable, str(script), str(repo), "k_a,k_b", "1000", str(SUPPORT)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while len(shared(repo, "log.txt").splitlines()) < 20 and time.monotonic() < deadline:

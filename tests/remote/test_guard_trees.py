@@ -13,9 +13,8 @@ import pytest
 import forge
 from forge import FILE, LINK
 from helpers import git, make_repo, rev, storm, storm_json
-from test_remote import _install_guard, bare, clone, seed
-
-WS = "refs/storm/workspace"
+from servers import WS, bare, clone, seed
+from servers import install_guard as _install_guard
 
 # (changes, the words the guard's refusal holds)
 HOSTILE_TREES = {
@@ -35,13 +34,6 @@ HOSTILE_TREES = {
     ".gitmodules link": ({b".gitmodules": (LINK, b"src/util.py")}, b"git reads that file itself"),
     "gitlink mode": (None, b"mode 160000"),
 }
-
-
-@pytest.fixture
-def guarded(tmp_path):
-    srv = bare(tmp_path / "proj.git")
-    _install_guard(srv)
-    return srv, seed(tmp_path, str(srv))
 
 
 def _forged(a: Path, h: str, name: str) -> str:

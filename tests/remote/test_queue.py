@@ -12,7 +12,7 @@ from pathlib import Path
 
 import helpers
 from helpers import git, release, rev, snapshot_refs, start_write, storm, storm_json
-from test_remote import WS, Daemon, bare, clone, daemon, seed, server_log, server_provenance  # noqa: F401 (daemon: fixture)
+from servers import WS, bare, clone, seed, server_log, server_provenance
 
 LOCKS = Path(".git/storm/locks")
 TRACKED = "refs/storm-remote/origin/storm/workspace"

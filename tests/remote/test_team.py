@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from helpers import git, make_repo, rev, storm, storm_json
+from helpers import ROOT, git, make_repo, rev, storm, storm_json
 
 WS = "refs/storm/workspace"
 
@@ -185,7 +185,7 @@ def test_log_shows_a_write_moved_onto_a_newer_head_in_landing_order(tmp_path):
 
 def _doc_block(name: str) -> str:
     """The shell block docs/remote.md marks ``<!-- run: NAME -->``, as written."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "remote.md").read_text()
+    text = (ROOT / "docs" / "remote.md").read_text()
     after = text.split(f"<!-- run: {name} -->", 1)[1]
     body = after.split("```sh\n", 1)[1].split("```", 1)[0]
     return body

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -14,120 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-
-HERE = Path(__file__).resolve().parent
-WS = "refs/storm/workspace"
-
-
-# -- servers ---------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Daemon:
-    """``git daemon`` serving ``base`` on 127.0.0.1 with pushes enabled."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.port = _free_port()
-        self.log = open(base.parent / f"daemon-{self.port}.log", "wb")
-        self.proc = subprocess.Popen(
-            ["git", "daemon", "--enable=receive-pack", "--export-all", f"--base-path={base}",
-             "--listen=127.0.0.1", f"--port={self.port}", "--reuseaddr", "--informative-errors", str(base)],
-            stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + 15
-        while True:  # ready when it accepts a connection
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"git daemon did not start (see {self.log.name})")
-                time.sleep(0.02)
-
-    def url(self, name: str) -> str:
-        return f"git://127.0.0.1:{self.port}/{name}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        self.log.close()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path):
-    base = tmp_path / "served"
-    base.mkdir()
-    d = Daemon(base)
-    yield d
-    d.stop()
-
-
-def bare(path: Path) -> Path:
-    git(path.parent, "init", "-q", "--bare", "-b", "main", str(path))
-    return path
-
-
-def seed(tmp_path: Path, url: str, *, reservation: str = "0.5") -> Path:
-    """The first clone: the project's code, pushed, and the shared workspace created on the remote."""
-    a = make_repo(tmp_path / "seed", init_storm=False)
-    git(a, "remote", "add", "origin", url)
-    git(a, "push", "-q", "origin", "main")
-    r = storm(a, "init", "--remote", "origin")
-    assert r.returncode == 0, r.stderr
-    git(a, "config", "storm.reservationSeconds", reservation)
-    return a
-
-
-def clone(tmp_path: Path, url: str, name: str, *, reservation: str = "0.5") -> Path:
-    git(tmp_path, "clone", "-q", url, name)
-    c = tmp_path / name
-    r = storm(c, "join", "origin")
-    assert r.returncode == 0, r.stderr
-    git(c, "config", "storm.reservationSeconds", reservation)
-    return c
-
-
-def server_log(server: Path, since: str | None = None) -> list[str]:
-    spec = f"{since}..{WS}" if since else WS
-    return git(server, "rev-list", spec).stdout.decode().split()
-
-
-@pytest.fixture(params=["daemon", "file", "path"])
-def remote(request, tmp_path: Path):
-    """(server bare repository, URL clones use) for each kind of remote."""
-    if request.param == "daemon":
-        base = tmp_path / "served"
-        base.mkdir()
-        d = Daemon(base)
-        request.addfinalizer(d.stop)
-        srv = bare(base / "proj.git")
-        return srv, d.url("proj.git")
-    srv = bare(tmp_path / "proj.git")
-    return srv, (f"file://{srv}" if request.param == "file" else str(srv))
-
-
-def server_provenance(srv: Path, agent: str, commit: str):
-    """(the commit's provenance trailers, the read set they name) resolved on the server
-    alone: its copy of the agent's notes ref holds the journal they point into."""
-    import pygit2
-
-    from storm_git.core import readsets, trailers
-
-    r = pygit2.Repository(str(srv))
-    prov = trailers.provenance(trailers.parse(r[pygit2.Oid(hex=commit)].message))
-    assert prov is not None, commit
-    tip = r.lookup_reference(f"refs/notes/storm/agents/{agent}").target
-    return prov, readsets.provenance_entries(r, r[tip].tree, agent, prov)
-
-
-def _install_guard(srv: Path) -> None:
-    r = storm(srv, "server-hook", "install", str(srv))
-    assert r.returncode == 0, r.stderr
+from helpers import SUPPORT, git, make_repo, rev, snapshot_refs, storm, storm_json
+from servers import WS, Daemon, bare, clone, seed, server_log, server_provenance
+from servers import free_port as _free_port
+from servers import install_guard as _install_guard
 
 
 # -- the basic story, on every kind of remote -------------------------------------------------
@@ -546,14 +435,6 @@ def test_two_processes_of_one_clone_and_reservations_travel(tmp_path):
 
 
 # -- the server's guard --------------------------------------------------------------------------
-@pytest.fixture
-def guarded(tmp_path):
-    srv = bare(tmp_path / "proj.git")
-    _install_guard(srv)
-    a = seed(tmp_path, str(srv))
-    return srv, a
-
-
 def _push(repo: Path, *specs: str) -> subprocess.CompletedProcess:
     return git(repo, "push", "--atomic", "origin", *specs, check=False)
 
@@ -738,7 +619,7 @@ def _run_writers(tmp_path: Path, clones: list[Path], procs: int, writes: int, sh
         for j in range(procs):
             agent = f"w{i}_{j}"
             running.append(subprocess.Popen(
-                [sys.executable, str(HERE / "remote_writer.py"), str(c), agent, str(writes), str(ack),
+                [sys.executable, str(SUPPORT / "remote_writer.py"), str(c), agent, str(writes), str(ack),
                  str(i * 100 + j), f"own/{agent}.txt", "shared.txt", str(share)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     for p in running:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, storm
+from helpers import ROOT, git, storm
 
 from storm_git.sim import report, runner, scenarios, workload
 from storm_git.sim.metrics import Write, lost_updates
@@ -219,7 +219,7 @@ def test_report_without_matplotlib_skips_plots_with_a_message(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["files"] == ["report.json", "report.md"] and "matplotlib is not installed" in res["plots_skipped"]
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     assert f"{sys.executable} -m pip install -e '{root}[sim]'" in res["plots_skipped"], res
     assert not list(tmp_path.glob("*.png"))
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, percentile, record
-from helpers import fsck, git, make_repo
+from helpers import SUPPORT, fsck, git, make_repo
 
-WRITER = str(Path(__file__).with_name("storm_writer.py"))
+WRITER = str(SUPPORT / "storm_writer.py")
 PROCS = 16
 MAX_RETRIES = 40  # a bound far above what reservations allow in practice; exceeding it is a livelock
 

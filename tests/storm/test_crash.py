@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 
 from figures import long_run, record
-from helpers import git, make_repo, no_maintenance, snapshot_refs
+from helpers import SUPPORT, git, make_repo, no_maintenance, snapshot_refs
 from storm_git.core.store import STALE_REF_LOCK_SECONDS
 
-WRITER = str(Path(__file__).with_name("storm_writer.py"))
+WRITER = str(SUPPORT / "storm_writer.py")
 AGENTS = ["w0", "w1", "w2"]
 
 

@@ -10,22 +10,7 @@ import time
 
 import yaml
 
-from helpers import git, make_repo, rev, show, storm, storm_json
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _commit_env(agent: str | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "STORM_AGENT"}
-    if agent:
-        env["STORM_AGENT"] = agent
-    env.update(extra)
-    return env
-
-
-def git_commit(cwd, *args: str, agent: str | None = None, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "commit", *args], cwd=cwd, capture_output=True, text=True,
-                          env=_commit_env(agent, **extra))
+from helpers import ROOT, commit_env, git, git_commit, make_repo, rev, show, storm, storm_json
 
 
 def _write(repo, agent: str, path: str, text: str) -> None:
@@ -154,7 +139,7 @@ def test_hook_in_a_linked_worktree_and_with_a_minimal_path(repo, tmp_path):
     # minimal PATH: the shim names its interpreter; git itself by absolute path
     gitexe = shutil.which("git")
     r = subprocess.run([gitexe, "commit", "-m", "side"], cwd=wt, capture_output=True, text=True,
-                       env=_commit_env("e1", PATH="/nonexistent"))
+                       env=commit_env("e1", PATH="/nonexistent"))
     assert r.returncode != 0 and "is an engineer" in r.stderr, r.stderr
 
 
@@ -202,7 +187,7 @@ def test_hook_command_and_pre_commit_framework_manifest(repo):
     r = storm(repo, "hook", "pre-commit", agent="e1")
     assert r.returncode == 1 and "is an engineer" in r.stderr
     assert storm(repo, "hook", "pre-commit").returncode == 0
-    [entry] = yaml.safe_load(open(os.path.join(ROOT, ".pre-commit-hooks.yaml")))
+    [entry] = yaml.safe_load(open(ROOT / ".pre-commit-hooks.yaml"))
     assert entry["id"] == "storm-guard" and entry["entry"] == "git-storm hook pre-commit"
     assert entry["pass_filenames"] is False and entry["always_run"] is True
 
@@ -261,7 +246,7 @@ def test_the_managers_commit_waits_its_turn_for_gits_index_lock(repo, tmp_path):
 
     _write(repo, "e1", "src/api.py", "x = 1  # e1: new\n")
     started = tmp_path / "editor-started"  # git commit -a holds the lock until the message is in
-    env = dict(_commit_env(), GIT_EDITOR=f"sh -c 'touch {started}; sleep 60'")
+    env = dict(commit_env(), GIT_EDITOR=f"sh -c 'touch {started}; sleep 60'")
     person = subprocess.Popen(["git", "commit", "-a", "--no-verify", "--allow-empty"], cwd=repo, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import PY_PROJECT, git, hold, release, rev, start_write, storm, storm_json
+from helpers import PY_PROJECT, git, hold, journal, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import notes, readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
@@ -49,10 +49,6 @@ def write(repo: Path, agent: str, path: str, content: str, *args: str) -> str:
     code, out = storm_json(repo, "write", path, *args, input=content, agent=agent)
     assert code == 0 and out["accepted"], out
     return out["commit"]
-
-
-def journal(repo: Path, agent: str) -> Path:
-    return repo / ".git" / "storm" / "journal" / agent
 
 
 def test_provenance_resolves_from_the_commit_after_folds(repo):

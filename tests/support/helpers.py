@@ -13,6 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+SUPPORT = Path(__file__).resolve().parent  # this folder: the helpers and the writer scripts
+ROOT = SUPPORT.parent.parent  # the project: README.md, docs/, man/, storm_git/
+
 DEFAULT_FILES = {
     "src/api.py": "def fetch(url):\n    return http_get(url)\n",
     "src/client.py": "from api import fetch\n\n\ndef load(url):\n    return fetch(url)\n",
@@ -385,3 +388,23 @@ def hook(repo: Path, event: dict | str, *args: str, env: dict | None = None):
 def decision(r) -> dict | None:
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def commit_env(agent: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a plain ``git commit``: STORM_AGENT only when ``agent`` is given."""
+    env = {k: v for k, v in os.environ.items() if k != "STORM_AGENT"}
+    if agent:
+        env["STORM_AGENT"] = agent
+    env.update(extra)
+    return env
+
+
+def git_commit(cwd: str | Path, *args: str, agent: str | None = None, **extra: str) -> subprocess.CompletedProcess:
+    """A plain ``git commit`` (text output), through storm's pre-commit guard when init installed it."""
+    return subprocess.run(["git", "commit", *args], cwd=cwd, capture_output=True, text=True,
+                          env=commit_env(agent, **extra))
+
+
+def journal(repo: Path, agent: str) -> Path:
+    """The agent's read-set journal file (storm_git.core.readsets)."""
+    return repo / ".git" / "storm" / "journal" / agent
