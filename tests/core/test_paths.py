@@ -51,12 +51,11 @@ COUNTS: dict[str, int] = {}
 
 
 def _cells():
+    """Every (door, name) a door can carry: a cell no input can reach is no test, so none is made."""
     for door in DOORS:
         for name in NAMES:
-            marks = []
-            if (door, name) in NOT_CARRIED:
-                marks.append(pytest.mark.skip(reason=f"the {door} door cannot carry this name"))
-            yield pytest.param(door, name, id=f"{door}-{name}", marks=marks)
+            if (door, name) not in NOT_CARRIED:
+                yield pytest.param(door, name, id=f"{door}-{name}")
 
 
 @pytest.fixture(scope="module")
