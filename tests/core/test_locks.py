@@ -1,7 +1,7 @@
 """Waiting for storm's flocks under a wait policy, in a worker thread (the MCP server's
 tools run in threads, where no signal can interrupt a blocking flock: the lock is
 polled). The main thread's timer-interrupted wait is exercised by the command line's
-tests (tests/test_cli_ux.py)."""
+tests (tests/cli/test_ux.py)."""
 from __future__ import annotations
 
 import os

@@ -222,7 +222,7 @@ def test_source_nested_deeper_than_the_parser_allows_is_not_a_crash(repo):
 def test_an_own_earlier_write_that_the_write_imports_is_judged_by_names(repo):
     """The agent wrote pkg/core.py, then b changed a function in it that app.py does not
     use: the names decide, as for any import. (An own write that is not an import stays
-    in the scope: tests/test_deps_auto.py::test_own_earlier_write_stays_in_scope.)"""
+    in the scope: tests/deps/test_scope.py::test_own_earlier_write_stays_in_scope.)"""
     _read(repo, "a", "app.py", "pkg/core.py")
     r = storm(repo, "edit", "pkg/core.py", "--old", "return 2", "--new", "return 20", agent="a")
     assert r.returncode == 0, r.stderr

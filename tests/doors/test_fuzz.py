@@ -13,7 +13,7 @@ with fresh seeds. For every example:
 * no accepted write undone: a write accepted before the fuzz stays in the shared
   history and on disk.
 
-The examples run per door are recorded (tests/figures.py) for docs/reliability.md.
+The examples run per door are recorded (tests/support/figures.py) for docs/reliability.md.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_codex_apply_patch_paths_and_write(repo):
 
 
 def test_bad_events_change_nothing_and_outside_storm_say_nothing(repo, tmp_path):
-    """Bad events fail closed (tests/test_harness_doors.py); outside storm's tree the hook is silent."""
+    """Bad events fail closed (tests/integrations/test_harness_doors.py); outside storm's tree the hook is silent."""
     before = snapshot_refs(repo)
     for bad in ("not json", "[1, 2]", json.dumps({"session_id": "x", "cwd": str(repo)})):
         r = hook(repo, bad)

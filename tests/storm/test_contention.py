@@ -1,6 +1,6 @@
 """Contention and progress: 16 writer processes on one file, then on a shared set.
 
-Every writer (tests/storm_writer.py) appends its own line to a file with a
+Every writer (tests/support/storm_writer.py) appends its own line to a file with a
 validated write and follows the rejection protocol: re-plan from the payload
 (its current content) and retry, holding the reservation the rejection gave it.
 Checked: every rejection payload names the content and version git has at the

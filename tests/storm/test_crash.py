@@ -1,6 +1,6 @@
 """Crash safety: writer processes SIGKILLed at random moments.
 
-Three writer processes (tests/storm_writer.py) write at once, on their own file
+Three writer processes (tests/support/storm_writer.py) write at once, on their own file
 and on a file they share; one of them is SIGKILLed at a random moment, then
 replaced by a new process with the same agent id (an agent restarting). After
 every kill:

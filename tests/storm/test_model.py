@@ -1,4 +1,4 @@
-"""Model-based test: the real storm mode against the reference model (tests/refmodel.py).
+"""Model-based test: the real storm mode against the reference model (tests/support/refmodel.py).
 
 A hypothesis state machine drives several agents through random interleavings
 of read, write, edit, rm, release, forget, time passing, folds of the read-set

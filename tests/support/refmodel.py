@@ -1,6 +1,6 @@
 """A reference model of storm mode's validity rule: pure Python, no git.
 
-The test oracle for ``tests/test_model.py``. It restates the validity rule and the
+The test oracle for ``tests/storm/test_model.py``. It restates the validity rule and the
 verbs (docs/architecture.md) as directly as possible, independently of ``storm_git/storm/shared.py``:
 
 * The workspace is ``{path: content}``; a missing path is *absent*. A version is
