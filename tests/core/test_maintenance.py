@@ -78,7 +78,7 @@ def test_writers_beside_gc_pack_refs_maintenance(tmp_path):
     if long_run():
         run_beside_gc(tmp_path, 4, 600, "gc beside writers (STORM_LONG)")
     else:
-        run_beside_gc(tmp_path, 3, 300, "gc beside writers")
+        run_beside_gc(tmp_path, 3, 150, "gc beside writers")
 
 
 def run_bounded(tmp_path: Path, writes: int, every: int, name: str) -> None:
@@ -120,7 +120,7 @@ def test_maintenance_keeps_loose_objects_bounded(tmp_path):
     if long_run():
         run_bounded(tmp_path, 10_000, 500, "loose objects bounded (STORM_LONG)")
     else:
-        run_bounded(tmp_path, 1_000, 250, "loose objects bounded")
+        run_bounded(tmp_path, 500, 125, "loose objects bounded")
 
 
 def test_storm_maintenance_never_prunes(tmp_path, repo):
@@ -199,11 +199,11 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
     from storm_git import open_workspace
 
     repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
-    git(repo, "config", "storm.autoMaintenance", "500")
+    git(repo, "config", "storm.autoMaintenance", "250")
     ws = open_workspace(str(repo))
     store = ws.store
     peak, ran = 0, False
-    for k in range(1500):
+    for k in range(750):
         ws.read([f"d{k % 4}/f.txt"], agent="e1")
         assert ws.write(f"d{k % 4}/f.txt", f"{k}\n".encode(), agent="e1").accepted
         if k % 50 == 0:
@@ -218,10 +218,10 @@ def test_writes_start_maintenance_by_themselves(tmp_path):
     # and each background run is recorded, by the process that ran it
     runs = maintenance.history(store)
     assert runs and all(r.auto for r in runs) and {r.task for r in runs} <= {maintenance.LOOSE, maintenance.ROLLUP}
-    assert any(r.task == maintenance.LOOSE and r.before.loose > 500 and r.after.loose < r.before.loose for r in runs)
-    # without the trigger: ~1500 writes x 6 objects; with it, a few batches above the bound
+    assert any(r.task == maintenance.LOOSE and r.before.loose > 250 and r.after.loose < r.before.loose for r in runs)
+    # without the trigger: ~750 writes x 6 objects; with it, a few batches above the bound
     # (the estimate samples one fan-out directory, as git's does)
-    assert peak <= 3000 and final.loose <= 2000, (peak, final)
+    assert peak <= 1500 and final.loose <= 1000, (peak, final)
     # one pack per background run would leave ~15; the roll-up keeps them few
     assert final.packs <= 6, final
     assert fsck(repo).returncode == 0

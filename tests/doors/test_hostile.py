@@ -147,7 +147,7 @@ def _check_write(repo: Path, ws, path: str, content: bytes, agent: str) -> str:
     return outcome
 
 
-N_LIB = 1500 if not long_run() else 10000
+N_LIB = 750 if not long_run() else 10000
 
 
 @settings(max_examples=N_LIB, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -219,7 +219,7 @@ def hostile_cli(tmp_path_factory):
     return _hostile_repo(tmp_path_factory.mktemp("hostile-cli") / "repo")
 
 
-N_CLI = 150 if not long_run() else 1000
+N_CLI = 75 if not long_run() else 1000
 
 
 @settings(max_examples=N_CLI, deadline=None, suppress_health_check=list(HealthCheck), database=None)
