@@ -1,4 +1,4 @@
-"""Issue 9, a new user's first hour: the log, help, reservations, rejection text,
+"""A new user's first hour: the log, help, reservations, rejection text,
 exit codes and write's handling of stdin, through the real command line."""
 from __future__ import annotations
 

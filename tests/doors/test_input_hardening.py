@@ -1,4 +1,4 @@
-"""Issue 8/9 regressions through the real CLI: inputs storm must refuse cleanly (exit 2,
+"""Through the real CLI: inputs storm must refuse cleanly (exit 2,
 one line, nothing changed) and states that must never brick storm (a corrupt read
 set, a reservation from a skewed clock, a ref lock dated in the future)."""
 from __future__ import annotations
