@@ -33,7 +33,7 @@ def _break_recorded_python(hook: Path, tmp_path: Path) -> None:
     hook.write_text(text[:start] + f"STORM_PYTHON='{tmp_path}/deleted-venv/bin/python3'" + text[end:])
 
 
-# -- 1a: init says what it installed, why, and how a person commits ----------------------
+# -- init says what it installed, why, and how a person commits ----------------------
 def test_init_reports_the_hook_and_how_a_person_commits(tmp_path):
     repo = make_repo(tmp_path / "r", init_storm=False)
     r = storm(repo, "init")
@@ -59,7 +59,7 @@ def test_init_reports_the_hook_and_how_a_person_commits(tmp_path):
     assert git_commit(repo, "-m", "a person's commit").returncode == 0
 
 
-# -- 1b: the recorded interpreter is gone ----------------------------------------------------
+# -- the recorded interpreter is gone ----------------------------------------------------
 def test_shim_without_its_interpreter_falls_back_or_says_how_to_fix(tmp_path):
     repo = make_repo(tmp_path / "r")
     hook = repo / ".git" / "hooks" / "pre-commit"
@@ -93,7 +93,7 @@ def test_shim_without_its_interpreter_falls_back_or_says_how_to_fix(tmp_path):
     assert c.returncode != 0 and "is an engineer" in c.stderr, c.stderr
 
 
-# -- 1c: tracked hooks (core.hooksPath inside the working tree) ------------------------------
+# -- tracked hooks (core.hooksPath inside the working tree) ------------------------------
 def test_tracked_hooks_path_is_never_written(tmp_path):
     tracked = "#!/bin/sh\necho project hook\nexit 0\n"
     repo = make_repo(tmp_path / "r", {"README.md": "x\n", ".githooks/pre-commit": tracked}, init_storm=False)
@@ -129,7 +129,7 @@ def test_tracked_hooks_path_is_never_written(tmp_path):
     assert c.returncode == 0, c.stderr
 
 
-# -- 1d: a global core.hooksPath --------------------------------------------------------------
+# -- a global core.hooksPath --------------------------------------------------------------
 def test_global_hooks_path_is_never_written(tmp_path):
     repo = make_repo(tmp_path / "r", init_storm=False)
     global_hooks = tmp_path / "global-hooks"
@@ -159,7 +159,7 @@ def test_global_hooks_path_is_never_written(tmp_path):
     assert {p.name: p.read_bytes() for p in global_hooks.iterdir()} == before
 
 
-# -- 2: init on a dirty working tree -------------------------------------------------------------
+# -- init on a dirty working tree -------------------------------------------------------------
 def test_init_on_a_dirty_tree_warns_lists_and_offers_choices(tmp_path):
     repo = make_repo(tmp_path / "r", {"README.md": "x\n", ".gitignore": "build/\n*.log\n", "a.py": "a\n"},
                      init_storm=False)

@@ -51,7 +51,7 @@ def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
     return rev(repo, "refs/storm/workspace")
 
 
-# -- 1. accepted writes are never reverted ------------------------------------------------
+# -- accepted writes are never reverted ------------------------------------------------
 def test_commit_adopt_racing_a_writers_disk_write_keeps_the_write(repo):
     holder = hold(repo, "worktree", seconds=2.5)
     manager = spawn(repo, "commit", "--adopt", "-m", "integrate", agent="manager")
@@ -147,7 +147,7 @@ def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
     assert show(repo, "refs/storm/workspace", "src/util.py") == b"e2's accepted version\n"
 
 
-# -- 2. no write outside the repository by a race --------------------------------------------
+# -- no write outside the repository by a race --------------------------------------------
 def _swap_for_link(repo: Path, d: str, outside: Path) -> None:
     os.rename(repo / d, repo / (d + ".moved"))
     os.symlink(outside, repo / d)
@@ -204,7 +204,7 @@ def test_directory_swapped_while_waiting_for_a_reservation(repo, tmp_path):
     assert (outside / "util.py").read_text() == "outside file\n"
 
 
-# -- 3. exec records only paths that write would accept ------------------------------------------
+# -- exec records only paths that write would accept ------------------------------------------
 @pytest.mark.parametrize("name", ["a\nStorm-Agent: spoof", ".GIT/config", "git~1/x"])
 def test_exec_creating_a_refused_name_records_nothing_and_bricks_nothing(repo, name):
     before = snapshot_refs(repo)
@@ -256,7 +256,7 @@ def test_adopt_records_chmod(repo):
     assert git(repo, "ls-tree", "refs/storm/workspace", "src/api.py").stdout.startswith(b"100755")
 
 
-# -- 5. a stale private-index lock ----------------------------------------------------------
+# -- a stale private-index lock ----------------------------------------------------------
 def test_stale_private_index_lock_is_cleared(repo):
     storm(repo, "status")
     lock = repo / ".git/storm/exec-index.lock"
@@ -270,7 +270,7 @@ def test_stale_private_index_lock_is_cleared(repo):
     assert storm(repo, "commit", "-m", "i", agent="manager").returncode == 0
 
 
-# -- 6. exec on a terminal ----------------------------------------------------------------
+# -- exec on a terminal ----------------------------------------------------------------
 def _on_pty(repo: Path, argv: list[str]) -> tuple[int, int]:
     """Run ``git storm`` as the session leader of a new pseudo-terminal."""
     pid, fd = pty.fork()
@@ -337,7 +337,7 @@ def test_ctrl_c_reaches_the_command_and_nothing_is_recorded(repo):
     assert (repo / "half.txt").exists()  # left on disk, shown as unmediated
 
 
-# -- 10. storm's own temporary files ------------------------------------------------------------
+# -- storm's own temporary files ------------------------------------------------------------
 def test_a_killed_writers_temp_file_is_never_committed(repo):
     (repo / "src/.storm-tmp-999999").write_text("half a file")
     code, res = storm_json(repo, "commit", "-m", "i", "--adopt", agent="manager")

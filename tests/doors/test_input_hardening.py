@@ -43,7 +43,7 @@ def _storm_bytes(repo, *args: bytes, agent: str = "e1", input: bytes | None = No
     return r
 
 
-# -- 1. agent ids: a full match ---------------------------------------------------------
+# -- agent ids: a full match ---------------------------------------------------------
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_agent_id_with_trailing_newline_is_refused(repo, how):
     before = _state(repo)
@@ -61,7 +61,7 @@ def test_scope_globs_do_not_match_a_trailing_newline():
     assert matches("src/*.py", "src/a.py") and not matches("src/*.py", "src/a.py\n")
 
 
-# -- 2. names git refuses on Windows or macOS ------------------------------------------------
+# -- names git refuses on Windows or macOS ------------------------------------------------
 GIT_REFUSED = [
     ".git /x", ".git. /x", ".git .", "git~1/config", "GIT~1/config", "sub/Git~1 ./x",
     ".git::$INDEX_ALLOCATION/x", ".git:stream", "a/.GIT:x/y", "a\\.git\\config",
@@ -93,7 +93,7 @@ def test_ntfs_stream_names_are_refused_and_near_misses_accepted(repo):
         assert show(repo, "refs/storm/workspace", ok) == b"fine\n"
 
 
-# -- 3. absolute paths -------------------------------------------------------------------------
+# -- absolute paths -------------------------------------------------------------------------
 def test_absolute_path_inside_the_tree_is_accepted(repo):
     target = str(repo / "src" / "api.py")
     r = storm(repo, "read", target, agent="e1")
@@ -134,7 +134,7 @@ def test_absolute_path_inside_git_dir_is_refused(repo):
     assert _state(repo) == before
 
 
-# -- 4. submodules -------------------------------------------------------------------------------
+# -- submodules -------------------------------------------------------------------------------
 def _add_submodule(repo, tmp_path):
     sub = make_repo(tmp_path / "subsrc", {"lib.txt": "lib\n"}, init_storm=False)
     git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sm")
@@ -164,7 +164,7 @@ def test_path_inside_a_submodule_in_the_shared_tree(repo, tmp_path):
     assert _state(repo) == before
 
 
-# -- 5. non-UTF-8 arguments -------------------------------------------------------------------------
+# -- non-UTF-8 arguments -------------------------------------------------------------------------
 @pytest.mark.parametrize("args,named", [
     ([b"write", b"README.md", b"-m", b"caf\xe9"], "-m"),
     ([b"write", b"README.md", b"--intent=caf\xe9"], "--intent"),
@@ -197,7 +197,7 @@ def test_non_utf8_file_name_for_file_option_is_allowed(repo, tmp_path):
     assert show(repo, "refs/storm/workspace", "new.txt") == b"from a latin-1 named file\n"
 
 
-# -- 6. the size limit applies while reading -----------------------------------------------------------
+# -- the size limit applies while reading -----------------------------------------------------------
 def test_endless_stdin_is_refused_quickly(repo):
     git(repo, "config", "storm.maxFileBytes", "1k")
     before = _state(repo)
@@ -234,7 +234,7 @@ def test_file_over_the_limit_is_refused(repo, tmp_path):
     assert storm(repo, "write", "z", "--file", str(big), agent="e1").returncode == 0
 
 
-# -- 7. read --json is streamed, and unchanged ---------------------------------------------------------
+# -- read --json is streamed, and unchanged ---------------------------------------------------------
 def test_read_json_streams_the_same_document(repo, ws):
     files = {"t.txt": "héllo \"q\" \\ \t\x01 ✓\n".encode() * 50, "b.bin": bytes(range(256)) * 40,
              "z.txt": b"a\x00b", "bad.txt": b"\xff\xfe latin"}
@@ -266,7 +266,7 @@ def test_large_file_round_trip_through_read_and_read_json(repo, tmp_path):
     assert base64.b64decode(doc["files"][0]["content_base64"]) == data and doc["files"][0]["content"] is None
 
 
-# -- 8. trailers cannot be forged -----------------------------------------------------------------------------
+# -- trailers cannot be forged -----------------------------------------------------------------------------
 def test_intent_cannot_forge_storm_trailers(repo):
     storm(repo, "read", "README.md", agent="e1")
     intent = "fix\n\nStorm-Agent: spoof\nStorm-Op: rm\n---\nStorm-Agent: spoof2\n\nStorm-Agent: spoof3"
@@ -295,7 +295,7 @@ def test_format_message_refuses_control_characters(field):
         format_message("why", "e1", "write", ["a\x1b[2Jb"])
 
 
-# -- 9a. a corrupt read set bricks nothing ----------------------------------------------------------------------
+# -- a corrupt read set bricks nothing ----------------------------------------------------------------------
 def _plant_garbage_read_set(repo, agent: str) -> None:
     key = git(repo, "hash-object", "-w", "--stdin", input=f"storm read set: {agent}\n".encode()).stdout.decode().strip()
     git(repo, "notes", "--ref", f"refs/notes/storm/agents/{agent}", "add", "-f", "-F", "-", key,
@@ -352,7 +352,7 @@ def test_doctor_finds_and_fixes_a_corrupt_read_set(repo):
     assert header["validated-at"] == rev(repo, "refs/storm/workspace^") and [e.path for e in entries] == ["README.md"]
 
 
-# -- 9b. a reservation from a skewed clock ----------------------------------------------------------------------
+# -- a reservation from a skewed clock ----------------------------------------------------------------------
 def test_reservation_from_a_skewed_clock_is_ignored_reported_and_removed(repo):
     storm(repo, "read", "src/api.py", agent="e1")
     storm(repo, "read", "src/api.py", agent="e2")
@@ -376,7 +376,7 @@ def test_reservation_from_a_skewed_clock_is_ignored_reported_and_removed(repo):
     assert git(repo, "ls-tree", "refs/storm/reservations").stdout == b""
 
 
-# -- 9c. a ref lock dated in the future ------------------------------------------------------------------------------
+# -- a ref lock dated in the future ------------------------------------------------------------------------------
 def _future_lock(repo, ref: str = "refs/storm/workspace", ahead: float = 3600) -> str:
     lock = os.path.join(repo, ".git", *ref.split("/")) + ".lock"
     with open(lock, "w") as fh:
