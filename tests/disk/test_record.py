@@ -16,8 +16,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-import helpers
-from helpers import DEFAULT_FILES, git, hold, release, rev, show, snapshot_refs, storm, storm_json
+from helpers import DEFAULT_FILES, accepted_write, git, hold, make_repo, release, rev, show, snapshot_refs, storm, storm_json
 from helpers import start_storm as spawn
 
 
@@ -27,12 +26,6 @@ def wait_ref_moves(repo: Path, old: str, timeout: float = 30) -> None:
     while rev(repo, "refs/storm/workspace") == old:
         assert time.monotonic() < deadline, "the write never reached the shared ref"
         time.sleep(0.01)
-
-
-def write(repo: Path, agent: str, path: str, text: str) -> None:
-    storm(repo, "read", path, agent=agent)
-    r = storm(repo, "write", path, input=text, agent=agent)
-    assert r.returncode == 0, r.stderr
 
 
 def kill_after_cas(repo: Path, agent: str, path: str, text: str) -> str:
@@ -74,7 +67,7 @@ def test_writer_killed_between_cas_and_disk_write_is_repaired_by_the_next_comman
     head = kill_after_cas(repo, "e1", "src/api.py", "accepted\n")
     assert show(repo, head, "src/api.py") == b"accepted\n"
     assert (repo / "src/api.py").read_text() != "accepted\n"  # the disk was left behind
-    write(repo, "e2", "README.md", "# other\n")  # any later write brings it forward
+    accepted_write(repo, "e2", "README.md", "# other\n")  # any later write brings it forward
     assert (repo / "src/api.py").read_text() == "accepted\n"
     _, st = storm_json(repo, "status")
     assert st["unmediated"] == []
@@ -105,7 +98,7 @@ def test_more_than_64_writes_after_a_lost_disk_write_do_not_make_it_an_edit(repo
 
 @pytest.mark.parametrize("how", ["stash", "reset"])
 def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
-    write(repo, "e1", "src/api.py", "accepted\n")
+    accepted_write(repo, "e1", "src/api.py", "accepted\n")
     shared = rev(repo, "refs/storm/workspace")
     if how == "stash":
         git(repo, "stash")
@@ -130,7 +123,7 @@ def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
 
 def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
     (repo / "src/util.py").write_text("edited in an editor\n")  # made on the initial version
-    write(repo, "e2", "src/util.py", "e2's accepted version\n")  # disk kept (unmediated)
+    accepted_write(repo, "e2", "src/util.py", "e2's accepted version\n")  # disk kept (unmediated)
     assert (repo / "src/util.py").read_text() == "edited in an editor\n"
     for _ in range(2):  # a blind retry does not overwrite either
         code, res = storm_json(repo, "adopt", "src/util.py", agent="e1")
@@ -193,7 +186,7 @@ def test_directory_swapped_while_waiting_for_a_reservation(repo, tmp_path):
     git(repo, "config", "storm.reservationSeconds", "3")
     storm(repo, "read", "src/util.py", agent="e1")
     storm(repo, "read", "src/util.py", agent="e2")
-    write(repo, "e3", "src/util.py", "e3\n")
+    accepted_write(repo, "e3", "src/util.py", "e3\n")
     assert storm(repo, "write", "src/util.py", input="e2\n", agent="e2").returncode == 1  # e2 reserves it
     storm(repo, "read", "src/util.py", agent="e1")
     w = spawn(repo, "write", "src/util.py", agent="e1", input=b"escaped?\n")
@@ -347,7 +340,6 @@ def test_a_killed_writers_temp_file_is_never_committed(repo):
 
 
 def test_init_records_the_checkout_and_a_base_elsewhere_brings_clean_files_forward(tmp_path):
-    from helpers import make_repo
 
     repo = make_repo(tmp_path / "r", {"a.txt": "one\n", "b.txt": "b\n"}, init_storm=False)
     git(repo, "tag", "v1")
@@ -396,7 +388,6 @@ def _foreign_write(repo: Path, path: str, content: bytes) -> None:
 
 @pytest.mark.parametrize("touch, accepted", [("dep050.txt", False), ("other.txt", True)])
 def test_large_read_set_revalidated_under_the_lock(tmp_path, touch, accepted):
-    from helpers import make_repo
 
     files = {f"dep{i:03d}.txt": f"{i}\n" for i in range(100)} | {"other.txt": "o\n", "target.txt": "t\n"}
     repo = make_repo(tmp_path / "r", files)

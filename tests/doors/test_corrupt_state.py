@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import forge
 from helpers import git, make_repo, snapshot_refs, storm
 
 
-def _blob(repo: Path, data: bytes = b"x") -> str:
-    return git(repo, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
-
-
 def _commit_with(repo: Path, ref: str, entries: dict[str, bytes]) -> None:
-    lines = "".join(f"100644 blob {_blob(repo, data)}\t{name}\n" for name, data in entries.items())
+    lines = "".join(f"100644 blob {forge.blob(repo, data)}\t{name}\n" for name, data in entries.items())
     tree = git(repo, "mktree", input=lines.encode()).stdout.decode().strip()
     git(repo, "update-ref", ref, git(repo, "commit-tree", tree, "-m", "hand-made").stdout.decode().strip())
 
@@ -93,7 +90,7 @@ LAYOUT = {
 }
 
 CORRUPTIONS = {
-    "workspace-ref-is-a-blob": lambda r: _write_file(".git/refs/storm/workspace", _blob(r).encode() + b"\n")(r),
+    "workspace-ref-is-a-blob": lambda r: _write_file(".git/refs/storm/workspace", forge.blob(r, b"x").encode() + b"\n")(r),
     "workspace-ref-is-garbage": _write_file(".git/refs/storm/workspace", b"garbage\n"),
     "workspace-ref-names-a-missing-object": _write_file(".git/refs/storm/workspace", b"1" * 40 + b"\n"),
     "journal-garbage": _journals(b"\x00\xffgarbage\nr zz\n"),

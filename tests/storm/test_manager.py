@@ -10,19 +10,13 @@ import time
 
 import yaml
 
-from helpers import ROOT, commit_env, git, git_commit, make_repo, rev, show, storm, storm_json
-
-
-def _write(repo, agent: str, path: str, text: str) -> None:
-    storm(repo, "read", path, agent=agent)
-    r = storm(repo, "write", path, input=text, agent=agent)
-    assert r.returncode == 0, r.stderr
+from helpers import ROOT, accepted_write, commit_env, git, git_commit, make_repo, rev, show, storm, storm_json
 
 
 def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
-    _write(repo, "e1", "src/api.py", "def fetch(url, timeout):\n    pass\n")
-    _write(repo, "e2", "src/util.py", "def clamp(x):\n    return x\n")
-    _write(repo, "e1", "docs/new é.md", "hello\n")
+    accepted_write(repo, "e1", "src/api.py", "def fetch(url, timeout):\n    pass\n")
+    accepted_write(repo, "e2", "src/util.py", "def clamp(x):\n    return x\n")
+    accepted_write(repo, "e1", "docs/new é.md", "hello\n")
     base = rev(repo, "HEAD")
     code, res = storm_json(repo, "commit", "-m", "Integrate timeouts and clamp")
     assert code == 0, res
@@ -44,7 +38,7 @@ def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
     assert ev["commit"] == head and sorted(ev["writes"]) == sorted(writes) and ev["agents"] == ["e1", "e2"]
     assert "commit" in storm(repo, "log").stdout
     # the next commit lists only the writes since
-    _write(repo, "e3", "src/client.py", "import api\n")
+    accepted_write(repo, "e3", "src/client.py", "import api\n")
     code, res = storm_json(repo, "commit", "-m", "Second")
     assert code == 0 and res["agents"] == ["e3"] and res["writes"] == 1
     assert git(repo, "rev-list", "--count", "HEAD").stdout.decode().strip() == "3"
@@ -55,7 +49,7 @@ def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
 
 
 def test_commit_warns_about_unmediated_edits_refuses_with_strict_and_adopts(repo):
-    _write(repo, "e1", "src/api.py", "x = 1\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     (repo / "src/util.py").write_text("edited outside storm\n")
     (repo / ".env").write_text("SECRET=1\n")  # untracked: never committed, never printed
     base = rev(repo, "HEAD")
@@ -79,7 +73,7 @@ def test_commit_warns_about_unmediated_edits_refuses_with_strict_and_adopts(repo
 
 
 def test_only_the_manager_commits(repo):
-    _write(repo, "e1", "src/api.py", "x = 1\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     base = rev(repo, "HEAD")
     r = storm(repo, "commit", "-m", "mine", agent="e1")
     assert r.returncode == 2 and "not the manager" in r.stderr
@@ -91,7 +85,7 @@ def test_only_the_manager_commits(repo):
 
 
 def test_engineers_git_commit_is_refused_by_the_hook(repo):
-    _write(repo, "e1", "src/api.py", "x = 1\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     git(repo, "add", "src/api.py")  # staged content equals the shared head
     base = rev(repo, "HEAD")
     r = git_commit(repo, "-m", "my own commit", agent="e1")
@@ -212,7 +206,7 @@ def test_the_managers_commit_refuses_while_a_merge_is_in_progress(repo):
     (repo / "README.md").write_text("# ours\n")
     git(repo, "commit", "-q", "-am", "ours", "--no-verify")
     assert storm(repo, "status").returncode == 0  # storm brings its record to the new checkout
-    _write(repo, "e1", "src/api.py", "x = 1\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     assert git(repo, "merge", "other", check=False).returncode != 0  # a conflict in README.md
     stages_before = git(repo, "ls-files", "-s", "README.md").stdout
     assert len(stages_before.splitlines()) == 3
@@ -244,7 +238,7 @@ def test_the_managers_commit_waits_its_turn_for_gits_index_lock(repo, tmp_path):
     agents' work. Now the commit is refused first and nothing changes."""
     import time
 
-    _write(repo, "e1", "src/api.py", "x = 1  # e1: new\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1  # e1: new\n")
     started = tmp_path / "editor-started"  # git commit -a holds the lock until the message is in
     env = dict(commit_env(), GIT_EDITOR=f"sh -c 'touch {started}; sleep 60'")
     person = subprocess.Popen(["git", "commit", "-a", "--no-verify", "--allow-empty"], cwd=repo, env=env,
@@ -279,7 +273,7 @@ def test_the_managers_commit_runs_the_repositorys_commit_msg_and_post_commit_hoo
     (hooks / "post-commit").write_text('#!/bin/sh\ngit rev-parse HEAD > "$(git rev-parse --git-dir)/post-commit-ran"\n')
     for h in ("commit-msg", "post-commit"):
         (hooks / h).chmod(0o755)
-    _write(repo, "e1", "src/api.py", "x = 1\n")
+    accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     r = storm(repo, "commit", "-m", "integrate")
     assert r.returncode == 0, r.stderr
     body = git(repo, "log", "-1", "--format=%B").stdout.decode()

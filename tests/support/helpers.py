@@ -338,6 +338,13 @@ def change_as(repo: str | Path, path: str, old: str, new: str, agent: str = "b")
     assert r.returncode == 0, r.stderr
 
 
+def accepted_write(repo: str | Path, agent: str, path: str, text: str) -> None:
+    """``agent`` reads ``path`` and writes ``text`` over it; the write must be accepted."""
+    read_as(repo, agent, path)
+    r = storm(repo, "write", path, input=text, agent=agent)
+    assert r.returncode == 0, r.stderr
+
+
 def write_as(repo: str | Path, path: str, content: str | bytes, *args: str, agent: str = "a") -> tuple[int, Any]:
     return storm_json(repo, "write", path, *args, input=content, agent=agent)
 
