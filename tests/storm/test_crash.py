@@ -223,7 +223,7 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
 
 
 def test_sigkill_writers(tmp_path):
-    run_crashes(tmp_path, 300 if long_run() else 40, "crash (STORM_LONG)" if long_run() else "crash")
+    run_crashes(tmp_path, 300 if long_run() else 20, "crash (STORM_LONG)" if long_run() else "crash")
 
 
 @pytest.mark.slow

@@ -372,7 +372,7 @@ def test_model_based_storm_mode():
     if long_run():
         _run(400, 50, "model (STORM_LONG)")
     else:
-        _run(80, 40, "model")  # 400 x 50 with the slow tests (STORM_LONG)
+        _run(40, 40, "model")  # 400 x 50 with the slow tests (STORM_LONG)
 
 
 @pytest.mark.slow
