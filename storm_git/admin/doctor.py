@@ -47,7 +47,7 @@ What it looks for:
   that is not what storm makes there (a directory where a lock file, a journal,
   the disk record, the seen-agents record or a remote clone's state file goes --
   ``remote-gate``, ``remote-rebased``, ``remote-queue``, named in
-  storm_git.core.remote_state; a file where the ``locks`` or ``journal`` directory
+  storm_git.remote.state_files; a file where the ``locks`` or ``journal`` directory
   goes).
   Every command that needs it refuses with exit 3 naming it. The fix moves it
   aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
@@ -90,7 +90,7 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
-from ..core.remote_state import FILES as REMOTE_FILES
+from ..remote.state_files import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.files import remove_quietly
@@ -327,7 +327,7 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     now, ahead = reservations.clock(), reservations.max_ahead(store)
     expired, skewed, unreadable = [], [], []
     for e in tree:
-        r = reservations._readable(store, e)
+        r = reservations.readable(store, e)
         if r is None:
             unreadable.append(Finding("unreadable_reservation", RESERVATIONS_REF,
                                       f"entry {e.name} is not a reservation storm can read; the fix removes it", True))

@@ -136,7 +136,7 @@ class WriteResult:
     disk: dict[str, str] = field(default_factory=dict)
     # path -> why, for each path whose disk outcome is "failed" (the write landed all the same)
     disk_errors: dict[str, str] = field(default_factory=dict)
-    # steps after the landing that failed (the write stands; see storm_git.storm.shared)
+    # steps after the landing that failed (the write stands; see storm_git.storm.write)
     warnings: list[str] = field(default_factory=list)
     cas_retries: int = 0
     waited: float = 0.0

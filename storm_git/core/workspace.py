@@ -32,7 +32,7 @@ class BaseWorkspace:
     def max_file_bytes(self) -> int:
         return self.store.config_int("storm.maxFileBytes", DEFAULT_MAX_FILE_BYTES)
 
-    def _check_size(self, path: str, content: bytes) -> None:
+    def check_size(self, path: str, content: bytes) -> None:
         limit = self.max_file_bytes
         if len(content) > limit:
             raise TooLarge(f"{path}: {len(content)} bytes is over storm.maxFileBytes ({limit})",

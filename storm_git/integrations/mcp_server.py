@@ -58,7 +58,7 @@ IntentArg = Annotated[str | None, Field(description="Why: becomes the commit mes
 def _sendable(value: Any) -> Any:
     """``value`` with every string UTF-8 encodable (storm_git.core.paths.printable): a
     file name that is not UTF-8 reaches a result as surrogate escapes, which the SDK
-    cannot encode; the server used to die on it and leave the client waiting."""
+    cannot encode: the server would die on it and leave the client waiting."""
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):

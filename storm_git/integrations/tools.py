@@ -26,7 +26,8 @@ from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageEr
 from ..core.files import read_regular
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
-from ..storm.shared import SharedWorkspace, deps_argument
+from ..storm.workspace import SharedWorkspace
+from ..storm.write import deps_argument
 from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit

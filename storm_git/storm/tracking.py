@@ -219,8 +219,8 @@ def snapshot(store: Store) -> Snapshot:
             for p in more.split(b"\0"):
                 if p.endswith(b"/"):
                     # a directory holding a .git of its own (git init, git clone, cargo new run
-                    # in the tree): git add would record it as a gitlink. Storm records files; it
-                    # used to take the directory for a deleted file and refuse the whole exec.
+                    # in the tree): git add would record it as a gitlink. Storm records files:
+                    # it is reported, not taken for a deleted file.
                     nested.append(p[:-1].decode("utf-8", "surrogateescape"))
                 elif p:
                     path = p.decode("utf-8", "surrogateescape")
@@ -243,7 +243,7 @@ def _save_missing(store: Store, missing: list[str]) -> None:
                  tmp=f"{path}.{os.getpid()}")
 
 
-def _load_missing(store: Store) -> set[str] | None:
+def load_missing(store: Store) -> set[str] | None:
     data = read_own(os.path.join(_storm_dir(store), MISSING_NAME))
     if data is None:
         return None
@@ -284,7 +284,7 @@ def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
     return e.oid if e else None
 
 
-def _read_disk(store: Store, path: str, dirs: safe_fs.DirFds | None = None) -> bytes | None:
+def read_disk_content(store: Store, path: str, dirs: safe_fs.DirFds | None = None) -> bytes | None:
     try:
         return safe_fs.read_disk(store.main_workdir, path, dirs=dirs)
     except (safe_fs.UnsafePath, OSError):  # OSError includes a FIFO or the like (files.NotRegularFile)
@@ -295,7 +295,7 @@ def _raise_failed_conversion(store: Store, conv: Conversions, path: str) -> None
     """A regular file that disk_state could not compare because git's conversion of it
     failed (a required filter driver that fails): raise that failure, in git's words,
     rather than call the file "not a regular file"."""
-    content = _read_disk(store, path)
+    content = read_disk_content(store, path)
     if content is not None and not os.path.islink(os.path.join(store.main_workdir, path)) and conv.applies(path):
         conv.odb_id(path, content)
 
@@ -307,7 +307,7 @@ def _converted(conv: Conversions, path: str, data: bytes) -> bytes:
         return data
 
 
-def _with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
+def with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
     """What ``apply`` records: None (deleted), or (content, mode) so that the exec
     bit and symlinks reach the shared tree as git records them. ``base``: the
     version the disk held before; where the file system keeps no exec bit
@@ -489,7 +489,7 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
             show = diffs and have is not False and (state != "added" or untracked_content)
             if show:
                 old = store.blob_bytes(base.oid) if base else None
-                new = _read_disk(store, path) if have is not None else None
+                new = read_disk_content(store, path) if have is not None else None
                 if new is not None and have[1] != MODE_LINK:
                     new = _converted(conv, path, new)  # as git diff shows it: the CRLF of a checkout is no change
                 item["binary"] = is_binary(old) or is_binary(new)
@@ -552,10 +552,10 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
                                 hint="git storm checkout PATH restores the shared version; "
                                      "pass --allow-revert if the revert is intended")
         for p, have in states.items():
-            content = _read_disk(store, p) if have is not None else None
+            content = read_disk_content(store, p) if have is not None else None
             if content is not None:
-                ws._check_size(p, content)
-            changes[p] = _with_mode(content, have, _entry(store, rtree, p))
+                ws.check_size(p, content)
+            changes[p] = with_mode(content, have, _entry(store, rtree, p))
             expected[p] = hex_(_version(store, rtree, p))
     return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
                     deps=None, wait=wait, op="adopt", expected=expected, on_wait=on_wait)
@@ -686,7 +686,7 @@ def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: di
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = _with_mode(_read_disk(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
+    changes[path] = with_mode(read_disk_content(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
     expected[path] = hex_(_version(store, start, path))
 
 

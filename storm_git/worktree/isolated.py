@@ -1,7 +1,7 @@
 """Worktree mode: one worktree and branch per agent, merge at the end (CAID).
 
 The verbs keep the names, signatures and result types of storm mode
-(:class:`storm_git.storm.shared.SharedWorkspace`) but act in the agent's own worktree
+(:class:`storm_git.storm.workspace.SharedWorkspace`) but act in the agent's own worktree
 without validation: isolation is the protection, and conflicts surface at
 ``git storm merge``. Reads are still recorded in the agent's read set (version:
 the blob id of the file in its worktree) and writes are logged as ``write``
@@ -149,7 +149,7 @@ class WorktreeWorkspace(BaseWorkspace):
         agent = validate_agent(agent)
         w = self.worktree(agent)
         p = self._path(path, w.path, for_write=True)
-        self._check_size(p, content)
+        self.check_size(p, content)
         return self._put(agent, w, p, content, "write", intent)
 
     def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
@@ -172,7 +172,7 @@ class WorktreeWorkspace(BaseWorkspace):
             raise UsageError(f"--old text occurs {n} times in {where}",
                              hint="include more surrounding text so it matches once")
         content = base.replace(old.encode("utf-8"), new.encode("utf-8"), 1)
-        self._check_size(p, content)
+        self.check_size(p, content)
         return self._put(agent, w, p, content, "edit", intent)
 
     def rm(self, path: str, *, agent: str | None, intent: str | None = None,

@@ -107,7 +107,7 @@ def test_auto_cannot_be_combined_with_paths(repo):
 
 def test_library_accepts_the_constant(repo):
     from storm_git.api import open_workspace
-    from storm_git.storm.shared import AUTO_DEPS
+    from storm_git.storm.write import AUTO_DEPS
 
     ws = open_workspace(str(repo))
     ws.read(["app.py", "notes.py"], agent="a")
@@ -188,7 +188,7 @@ def _mixed_write(repo, *extra_reads, moved=("notes.py", "X = 1", "X = 7")):
     """Agent a writes app.py with a changelog line in README.md (one write of both),
     under --deps auto, after agent b changed ``moved``; returns the result."""
     from storm_git.api import open_workspace
-    from storm_git.storm.shared import AUTO_DEPS
+    from storm_git.storm.write import AUTO_DEPS
 
     ws = open_workspace(str(repo))
     ws.read(["app.py", "README.md", *extra_reads], agent="a")
