@@ -1,7 +1,6 @@
 """Storm mode through the library: reads, validated writes, rejections, reservations."""
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -254,73 +253,3 @@ def test_exec_bit_is_kept(repo, ws):
     ws.write("run.sh", b"#!/bin/sh\necho hi\n", agent="e1")
     assert git(repo, "ls-tree", "refs/storm/workspace", "run.sh").stdout.decode().startswith("100755")
     assert show(repo, "refs/storm/workspace", "run.sh") == b"#!/bin/sh\necho hi\n"
-
-
-@pytest.mark.parametrize("old,new", [
-    (b"x = 1\n\x0c\ndef f():\n    pass\n", b"x = 2\n\x0c\ndef f():\n    pass\n"),  # a form feed line (Python's stdlib has them)
-    (b"a\x0cb\nz\n", b"a\x0cc\nz\n"),
-    (b"a\rb\nz\n", b"a\rc\nz\n"),  # a lone CR inside a line
-    (b"a\x0bb\x1cc\x1dd\x1ee\nz\n", b"a\x0bb\x1cc\x1dd\x1ee!\nz\n"),
-    ("a\u2028b\x85c\nz\n".encode(), "a\u2028b\x85c!\nz\n".encode()),  # Unicode line and next-line separators
-    (b"a\r\nb\r\n", b"a\r\nc\r\n"),
-    (b"no newline", b"no newline at all"),
-    (b"", b"new\n"),
-    (b"old\n\x0c", b"old\n\x0c\n"),
-])
-def test_a_diff_splits_lines_at_newlines_only_and_applies_with_git(tmp_path, old, new):
-    """The rejection's diff is what the agent re-plans from. Lines split at every
-    separator str.splitlines knows (form feed, CR, U+2028 ...) would give a file with a
-    ^L "No newline at end of file" markers mid-file, wrong hunks, and a diff that git
-    apply refuses. Each diff applies to the old file and gives the new."""
-    from storm_git.core.diffs import unified
-
-    git(tmp_path, "init", "-q")
-    for name in ("f.py", "new\nline \"q\"\t.py"):
-        (tmp_path / name).write_bytes(old)
-        patch = unified(name, old, new)
-        r = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=tmp_path, input=patch.encode(),
-                           capture_output=True)
-        assert r.returncode == 0, (r.stderr, patch)
-        assert (tmp_path / name).read_bytes() == new, patch
-        ours = PatchSet(patch)
-        assert len(ours) == 1
-
-
-def test_store_descends_answers_as_libgit2_on_chains_branches_merges_and_roots(tmp_path):
-    """Store.descends walks first parents through the object cache (the remote write
-    path asks it several times a write); it must answer exactly as descendant_of."""
-    import itertools
-
-    import pygit2
-
-    from helpers import make_repo
-    from storm_git.core.store import Store
-
-    repo_dir = make_repo(tmp_path / "r", init_storm=False)
-
-    def commit(*parents: str, msg: str) -> str:
-        tree = git(repo_dir, "rev-parse", "HEAD^{tree}").stdout.decode().strip()
-        args = [a for p in parents for a in ("-p", p)]
-        return git(repo_dir, "commit-tree", *args, "-m", msg, tree).stdout.decode().strip()
-
-    root = rev(repo_dir, "HEAD")
-    chain = [root]
-    for i in range(12):
-        chain.append(commit(chain[-1], msg=f"c{i}"))
-    side = [commit(chain[4], msg="s0")]  # a sibling of chain[5]
-    side.append(commit(side[-1], msg="s1"))
-    merged = commit(chain[-1], side[-1], msg="merge")  # a merge: handed over to libgit2
-    after = commit(merged, msg="after")
-    other_root = git(repo_dir, "commit-tree", "-m", "root2",
-                     git(repo_dir, "rev-parse", "HEAD^{tree}").stdout.decode().strip()).stdout.decode().strip()
-    every = chain + side + [merged, after, other_root]
-    store = Store.discover(str(repo_dir))
-    r = pygit2.Repository(str(repo_dir))
-    for a, b in itertools.product(every, repeat=2):
-        ta, tb = pygit2.Oid(hex=a), pygit2.Oid(hex=b)
-        assert store.descends(ta, tb) == r.descendant_of(ta, tb), (every.index(a), every.index(b))
-    # the answers that matter, spelled out
-    o = lambda h: pygit2.Oid(hex=h)  # noqa: E731
-    assert store.descends(o(chain[9]), o(chain[3])) and not store.descends(o(chain[3]), o(chain[9]))
-    assert not store.descends(o(chain[9]), o(side[0])) and not store.descends(o(side[1]), o(chain[5]))
-    assert store.descends(o(after), o(side[0])) and not store.descends(o(chain[7]), o(chain[7]))
