@@ -42,7 +42,10 @@ def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"storm_git"}
-    assert "storm_git/cli/main.py" in names
+    # every module of the source tree, under its installed name
+    sources = {f"storm_git/{p.relative_to(ROOT / 'storm_git')}" for p in (ROOT / "storm_git").rglob("*.py")}
+    sources |= {f"storm_git/{top}/{p.relative_to(ROOT / top)}" for top in ("cli", "hooks") for p in (ROOT / top).rglob("*.py")}
+    assert sources - set(names) == set()
     assert any(n.endswith("share/man/man1/git-storm.1") for n in names)
     assert "storm_git/hooks/shims/pre-commit" in names
     assert "would be ignored" not in r.stdout + r.stderr
