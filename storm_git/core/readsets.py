@@ -240,7 +240,7 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
     ``known``: the agent's cached parse, just checked against the file under the
     lock. When it covers the whole file (right header, no torn tail) the journal
     is not read again, and the parse absorbs the appended lines, so the next load
-    in this process finds it current (a write used to read the journal twice)."""
+    in this process finds it current (a write reads the journal once)."""
     path = journal_path(store, agent)
     raw = data.encode("utf-8", "surrogateescape")
     current = known is not None and known.size > 0 and known.mtime != 0 and known.base == base

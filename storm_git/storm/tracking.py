@@ -219,8 +219,8 @@ def snapshot(store: Store) -> Snapshot:
             for p in more.split(b"\0"):
                 if p.endswith(b"/"):
                     # a directory holding a .git of its own (git init, git clone, cargo new run
-                    # in the tree): git add would record it as a gitlink. Storm records files; it
-                    # used to take the directory for a deleted file and refuse the whole exec.
+                    # in the tree): git add would record it as a gitlink. Storm records files:
+                    # it is reported, not taken for a deleted file.
                     nested.append(p[:-1].decode("utf-8", "surrogateescape"))
                 elif p:
                     path = p.decode("utf-8", "surrogateescape")
