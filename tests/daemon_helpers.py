@@ -37,17 +37,20 @@ def hook(repo: Path, data: bytes, env: dict[str, str], *args: str, cwd: Path | N
 
 
 def socket_of(repo: Path, env: dict[str, str] | None = None) -> Path:
-    """Where this storm's daemon for ``repo`` listens."""
+    """Where the daemon for ``repo`` of the storm that ``env`` runs listens."""
     import storm_git
     from storm_git.integrations import hookd_place
 
-    fp = hookd_place.fingerprint(os.path.dirname(storm_git.__file__), storm_git.__version__)
+    package = os.path.dirname(storm_git.__file__)
+    if env and env.get("PYTHONPATH"):  # a copy of storm there, in the tests of upgrades
+        package = os.path.join(env["PYTHONPATH"], "storm_git")
+    fp = hookd_place.fingerprint(package, storm_git.__version__)
     return Path(hookd_place.socket_path(str(repo / ".git"), fp, env or os.environ))
 
 
-def sockets(repo: Path) -> list[Path]:
+def sockets(repo: Path, env: dict[str, str] | None = None) -> list[Path]:
     """The daemon's socket of ``repo``, when there is one."""
-    p = socket_of(repo)
+    p = socket_of(repo, env)
     return [p] if p.exists() else []
 
 
@@ -65,11 +68,11 @@ def peer_pid(path: Path | str) -> int | None:
         s.close()
 
 
-def wait_daemon(repo: Path, timeout: float = 30, path: Path | None = None) -> int:
+def wait_daemon(repo: Path, timeout: float = 30, env: dict[str, str] | None = None) -> int:
     """The pid of the repository's daemon, once it listens."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for p in [path] if path else sockets(repo):
+        for p in sockets(repo, env):
             if p is not None and p.exists():
                 pid = peer_pid(p)
                 if pid:
@@ -81,7 +84,7 @@ def wait_daemon(repo: Path, timeout: float = 30, path: Path | None = None) -> in
 def started(repo: Path, env: dict[str, str]) -> int:
     """A daemon for ``repo`` (one call starts it), and its pid."""
     hook(repo, event(repo, "PreToolUse", "Read", {"file_path": str(repo / "src/api.py")}, "warm"), env)
-    return wait_daemon(repo)
+    return wait_daemon(repo, env=env)
 
 
 def alive(pid: int) -> bool:
