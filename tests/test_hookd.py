@@ -157,3 +157,25 @@ def test_the_daemon_started_by_a_call_holds_none_of_the_harness_pipes(drepo: Pat
     pid = wait_daemon(drepo)
     assert alive(pid) and time.monotonic() - t < 60
     assert os.getsid(pid) == pid  # its own session
+
+
+def test_a_starting_daemon_removes_what_other_versions_left_unless_one_still_runs(drepo: Path) -> None:
+    import fcntl
+
+    d = drepo / ".git/storm/hookd"
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("0000000000000001", "0000000000000002"):
+        (d / f"{name}.lock").write_bytes(b"")
+        (d / f"{name}.sock").write_bytes(b"")
+    held = os.open(d / "0000000000000002.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a daemon of another version, alive
+    try:
+        started(drepo, daemon_env())
+        deadline = time.monotonic() + 10
+        while (d / "0000000000000001.lock").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not (d / "0000000000000001.sock").exists()
+        assert (d / "0000000000000002.lock").exists() and (d / "0000000000000002.sock").exists()
+    finally:
+        os.close(held)

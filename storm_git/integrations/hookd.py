@@ -116,6 +116,10 @@ class Daemon:
     def take_lock(self) -> bool:
         lock = hookd_place.lock_path(self.common, self.fp)
         try:
+            os.mkdir(os.path.dirname(lock), 0o700)
+        except OSError:
+            pass  # there already, or storm's directory is gone: the open says which
+        try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             return False
@@ -150,6 +154,35 @@ class Daemon:
         s.listen(64)
         st = os.stat(self.path)
         self.sock, self.ident = s, (st.st_dev, st.st_ino)
+
+    def sweep(self) -> None:
+        """Remove the lock files (and sockets) of other versions' daemons that no
+        daemon holds: each upgrade, or edit of an editable install, names a new one."""
+        d = hookd_place.hookd_dir(self.common)
+        mine = os.path.basename(hookd_place.lock_path(self.common, self.fp))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".lock") or name == mine:
+                continue
+            path = os.path.join(d, name)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for victim in (path[:-len(".lock")] + ".sock", path):  # a daemon starting now exits on
+                    try:  # its first tick, finding its lock file gone
+                        os.unlink(victim)
+                    except OSError:
+                        pass
+            except OSError:
+                pass  # held: that daemon is alive
+            finally:
+                os.close(fd)
 
     def still_ours(self) -> bool:
         """The socket and lock at their paths are this daemon's, and storm's
@@ -256,7 +289,7 @@ def run_hook(args: list[str], data: bytes) -> int:
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
-        print(exc.code, file=sys.stderr)
+        sys.stderr.write(f"{exc.code}\n")  # as the interpreter does with sys.exit("text")
         return 1
     except BaseException:  # noqa: BLE001 - what a new interpreter does with it
         import traceback
@@ -337,6 +370,7 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         d.bind()
+        d.sweep()
         d.serve()
     finally:
         d.close()
