@@ -13,16 +13,25 @@ For each kind of call, on a fresh storm repository with the default files:
 * ``post-edit`` PostToolUse of that Edit: the file recorded as a write;
 * ``bash``      Pre- and PostToolUse of a Bash command that changes nothing (two calls);
 
-each run as the harness runs it (the installed ``git-storm``, the event on stdin),
-and through the click command line (``python -m storm_git.cli.main``'s route, what
-the hook cost before it had its own entry), with bytecode cached and without
+each run as the harness runs it (the installed ``git-storm``, the event on stdin)
+three ways: through the repository's hook daemon (the default: the client hands
+the call to a forked child of a process that has imported everything), without
+it (``STORM_NO_DAEMON=1``: the hook runs in the new process), and through the
+click command line (``python -m storm_git.cli.main``'s route, what the hook cost
+before it had its own entry). For the daemon also the *first call* (no daemon
+running: it runs the hook itself and starts one) and *daemon ready* (from that
+call's start until the daemon listens). With bytecode cached and without
 (``PYTHONDONTWRITEBYTECODE=1`` and an empty ``PYTHONPYCACHEPREFIX``: every module
-compiled at every start, as an editable install that never wrote its .pyc files).
+compiled at every start, as an editable install that never wrote its .pyc files;
+the daemon then compiles everything once, when it starts).
 
 A shared machine's load moves wall-clock medians by a factor of several;
 ``--instructions`` counts instructions instead (valgrind's callgrind, one run of
 each call, the harness's process and its children): the same count whatever the
-load, so two builds compare exactly. ``--before PATH`` adds another build's
+load, so two builds compare exactly; for the daemon route the daemon runs under
+callgrind too and a call counts the client plus the call's forked child (whose
+inherited counts are zeroed by dumping the daemon's before each call).
+``--before PATH`` adds another build's
 ``git-storm`` as a route (the hook as it was).
 
     python3 benchmarks/bench_hook.py              # 15 rounds
@@ -93,7 +102,26 @@ def envs(tmp: str) -> dict[str, dict[str, str]]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("STORM_", "PYTHON"))}
     base["STORM_HOOKD_IDLE"] = "600"
     cold = dict(base, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=os.path.join(tmp, "no-pycache"))
-    return {"cached": base, "no bytecode": cold}
+    return {"cached": base, "storm not compiled": storm_uncompiled(tmp, base), "no bytecode": cold}
+
+
+def storm_uncompiled(tmp: str, base: dict[str, str]) -> dict[str, str]:
+    """Bytecode for the standard library and pygit2 but none for storm: an editable
+    install under PYTHONDONTWRITEBYTECODE=1 that never wrote storm's .pyc files. A
+    pycache prefix of its own, filled by importing everything, then storm's part of
+    it removed."""
+    import storm_git
+
+    prefix = os.path.join(tmp, "pycache-without-storm")
+    fill = ("from storm_git.integrations import hookd; hookd.preload(); import storm_git.cli.main; "
+            "import storm_git.integrations.hook_client")
+    subprocess.run([sys.executable, "-c", fill], env=dict(base, PYTHONPYCACHEPREFIX=prefix), check=True,
+                   capture_output=True)
+    import storm_git.cli
+
+    for pkg in (storm_git, storm_git.cli):
+        shutil.rmtree(prefix + os.path.dirname(os.path.abspath(pkg.__file__)), ignore_errors=True)
+    return dict(base, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=prefix)
 
 
 def daemon_socket(repo: str, env: dict[str, str]) -> str:
@@ -151,6 +179,7 @@ class CallgrindDaemon:
                                       os.path.join(repo, ".git"), self.path], env=env, cwd="/",
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.pid = wait_daemon(self.path)
+        time.sleep(2)  # the child that answered that probe writes its count now, not into a call's
 
     def before(self) -> set[str]:
         subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=120)

@@ -18,7 +18,7 @@ import pytest
 
 from daemon_helpers import (children, daemon_env, daemons_of, event, hook, sockets, started, stop, wait_daemon,
                             wait_gone)
-from helpers import flock_waiters, git, hold, make_repo
+from helpers import flock_waiters, git, hold, make_repo, release
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_a_call_whose_process_is_killed_fails_closed(drepo: Path, when: str) -> 
         os.kill(child, signal.SIGKILL)
         out, err = client.communicate(timeout=30)
     finally:
-        holder.kill()
+        release(holder)
     assert client.returncode == 0, err
     if when == "PreToolUse":
         assert b'"permissionDecision": "deny"' in out and b"died before it answered" in out
@@ -167,7 +167,7 @@ def test_killing_the_daemon_mid_call_loses_nothing(drepo: Path) -> None:
     client, child, holder, daemon = _blocked_call(drepo, env, data)
     os.kill(daemon, signal.SIGKILL)
     wait_gone(daemon)
-    holder.kill()
+    release(holder)
     out, err = client.communicate(timeout=30)
     assert (client.returncode, out) == (expected.returncode, expected.stdout), err
     again = hook(drepo, data, env)  # a stale socket: answered here, a new daemon started
