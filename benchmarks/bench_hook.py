@@ -312,10 +312,10 @@ def main() -> None:
         return
     unit = "Minstr" if args.instructions else "ms"
     print(f"hook call cost, median of {res['rounds']} (Python {res['python']}, process start included)")
-    print(f"{'bytecode':<12} {'route':<15} {'call':<10} {'median ' + unit:>12} {'x python -c pass':>17}")
+    print(f"{'bytecode':<19} {'route':<15} {'call':<10} {'median ' + unit:>12} {'x python -c pass':>17}")
     for r in res["rows"]:
         value = r["median"] / 1e6 if args.instructions else r["median"]
-        print(f"{r['env']:<12} {r['route']:<15} {r['kind']:<10} {value:>12.1f} {r['ratio']:>17.1f}")
+        print(f"{r['env']:<19} {r['route']:<15} {r['kind']:<10} {value:>12.1f} {r['ratio']:>17.1f}")
 
 
 if __name__ == "__main__":
