@@ -49,8 +49,10 @@ def main() -> None:
 
     import pygit2
 
-    import storm_git.core.disk as disk
-    import storm_git.storm.shared as shared
+    import storm_git.disk.safe_fs as safe_fs
+    import storm_git.disk.sync as disk_sync
+    import storm_git.storm.workspace as workspace
+    import storm_git.storm.write as write
     from storm_git import open_workspace
     from storm_git.core.convert import Conversions
 
@@ -99,10 +101,10 @@ def main() -> None:
 
     on, off, fl = [], [], []
     for i in range(2 * args.writes):
-        shared.Conversions = disk.Conversions = Conversions if i % 2 == 0 else Off
+        write.Conversions = workspace.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions if i % 2 == 0 else Off
         (on if i % 2 == 0 else off).append(write("plain", i))
         fl.append(floor("plain", i))
-    shared.Conversions = disk.Conversions = Conversions
+    write.Conversions = workspace.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions
     crlf, crlf_fl = [], []
     for i in range(args.writes):
         crlf.append(write("crlf", i))
@@ -125,11 +127,11 @@ def main() -> None:
     smudged = [p for p in paths if p.startswith(rot_dir + "/") and p != targets["rot"]]
     r_on, r_off = [], []
     for i in range(2 * max(10, args.writes // 15)):
-        shared.Conversions = Conversions if i % 2 == 0 else Off
+        write.Conversions = workspace.Conversions = Conversions if i % 2 == 0 else Off
         t = time.perf_counter()
         ws.read(everything, agent=f"reader{i}")
         (r_on if i % 2 == 0 else r_off).append(time.perf_counter() - t)
-    shared.Conversions = Conversions
+    write.Conversions = workspace.Conversions = Conversions
     r_rot, git_smudge = [], []  # the files under the driver: a smudge each, as git checkout runs it
     for i in range(5):
         t = time.perf_counter()

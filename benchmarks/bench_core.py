@@ -401,21 +401,24 @@ class PhaseProfiler:
 
 
 def install_phases(prof: PhaseProfiler) -> None:
-    import storm_git.core.disk as disk
     import storm_git.core.locks as locks
+    import storm_git.disk.safe_fs as safe_fs
+    import storm_git.disk.sync as disk_sync
     import storm_git.core.notes as notes
     import storm_git.core.readsets as readsets
     import storm_git.core.reservations as reservations
-    import storm_git.storm.shared as shared
+    import storm_git.storm.validate as validate
+    import storm_git.storm.workspace as workspace
+    import storm_git.storm.write as write
     import storm_git.core.store as store
 
-    SW, St = shared.SharedWorkspace, store.Store
+    SW, St = workspace.SharedWorkspace, store.Store
     prof.wrap(SW, "write", "SharedWorkspace.write")
     prof.wrap(SW, "read", "SharedWorkspace.read")
     prof.wrap(SW, "path", "path checks (normalize + check_on_disk)")
-    prof.wrap(SW, "_check_size", "_check_size (reads git config)")
-    prof.wrap(SW, "_head_ref", "head ref lookup")
-    prof.wrap(SW, "_validate", "validate read set (_validate)")
+    prof.wrap(SW, "check_size", "check_size (reads git config)")
+    prof.wrap(SW, "head_ref", "head ref lookup")
+    prof.wrap(validate, "verdict", "validate read set (validate.verdict)")
     prof.wrap(St, "config_int", "config read (repo.config)")
     prof.wrap(St, "write_blob", "write_blob")
     prof.wrap(St, "tree_with", "rebuild trees (tree_with)")
@@ -431,17 +434,15 @@ def install_phases(prof: PhaseProfiler) -> None:
     prof.wrap(readsets, "fold", "readsets.fold (notes commit)")
     prof.wrap(reservations, "live_on", "reservation check (batch)")
     prof.wrap(intents, "flag_write", "intents.flag_write")
-    prof.wrap(shared, "flag_storm_write", "assignment flag")
-    prof.wrap(SW, "_validate_at", "validate under the lock (_validate_at)")
+    prof.wrap(write, "flag_storm_write", "assignment flag")
+    prof.wrap(validate, "verdict_at", "validate under the lock (validate.verdict_at)")
     prof.wrap(readsets, "record", "readsets.record (notes)")
-    prof.wrap(readsets, "provenance_text", "provenance_text")
     prof.wrap(notes, "update_notes", "notes commit (update_notes)")
     prof.wrap(reservations, "get", "reservation check")
-    prof.wrap(shared, "materialize", "materialize to disk")
-    prof.wrap(disk, "disk_oid", "hash file on disk (disk_oid)")
-    prof.wrap(disk, "known_version", "history walk (known_version)")
-    prof.wrap(disk, "_write_file", "write file + rename")
-    for mod in (shared, readsets, disk):
+    prof.wrap(write, "materialize", "materialize to disk")
+    prof.wrap(safe_fs, "disk_oid", "hash file on disk (disk_oid)")
+    prof.wrap(safe_fs, "write_file", "write file + rename")
+    for mod in (write, readsets, disk_sync):
         prof.wrap_cm(mod, "flocked")
 
     class _Fcntl:  # time the flock() syscall (waiting) separately

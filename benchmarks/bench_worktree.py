@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Worktree-mode benchmark: spawn vs ``git worktree add``, and merging 8 agent branches.
 
-Not a test: prints medians and ratios, asserts nothing. Targets (issue #4):
+Not a test: prints medians and ratios, asserts nothing. Targets:
 
 * ``spawn`` vs ``git worktree add`` on 10k files: ratio <= 1.2;
 * merging 8 agent branches at 10k and 100k files: merge cost flat in repository size.

@@ -6,14 +6,14 @@ P); B's change lands first; then A writes each of its files. A write is rejected
 (whole read set) when B changed the target (direct) or any other file A read (stale);
 with auto only when B changed a file in the computed scope (``stale_auto``: the scope
 alone) and that file's change reaches what the write uses (``stale_judged``: what a
-write does, storm_git.core.depimpact looking inside the moved files)."""
+write does, storm_git.deps.impact looking inside the moved files)."""
 # usage: python benchmarks/measure_deps_auto.py REPO N   (e.g. a clone of pallets/click, 300)
 # another revision's rule: git worktree add /tmp/old REV; PYTHONPATH=/tmp/old python benchmarks/measure_deps_auto.py REPO N
 import sys
 
 import pygit2
 from storm_git.core.store import Store
-from storm_git.core import depimpact, depscope
+from storm_git.deps import impact as depimpact, scope as depscope
 from storm_git.core.readsets import ReadEntry
 from storm_git.worktree.merge import files_changed
 

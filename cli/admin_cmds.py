@@ -7,7 +7,7 @@ import time
 
 import click
 
-from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
 from storm_git.core.errors import UsageError
 
 
@@ -41,7 +41,7 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
 
     rep = diagnose(Store.discover(), fix=fix, forget_agents=list(forget_agents))
     if as_json:
-        _emit_json(rep.to_dict())
+        emit_json(rep.to_dict())
     else:
         for f in rep.findings:
             state = "fixed" if f.fixed else "harmless" if f.harmless else "fixable with --fix" if f.fixable else "needs you"
@@ -93,7 +93,7 @@ def maintenance(as_json: bool, auto: bool, show_history: bool) -> None:
                              hint="git storm maintenance --history")
         runs = history(store)
         if as_json:
-            _emit_json({"runs": [r.to_dict() for r in runs]})
+            emit_json({"runs": [r.to_dict() for r in runs]})
         elif not runs:
             click.echo("storm maintenance: no run recorded in this repository")
         for r in ([] if as_json else runs[-HISTORY_SHOWN:]):
@@ -106,12 +106,12 @@ def maintenance(as_json: bool, auto: bool, show_history: bool) -> None:
     res = run_auto(store) if auto else run(store)
     if res is None:
         if as_json:
-            _emit_json({"ran": False})
+            emit_json({"ran": False})
         else:
             click.echo("storm maintenance: not due (or already running)")
         return
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         b, a = res.before, res.after
         click.echo(f"storm maintenance: loose objects {b.loose} -> {a.loose}, packed {b.packed} -> {a.packed}, "

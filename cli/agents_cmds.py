@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
 
 
 @cli.command(context_settings=CONTEXT)
@@ -45,7 +45,7 @@ def prompt(role: str, mode_: str | None, agent: str | None, as_json: bool) -> No
     mode_ = mode_ if mode_ in ("storm", "worktree") else "storm"
     text = brief(role, mode_, agent or os.environ.get("STORM_AGENT"))
     if as_json:
-        _emit_json({"role": role, "mode": mode_, "text": text})
+        emit_json({"role": role, "mode": mode_, "text": text})
     else:
         click.echo(text, nl=False)
 
@@ -79,7 +79,7 @@ def intents(paths: tuple[str, ...], rev: str | None, as_json: bool) -> None:
         rev = "HEAD" if store.config_get("storm.mode") == "worktree" else WORKSPACE_REF
     found = list_intents(store, [normalize(p, store.prefix, store.top) for p in paths], rev)
     if as_json:
-        _emit_json([a.to_dict() for a in found])
+        emit_json([a.to_dict() for a in found])
         return
     if not found:
         click.echo("no intent annotations" + (f" under {', '.join(paths)}" if paths else ""))
@@ -166,7 +166,7 @@ def harness_install(which: str, agent: str | None, user: bool, trust: bool, as_j
         raise UsageError("--trust is for Codex only", hint="git storm harness install codex --trust")
     res = install(Store.discover(), which, agent, scope="user" if user else "project", trust=trust)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         for line in _install_lines(res, "installed"):
             click.echo(line)
@@ -203,7 +203,7 @@ def harness_uninstall(which: str, user: bool, as_json: bool) -> None:
 
     res = uninstall(Store.discover(), which, scope="user" if user else "project")
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     for line in _install_lines(res, "installed"):
         click.echo(line)
@@ -230,7 +230,7 @@ def harness_status(as_json: bool) -> None:
 
     rows = status(Store.discover())
     if as_json:
-        _emit_json([r.to_dict() for r in rows])
+        emit_json([r.to_dict() for r in rows])
     else:
         for r in rows:
             where = ", ".join(r.installed) or "not installed"

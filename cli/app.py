@@ -15,11 +15,11 @@ from storm_git.cli.sections import SectionedGroup
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _emit_json(data: Any) -> None:
+def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False))
 
 
-def _workspace():
+def open_workspace_here():
     from storm_git.api import open_workspace
 
     return open_workspace()
@@ -47,11 +47,11 @@ def write_options(f: Callable) -> Callable:
     return f
 
 
-def _report(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> None:
+def report_write(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> None:
     from storm_git.core import render
 
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         click.echo(render.write_result(res, sizes))
     if not res.accepted:
@@ -106,7 +106,7 @@ def wait_with_a_deadline(cap: float | None = None) -> None:
     set_wait_policy(WaitPolicy(timeout=lambda commondir: lock_timeout(commondir, cap=cap), on_wait=say_waiting))
 
 
-def _non_utf8_argument(args: list[str]) -> str | None:
+def non_utf8_argument(args: list[str]) -> str | None:
     """Name the first argument holding bytes that are not UTF-8 (Python carries them
     as lone surrogates), or None. Checked before any command runs: an intent, an
     --old/--new text or an exec command line ends up in a commit message, and
@@ -132,18 +132,18 @@ def _non_utf8_argument(args: list[str]) -> str | None:
     return None
 
 
-def _usage(exc: click.ClickException, as_json: bool) -> int:
+def usage_error(exc: click.ClickException, as_json: bool) -> int:
     """click's own usage errors, as one line (and --json) like every other error: exit 2."""
     ctx = getattr(exc, "ctx", None)
     hint = f"see {ctx.command_path if ctx is not None else 'git storm'} --help"
     message = " ".join(exc.format_message().split())
     if as_json:
-        _emit_json({"error": {"kind": "usage", "message": message, "hint": hint, "exit_code": 2}})
+        emit_json({"error": {"kind": "usage", "message": message, "hint": hint, "exit_code": 2}})
     click.echo(f"git storm: {message} ({hint})", err=True)
     return 2
 
 
-def _fail(exc: Exception, as_json: bool) -> int:
+def fail(exc: Exception, as_json: bool) -> int:
     from storm_git.core.errors import classify
 
     known = classify(exc)
@@ -155,7 +155,7 @@ def _fail(exc: Exception, as_json: bool) -> int:
         code, kind = 4, "internal"
         message, hint = f"internal error {type(exc).__name__}: {exc}", "a bug: rerun with STORM_DEBUG=1 and report it"
     if as_json:
-        _emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
+        emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
     line = f"git storm: {message}" + (f" ({hint})" if hint else "")
     click.echo(line.replace("\n", " "), err=True)
     return code
@@ -164,13 +164,13 @@ def _fail(exc: Exception, as_json: bool) -> int:
 # Commands register themselves on `cli` when their module is imported.
 
 
-def _store():
+def open_store_here():
     from storm_git.core.store import Store
 
     return Store.discover()
 
 
-def _require_worktree_mode(store) -> None:
+def require_worktree_mode(store) -> None:
     from storm_git.admin.modes import current
     from storm_git.core.errors import RepoStateError
 

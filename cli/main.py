@@ -13,7 +13,7 @@ import click
 
 from storm_git.cli import (admin_cmds, agents_cmds, mcp_cmd, radar_cmds, remote_cmds,  # noqa: F401 - they register
                            sim_cmds, tree_cmds, verbs, worktree_cmds)
-from storm_git.cli.app import _fail, _non_utf8_argument, _usage, cli, wait_with_a_deadline
+from storm_git.cli.app import fail, non_utf8_argument, usage_error, cli, wait_with_a_deadline
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,11 +22,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args:  # like `git storm --help`, multi-line on stdout, exit 0 (not a usage error)
         args = ["--help"]
     as_json = "--json" in args
-    bad = _non_utf8_argument(args)
+    bad = non_utf8_argument(args)
     if bad is not None:
         from storm_git.core.errors import UsageError
 
-        sys.exit(_fail(UsageError(f"{bad} is not valid UTF-8",
+        sys.exit(fail(UsageError(f"{bad} is not valid UTF-8",
                                   hint="storm records intents, paths and commands as UTF-8 text in git; "
                                        "nothing was run or changed"), as_json))
     wait_with_a_deadline()
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        sys.exit(_usage(exc, as_json))
+        sys.exit(usage_error(exc, as_json))
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -44,5 +44,5 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
-        sys.exit(_fail(exc, as_json))
+        sys.exit(fail(exc, as_json))
     sys.exit(0)

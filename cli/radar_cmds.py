@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
 
 
 def commit_radar_lines(res: Any) -> str:
@@ -43,13 +43,13 @@ def radar(agent_id: str | None, short: bool, as_json: bool) -> None:
     from storm_git.core.agents import validate_agent
     from storm_git.worktree.radar import render_hit, scan
 
-    from storm_git.cli.app import _require_worktree_mode, _store
+    from storm_git.cli.app import require_worktree_mode, open_store_here
 
-    store = _store()
-    _require_worktree_mode(store)
+    store = open_store_here()
+    require_worktree_mode(store)
     rep = scan(store, [validate_agent(agent_id)] if agent_id else None)
     if as_json:
-        _emit_json(rep.to_dict())
+        emit_json(rep.to_dict())
         return
     if not rep.hits:
         who = agent_id or ", ".join(rep.agents) or "no agent"

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, _emit_json, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, agent_option, cli, json_option
 
 
-def _store():
+def open_store_here():
     from storm_git.core.store import Store
 
     return Store.discover()
@@ -18,7 +18,7 @@ def _store():
 
 def _require_remote(store) -> str:
     from storm_git.core.errors import NotInitialised
-    from storm_git.remote.client import remote_of
+    from storm_git.remote.workspace import remote_of
 
     remote = remote_of(store)
     if remote is None:
@@ -66,7 +66,7 @@ def join_lines(res) -> list[str]:
 
 def report_join(res, as_json: bool) -> None:
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         for line in join_lines(res):
             click.echo(line)
@@ -76,9 +76,9 @@ def report_join(res, as_json: bool) -> None:
 
 def init_remote(base: str | None, remote: str, as_json: bool) -> None:
     """``git storm init --remote NAME`` (called from verbs.init)."""
-    from storm_git.remote.client import init_remote as do_init
+    from storm_git.admin.join import init_remote as do_init
 
-    report_join(do_init(_store(), remote, base), as_json)
+    report_join(do_init(open_store_here(), remote, base), as_json)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -102,20 +102,20 @@ def join(remote: str, as_json: bool) -> None:
     Example:
       git clone ssh://host/project.git && cd project && git storm join origin
     """
-    from storm_git.remote.client import join as do_join
+    from storm_git.admin.join import join as do_join
 
-    report_join(do_join(_store(), remote), as_json)
+    report_join(do_join(open_store_here(), remote), as_json)
 
 
 def sync_remote(as_json: bool) -> None:
     """``git storm sync`` without AGENT in a clone with storm.remote (from worktree_cmds.sync)."""
-    from storm_git.core.disk import FAILED, KEPT, WRITTEN
-    from storm_git.remote.client import sync_remote as do_sync
+    from storm_git.disk.sync import FAILED, KEPT, WRITTEN
+    from storm_git.remote.workspace import sync_remote as do_sync
 
     from storm_git.core.errors import UsageError
-    from storm_git.remote.client import remote_of
+    from storm_git.remote.workspace import remote_of
 
-    store = _store()
+    store = open_store_here()
     remote = remote_of(store)
     if remote is None:
         raise UsageError("git storm sync needs AGENT here (this clone has no storm.remote)",
@@ -123,7 +123,7 @@ def sync_remote(as_json: bool) -> None:
                               "git storm join NAME first")
     res = do_sync(store, remote)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         written = [p for p, o in res.outcomes.items() if o == WRITTEN]
         kept = [p for p, o in res.outcomes.items() if o == KEPT]
@@ -155,13 +155,13 @@ def push_reads(agent: str | None, as_json: bool) -> None:
       git storm push-reads --agent engineer_1
     """
     from storm_git.core.agents import validate_agent
-    from storm_git.remote.client import push_reads as do_push
+    from storm_git.remote.workspace import push_reads as do_push
 
-    store = _store()
+    store = open_store_here()
     remote = _require_remote(store)
     res = do_push(store, remote, validate_agent(agent or os.environ.get("STORM_AGENT")))
     if as_json:
-        _emit_json(res)
+        emit_json(res)
     else:
         click.echo(f"pushed the reads of {res['agent']} to {remote}" if res["pushed"]
                    else f"{remote} already has the reads of {res['agent']}: nothing to push")
@@ -198,7 +198,7 @@ def server_hook_check(path: str, as_json: bool) -> None:
 
     res = check_installed(path)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         click.echo(f"storm's guard is active: {res.hook} (runs {res.python})")
 
@@ -225,7 +225,7 @@ def server_hook_install(path: str, as_json: bool) -> None:
 
     res = install(path)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         click.echo(f"installed storm's guard: {res.hook} (runs {res.python})")
         if res.shared:

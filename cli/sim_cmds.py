@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, _emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
 
 
 def _numbers(kind: type, text: str | None, option: str) -> tuple:
@@ -136,7 +136,7 @@ def _finish(data: dict, written: dict | None, out: str | None, as_json: bool, su
     if written and written["plots_skipped"]:
         click.echo(f"simulate: {written['plots_skipped']}", err=True)
     if as_json:
-        _emit_json(dict(data, written=written))
+        emit_json(dict(data, written=written))
     else:
         click.echo(summary)
         if written:

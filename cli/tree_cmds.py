@@ -12,7 +12,7 @@ import click
 from storm_git.core.errors import UsageError
 
 from storm_git.core.paths import quoted
-from storm_git.cli.app import CONTEXT, _emit_json, _report, _workspace, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, report_write, open_workspace_here, agent_option, cli, json_option
 
 
 def _agent(agent: str | None) -> str | None:
@@ -61,11 +61,11 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
 
     if argv and argv[0] == "--":
         argv = argv[1:]
-    from storm_git.cli.verbs import _wait_kw
+    from storm_git.cli.verbs import wait_kw
 
-    ws = _workspace()
+    ws = open_workspace_here()
     res = ws.exec(list(argv), agent=_agent(agent), intent=intent, timeout=timeout, wait=not no_wait,
-                  **_wait_kw(ws))
+                  **wait_kw(ws))
     rc = res.returncode
     if res.timed_out:
         click.echo(f"git storm: {argv[0]} timed out after {timeout:g}s and was stopped; nothing recorded"
@@ -125,12 +125,12 @@ def adopt(paths: tuple[str, ...], agent: str | None, intent: str | None, no_wait
       git storm adopt src/app.py --agent engineer_1 -m 'engineer_1: fix typo in editor'
       git storm adopt gen/ --agent engineer_1
     """
-    from storm_git.cli.verbs import _wait_kw
+    from storm_git.cli.verbs import wait_kw
 
-    ws = _workspace()
+    ws = open_workspace_here()
     res = ws.adopt(list(paths), agent=_agent(agent), intent=intent, wait=not no_wait,
-                   allow_revert=allow_revert, **_wait_kw(ws))
-    _report(res, as_json)
+                   allow_revert=allow_revert, **wait_kw(ws))
+    report_write(res, as_json)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -151,13 +151,13 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
       git storm checkout src/app.py
       git storm checkout src/
     """
-    ws = _workspace()
+    ws = open_workspace_here()
     if ws.mode != "storm":
         raise UsageError("git storm checkout restores the shared working tree (storm mode)",
                          hint="in worktree mode use git checkout inside the agent's worktree")
     out = ws.checkout(list(paths))
     if as_json:
-        _emit_json({"paths": out})
+        emit_json({"paths": out})
     elif not out:
         click.echo("nothing to restore: the disk holds the shared state there")
     else:
@@ -211,10 +211,10 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
       STORM_AGENT=manager git storm commit -m 'Integrate retries and timeouts'
       git storm commit -m 'Integrate' --adopt --json
     """
-    res = _workspace().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign,
+    res = open_workspace_here().commit(message, agent=_agent(agent), adopt=adopt_, strict=strict, sign=sign,
                               verify=not no_verify, **({"keep_shared": True} if keep_shared else {}))
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     elif res.commit is None:
         click.echo(f"nothing committed on {res.branch}: {res.message}")
     else:
@@ -260,7 +260,7 @@ def install_hooks(as_json: bool) -> None:
 
     res = install(Store.discover())
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     echo_lines(*hooks_lines(res.to_dict()), as_json)
 
 
@@ -278,7 +278,7 @@ def uninstall_hooks(as_json: bool) -> None:
 
     res = uninstall(Store.discover())
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     click.echo(f"removed {', '.join(res.removed) or 'nothing'} from {res.directory}"
                + (f"; restored {', '.join(res.restored)}" if res.restored else ""))
@@ -306,5 +306,5 @@ def hook(name: str, as_json: bool) -> None:
     from storm_git.admin.guard import check_pre_commit
 
     code, message = check_pre_commit()
-    _emit_json({"hook": name, "allowed": code == 0, "exit_code": code, "message": message.rstrip("\n")})
+    emit_json({"hook": name, "allowed": code == 0, "exit_code": code, "message": message.rstrip("\n")})
     sys.exit(code)

@@ -11,9 +11,9 @@ import click
 from storm_git.core.paths import quoted
 from storm_git.cli.app import (
     CONTEXT,
-    _emit_json,
-    _report,
-    _workspace,
+    emit_json,
+    report_write,
+    open_workspace_here,
     agent_option,
     cli,
     json_option,
@@ -54,7 +54,7 @@ def init(base: str | None, remote: str | None, as_json: bool) -> None:
 
     res = do_init(Store.discover(), base)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     echo_lines(*init_lines(res), as_json)
 
 
@@ -74,7 +74,7 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
       git storm read src/app.py --agent engineer_1
       git storm read src/app.py src/util.py --json
     """
-    results = _workspace().read(list(paths), agent=_agent(agent))
+    results = open_workspace_here().read(list(paths), agent=_agent(agent))
     if as_json:
         _stream_read_json(results)
         return
@@ -101,7 +101,7 @@ _CHUNK = 3 << 20  # a multiple of 3: base64 of consecutive chunks concatenates
 def _stream_read_json(results: list) -> None:
     """``read --json``, with each file's content written to stdout in chunks.
 
-    The envelope is the one ``_emit_json`` prints (same keys, order and layout);
+    The envelope is the one ``emit_json`` prints (same keys, order and layout);
     only the content strings are streamed, so a 200 MB file is not held again
     as base64, as a JSON string and as its encoded bytes (5-6x the file)."""
     import base64
@@ -163,7 +163,7 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def _deps(deps: tuple[str, ...]) -> list[str] | str | None:
-    from storm_git.storm.shared import deps_argument
+    from storm_git.storm.write import deps_argument
 
     return deps_argument(deps)
 
@@ -225,9 +225,9 @@ def _read_limited(fh, limit: int, what: str) -> bytes:
                    hint="raise it with git config storm.maxFileBytes N if this is intended")
 
 
-def _wait_kw(ws: object) -> dict:
+def wait_kw(ws: object) -> dict:
     """Storm mode: say on stderr, once per wait, that the write waits for a reservation."""
-    from storm_git.storm.shared import SharedWorkspace
+    from storm_git.storm.workspace import SharedWorkspace
 
     if not isinstance(ws, SharedWorkspace):
         return {}  # worktree mode: no reservations
@@ -295,7 +295,7 @@ def write(path: str, file: str | None, rebased: bool, agent: str | None, intent:
     """
     from storm_git.core.errors import UsageError
 
-    ws = _workspace()
+    ws = open_workspace_here()
     if rebased:
         if file is not None or deps:
             raise UsageError("--rebased takes no content (--file) and no --deps",
@@ -303,15 +303,15 @@ def write(path: str, file: str | None, rebased: bool, agent: str | None, intent:
         if not hasattr(ws, "write_rebased"):
             raise UsageError("--rebased is for storm mode (a shared workspace)",
                              hint="in worktree mode write the file in your worktree")
-        res = ws.write_rebased(path, agent=_agent(agent), intent=intent, wait=not no_wait, **_wait_kw(ws))
-        _report(res, as_json)
+        res = ws.write_rebased(path, agent=_agent(agent), intent=intent, wait=not no_wait, **wait_kw(ws))
+        report_write(res, as_json)
         return
     data = _content(file, ws.max_file_bytes)
     res = ws.write(path, data, agent=_agent(agent), intent=intent,
-                   deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
+                   deps=_deps(deps), wait=not no_wait, **wait_kw(ws))
     if res.accepted and not data:
         click.echo(f"storm: wrote 0 bytes to {res.paths[0]} (the file is now empty)", err=True)
-    _report(res, as_json, {p: len(data) for p in res.paths})
+    report_write(res, as_json, {p: len(data) for p in res.paths})
 
 
 @cli.command(context_settings=CONTEXT)
@@ -333,10 +333,10 @@ def edit(path: str, old: str, new: str, agent: str | None, intent: str | None, d
     Example:
       git storm edit src/app.py --old 'def f(a):' --new 'def f(a, b):  # engineer_1: b for retries'
     """
-    ws = _workspace()
+    ws = open_workspace_here()
     res = ws.edit(path, old, new, agent=_agent(agent), intent=intent,
-                  deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
-    _report(res, as_json, _sizes(ws, res) if res.accepted and not as_json else None)
+                  deps=_deps(deps), wait=not no_wait, **wait_kw(ws))
+    report_write(res, as_json, _sizes(ws, res) if res.accepted and not as_json else None)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -352,10 +352,10 @@ def rm(path: str, agent: str | None, intent: str | None, deps: tuple[str, ...], 
     Example:
       git storm rm src/old.py -m 'engineer_2: folded into util.py'
     """
-    ws = _workspace()
+    ws = open_workspace_here()
     res = ws.rm(path, agent=_agent(agent), intent=intent,
-                deps=_deps(deps), wait=not no_wait, **_wait_kw(ws))
-    _report(res, as_json)
+                deps=_deps(deps), wait=not no_wait, **wait_kw(ws))
+    report_write(res, as_json)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -372,9 +372,9 @@ def release(path: str, agent: str | None, as_json: bool) -> None:
     Example:
       git storm release src/app.py --agent engineer_2
     """
-    r = _workspace().release(path, agent=_agent(agent))
+    r = open_workspace_here().release(path, agent=_agent(agent))
     if as_json:
-        _emit_json({"released": r is not None, "reservation": r.to_dict() if r else None})
+        emit_json({"released": r is not None, "reservation": r.to_dict() if r else None})
     else:
         click.echo(f"released {r.path}" if r else f"no reservation on {path}: nothing to release")
 
@@ -395,9 +395,9 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
       git storm forget --agent engineer_1            # new task
       git storm forget docs/notes.md --agent engineer_1
     """
-    dropped = _workspace().forget(None if (all_ or not paths) else list(paths), agent=_agent(agent))
+    dropped = open_workspace_here().forget(None if (all_ or not paths) else list(paths), agent=_agent(agent))
     if as_json:
-        _emit_json({"forgotten": dropped})
+        emit_json({"forgotten": dropped})
     else:
         click.echo(f"forgot {len(dropped)} path(s)" + (f": {', '.join(dropped[:10])}" if dropped else ""))
 
@@ -424,9 +424,9 @@ def status(verbose: int, as_json: bool) -> None:
     """
     from storm_git.core import render
 
-    st = _workspace().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
+    st = open_workspace_here().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
-        _emit_json(st.to_dict())
+        emit_json(st.to_dict())
     else:
         click.echo(render.status(st))
 
@@ -447,9 +447,9 @@ def log(limit: int, as_json: bool) -> None:
     """
     from storm_git.core import render
 
-    entries = _workspace().log(limit)
+    entries = open_workspace_here().log(limit)
     if as_json:
-        _emit_json(entries)
+        emit_json(entries)
     else:
         for e in entries:
             click.echo(render.log_entry(e))
@@ -480,7 +480,7 @@ def demo(keep: str | None, as_json: bool) -> None:
 
     report = run_demo(keep)
     if as_json:
-        _emit_json(report.to_dict())
+        emit_json(report.to_dict())
     else:
         _print_demo(report)
     if not report.ok:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from storm_git.core.paths import quoted
-from storm_git.cli.app import CONTEXT, _emit_json, _require_worktree_mode, _store, cli, json_option
+from storm_git.cli.app import CONTEXT, emit_json, require_worktree_mode, open_store_here, cli, json_option
 
 
 def _by(agent: str | None) -> str:
@@ -49,11 +49,11 @@ def mode(new: str | None, force: bool, into: str | None, agent: str | None, as_j
     """
     from storm_git.admin import modes
 
-    store = _store()
+    store = open_store_here()
     res = modes.show(store, into=into) if new is None else modes.switch(store, new, force=force, by=_by(agent),
                                                                          into=into)
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     if new is None:
         click.echo(f"mode: {res.mode} (target branch {res.target})")
@@ -98,11 +98,11 @@ def spawn(agent_id: str, base: str | None, reuse: bool, agent: str | None, as_js
     """
     from storm_git.worktree.worktrees import spawn as do_spawn
 
-    store = _store()
-    _require_worktree_mode(store)
+    store = open_store_here()
+    require_worktree_mode(store)
     res = do_spawn(store, agent_id, base=base, reuse=reuse, by=_by(agent))
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     what = "created" if res.created else "exists"
     copied = f"; copied {', '.join(res.copied)}" if res.copied else ""
@@ -209,8 +209,8 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     """
     from storm_git.worktree.merge import merge as do_merge
 
-    store = _store()
-    _require_worktree_mode(store)
+    store = open_store_here()
+    require_worktree_mode(store)
     if test_cmd is not None:
         from storm_git.worktree.queue import merge_tested
 
@@ -222,7 +222,7 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     else:
         rep = do_merge(store, list(agents) or None, into=into, strategy=strategy, by=_by(agent), dry_run=dry_run)
     if as_json:
-        _emit_json(rep.to_dict())
+        emit_json(rep.to_dict())
     else:
         click.echo(render_merge(rep))
     if not rep.ok:
@@ -291,11 +291,11 @@ def sync(agent_id: str | None, onto: str | None, agent: str | None, as_json: boo
         return sync_remote(as_json)
     from storm_git.worktree.sync import sync as do_sync
 
-    store = _store()
-    _require_worktree_mode(store)
+    store = open_store_here()
+    require_worktree_mode(store)
     res = do_sync(store, agent_id, onto=onto, by=_by(agent))
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
     else:
         click.echo(render_sync(res))
     if not res.ok:
@@ -335,18 +335,18 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
       git config --add storm.restricted __init__.py
       git storm assign --json
     """
-    from storm_git.core import scope
+    from storm_git.core import assignments as scope
     from storm_git.core.errors import UsageError
 
     files = tuple(globs) + tuple(files)
-    store = _store()
+    store = open_store_here()
     if assignee is None:
         if files or task or clear:
             raise UsageError("name the agent to assign", hint="git storm assign AGENT GLOB…")
         allv = scope.load_all(store)
         restricted = scope.restricted_globs(store)
         if as_json:
-            _emit_json({"assignments": {a: s.to_dict() for a, s in allv.items()}, "restricted": restricted})
+            emit_json({"assignments": {a: s.to_dict() for a, s in allv.items()}, "restricted": restricted})
             return
         if not allv:
             click.echo("no assignments")
@@ -361,7 +361,7 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
     res = scope.assign(store, assignee, None if clear else list(files), task=task, allow_overlap=allow_overlap,
                        by=_by(agent), integrated_tree=_integrated_tree(store))
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     if res.assignment is None:
         click.echo(f"{assignee}: assignment cleared" if res.previous else f"{assignee} had no assignment")
@@ -407,10 +407,10 @@ def cleanup(merged: bool, all_: bool, into: str | None, agent: str | None, as_js
     """
     from storm_git.worktree.worktrees import cleanup as do_cleanup
 
-    store = _store()
+    store = open_store_here()
     res = do_cleanup(store, merged=merged, all_=all_, into=into, by=_by(agent))
     if as_json:
-        _emit_json(res.to_dict())
+        emit_json(res.to_dict())
         return
     for r in res.removed:
         state = "merged" if r["merged"] else "NOT merged, tip kept in the log"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .core.errors import CorruptState, NotInitialised
 from .core.workspace import MODES
-from .storm.shared import SharedWorkspace
+from .storm.workspace import SharedWorkspace
 from .core.store import Store
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
     if mode == "storm":
         remote = store.config_get("storm.remote")
         if remote:  # the shared workspace lives on a git remote (storm_git.remote)
-            from .remote.client import RemoteWorkspace
+            from .remote.workspace import RemoteWorkspace
 
             return RemoteWorkspace(store, str(remote))
         return SharedWorkspace(store)

@@ -3,8 +3,8 @@ them cheap answer exactly as the full checks do.
 
 * tree lookups are memoised by (tree, path) and walk directories without libgit2's
   ``filemode`` where the object type tells (Store.entry);
-* a pair of large directories is diffed by libgit2 (disk.tree_changes);
-* disk reads of a batch share directory descriptors (disk.DirFds);
+* a pair of large directories is diffed by libgit2 (tree_diff.tree_changes);
+* disk reads of a batch share directory descriptors (safe_fs.DirFds);
 * an ordinary path skips normalize's full checks, and a batch read checks only the
   file itself once its directory passed (paths.normalize, paths.check_on_disk);
 * flag_write reads a small loose object without its header first;
@@ -22,7 +22,8 @@ import pytest
 
 from helpers import git, make_repo, storm, storm_json
 
-from storm_git.core import disk, paths
+from storm_git.core import paths, tree_diff
+from storm_git.disk import record, safe_fs, sync as disk_sync
 from storm_git.core.errors import BadPath
 from storm_git.core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, Store
 
@@ -57,11 +58,11 @@ def test_big_directories_diffed_by_libgit2_agree_with_the_walk(tmp_path, monkeyp
 
     for _ in range(200):
         a, b = _rand_tree(st, rnd, names), _rand_tree(st, rnd, names)
-        monkeypatch.setattr(disk, "BIG_DIR_ENTRIES", 10 ** 9)
-        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 10 ** 9)
-        walked = norm(disk.tree_changes(st, a, b))
-        monkeypatch.setattr(disk, "BIG_DIR_ENTRIES", 0)
-        diffed = norm(disk.tree_changes(st, a, b))
+        monkeypatch.setattr(tree_diff, "BIG_DIR_ENTRIES", 10 ** 9)
+        monkeypatch.setattr(tree_diff, "FLAT_DIR_ENTRIES", 10 ** 9)
+        walked = norm(tree_diff.tree_changes(st, a, b))
+        monkeypatch.setattr(tree_diff, "BIG_DIR_ENTRIES", 0)
+        diffed = norm(tree_diff.tree_changes(st, a, b))
         assert diffed == walked, (a.id, b.id)
         assert len({p for p, _ in diffed}) == len(diffed)  # one answer a path
 
@@ -161,13 +162,13 @@ def test_batched_disk_reads_see_what_single_reads_see(tmp_path):
     (top / "f").write_text("file\n")
     names = ["d/a.py", "d/x.sh", "d/l.py", "d/sub", "d/fifo", "d/none", "dl/w/d/a.py", "dl/x", "f/x",
              "f", "none/x", "d/sub/x", "d/a.py/y"]
-    with disk.DirFds(str(top)) as dirs:
+    with safe_fs.DirFds(str(top)) as dirs:
         for _ in range(2):
             for p in names:
-                assert disk.disk_state(str(top), p, dirs) == disk.disk_state(str(top), p), p
+                assert safe_fs.disk_state(str(top), p, dirs) == safe_fs.disk_state(str(top), p), p
                 for how in (None, dirs):
                     try:
-                        got = disk.read_disk(str(top), p, dirs=how) if p not in ("d/fifo", "d/sub") else "skip"
+                        got = safe_fs.read_disk(str(top), p, dirs=how) if p not in ("d/fifo", "d/sub") else "skip"
                     except (BadPath, OSError) as exc:
                         got = type(exc).__name__
                     if how is None:
@@ -191,13 +192,13 @@ def test_the_disk_record_restarts_at_the_head_only_when_it_equals_it(repo, ws):
     other = store.repo.create_commit(None, sig, sig, "other writer\n",
                                      store.tree_with(store.commit(head).tree, new_files), [head])
     git(repo, "update-ref", "refs/storm/workspace", str(other), str(head))
-    res = disk.sync(store)
-    assert set(res.outcomes.values()) == {disk.WRITTEN} and len(res.outcomes) == 70
-    rec = disk.load(store)
+    res = disk_sync.sync(store)
+    assert set(res.outcomes.values()) == {disk_sync.WRITTEN} and len(res.outcomes) == 70
+    rec = record.load(store)
     assert rec.base == store.commit(other).tree.id and rec.overlay == {} and rec.synced == other
     ws.read(["src/api.py", "src/util.py"], agent="e1")
     assert ws.write("src/api.py", b"x = 1\n", agent="e1").accepted
-    rec = disk.load(store)
+    rec = record.load(store)
     assert rec.base == store.commit(other).tree.id and list(rec.overlay) == ["src/api.py"]
     (repo / "README.md").write_text("edited by a person\n")
     storm(repo, "status")  # the edit is seen
@@ -205,7 +206,7 @@ def test_the_disk_record_restarts_at_the_head_only_when_it_equals_it(repo, ws):
     (repo / "src/util.py").write_text("an editor's buffer\n")
     storm(repo, "status")
     assert ws.write("src/util.py", b"y = 2\n", agent="e1").accepted  # kept: the disk edit is not overwritten
-    rec = disk.load(ws.store)
+    rec = record.load(ws.store)
     assert rec.base != ws.store.commit(ws.head()).tree.id or rec.overlay
     code, st = storm_json(repo, "status")
     assert sorted(u["path"] for u in st["unmediated"]) == ["README.md", "src/util.py"]
@@ -215,7 +216,7 @@ def test_the_disk_record_restarts_at_the_head_only_when_it_equals_it(repo, ws):
 # -- exec of many files ----------------------------------------------------------------
 @pytest.fixture
 def big_repo(tmp_path):
-    files = {f"d/f{i:04d}.py": f"v = {i}\n" for i in range(1100)}  # past disk.BIG_DIR_ENTRIES
+    files = {f"d/f{i:04d}.py": f"v = {i}\n" for i in range(1100)}  # past tree_diff.BIG_DIR_ENTRIES
     files["src/keep.py"] = "k = 1\n"
     return make_repo(tmp_path / "repo", files)
 
@@ -297,15 +298,15 @@ def test_flat_directories_diffed_by_libgit2_agree_with_the_walk(tmp_path, monkey
         return r[st.tree_with(r[st.empty_tree()], changes)]
 
     routed = []
-    real = disk._big_changes
-    monkeypatch.setattr(disk, "_big_changes", lambda *a: (routed.append(1), real(*a))[1])
+    real = tree_diff._big_changes
+    monkeypatch.setattr(tree_diff, "_big_changes", lambda *a: (routed.append(1), real(*a))[1])
     for i in range(60):
         sub_a, sub_b = i % 3 == 1, i % 3 == 2
         a, b = flat_tree(rnd.randrange(60, 200), sub_a), flat_tree(rnd.randrange(60, 200), sub_b)
-        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 10 ** 9)
-        walked = norm(disk.tree_changes(st, a, b))
-        monkeypatch.setattr(disk, "FLAT_DIR_ENTRIES", 128)
+        monkeypatch.setattr(tree_diff, "FLAT_DIR_ENTRIES", 10 ** 9)
+        walked = norm(tree_diff.tree_changes(st, a, b))
+        monkeypatch.setattr(tree_diff, "FLAT_DIR_ENTRIES", 128)
         routed.clear()
-        diffed = norm(disk.tree_changes(st, a, b))
+        diffed = norm(tree_diff.tree_changes(st, a, b))
         assert diffed == walked, (i, a.id, b.id)
         assert bool(routed) == (not sub_a and not sub_b and len(a) + len(b) >= 128), i

@@ -1,5 +1,5 @@
 """``--deps auto`` / ``storm.deps=auto``: a write is validated against the read files
-its new content depends on (storm_git.core.depscope), never fewer than a real conflict
+its new content depends on (storm_git.deps.scope), never fewer than a real conflict
 needs: an unrelated stale read is let through, a changed import, name-defining
 file or importer is still a rejection, and other languages use the whole read set."""
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_auto_cannot_be_combined_with_paths(repo):
 
 def test_library_accepts_the_constant(repo):
     from storm_git.api import open_workspace
-    from storm_git.storm.shared import AUTO_DEPS
+    from storm_git.storm.write import AUTO_DEPS
 
     ws = open_workspace(str(repo))
     ws.read(["app.py", "notes.py"], agent="a")
@@ -188,7 +188,7 @@ def _mixed_write(repo, *extra_reads, moved=("notes.py", "X = 1", "X = 7")):
     """Agent a writes app.py with a changelog line in README.md (one write of both),
     under --deps auto, after agent b changed ``moved``; returns the result."""
     from storm_git.api import open_workspace
-    from storm_git.storm.shared import AUTO_DEPS
+    from storm_git.storm.write import AUTO_DEPS
 
     ws = open_workspace(str(repo))
     ws.read(["app.py", "README.md", *extra_reads], agent="a")
@@ -225,7 +225,7 @@ def test_module_walk_matches_ast_walk_on_real_code():
     import ast
     from pathlib import Path
 
-    from storm_git.core import depscope
+    from storm_git.deps import scope as depscope
 
     root = Path(depscope.__file__).resolve().parents[1]
     files = sorted(root.rglob("*.py"))
@@ -245,7 +245,7 @@ def test_written_module_is_parsed_once(repo):
     write of that file finds the head's version parsed: the same analysis object."""
     import pygit2
 
-    from storm_git.core import depscope
+    from storm_git.deps import scope as depscope
     from storm_git.core.store import Store
 
     depscope._INFO.clear()

@@ -420,7 +420,7 @@ def test_changed_paths_agrees_with_libgit2s_diff(tmp_path):
 
     import pygit2
 
-    from storm_git.core.disk import changed_paths
+    from storm_git.core.tree_diff import changed_paths
     from storm_git.core.store import Store
 
     r = pygit2.init_repository(str(tmp_path / "r"))
@@ -497,7 +497,7 @@ def test_the_disk_write_over_a_link_replaces_the_link_and_refuses_a_directory(re
     """The exchange swaps in only over a regular file or a link: a link at the target
     is replaced (never followed: the file it points to is untouched), and a directory
     put where a file was is refused with nothing swapped."""
-    from storm_git.core.disk import write_file
+    from storm_git.disk.safe_fs import write_file
 
     outside = tmp_path / "outside.txt"
     outside.write_bytes(b"keep\n")

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 from storm_git.core import readsets
-from storm_git.core.readsets import reads_ref
+from storm_git.core.readsets import agent_ref as reads_ref
 
 
 def _files(repo) -> list[str]:

@@ -24,15 +24,17 @@ PACKAGES = {"storm_git": ROOT, "storm_git.cli": TOP / "cli", "storm_git.hooks": 
 # what each layer may import from (besides itself and the standard library)
 ALLOWED = {
     "core": set(),
-    "storm": {"core"},
-    "worktree": {"core"},
+    "disk": {"core"},  # the working tree on disk: safe file primitives, the disk record, sync
+    "deps": {"core"},  # Python-source analysis: which files a write depends on
+    "storm": {"core", "disk", "deps"},
+    "worktree": {"core", "disk", "deps"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
-    "admin": {"core", "storm", "worktree", "hooks"},
-    "remote": {"core", "storm", "admin"},  # storm mode on a git server; init/join set up
+    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote"},  # set-up, join, doctor see every part
+    "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
-    "integrations": {"core", "storm", "worktree", "remote", "api"},
-    "sim": {"core", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
-    "cli": {"core", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
+    "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
+    "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
+    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
 }
 
 
@@ -159,3 +161,35 @@ def test_the_library_neither_prints_nor_imports_click(graph):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
                 printing.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert printing == []
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """``from M import _name`` and ``M._name`` where M is an imported module: one module
+    using another's private name."""
+    tree = ast.parse(path.read_text())
+    imported: set[str] = set()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{path.name}:{node.lineno} from {node.module} import {a.name}")
+                imported.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in imported):
+            out.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    found = [r for folder in PACKAGES.values() for p in folder.rglob("*.py") for r in _private_reaches(p)]
+    assert found == []
+
+
+def test_the_private_name_check_sees_both_forms(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("from a import _x\nimport b\nb._y()\nself_ok = object()._z\n")
+    assert [r.split(" ", 1)[1] for r in _private_reaches(p)] == ["from a import _x", "b._y"]

@@ -175,20 +175,20 @@ def test_every_door_refuses_every_hostile_name(shared, tmp_path, door, name):
             assert not v.ok, f"the guard accepted {raw!r}"
             assert "lacks storm's trailers" not in v.refused[0], v.refused
         elif door == "sync":
-            from storm_git.core import disk
+            from storm_git.disk import sync as disk_sync
             from storm_git.core.store import Store
 
             h = rev(repo, "refs/storm/workspace")
             c = forge.commit(repo, h, _tree_change(raw))
             git(repo, "update-ref", "refs/storm/workspace", c, h)  # as a fetch from an unguarded server would
             try:
-                res = disk.sync(Store.discover(str(repo)), full=True)
-                assert res.outcomes.get(raw) == disk.FAILED, res.outcomes
+                res = disk_sync.sync(Store.discover(str(repo)), full=True)
+                assert res.outcomes.get(raw) == disk_sync.FAILED, res.outcomes
                 assert "refused" in res.errors[raw], res.errors
                 assert not os.path.lexists(repo / raw) or raw.startswith(".git/"), raw
             finally:
                 git(repo, "update-ref", "refs/storm/workspace", h, c)
-                disk.sync(Store.discover(str(repo)), full=True)
+                disk_sync.sync(Store.discover(str(repo)), full=True)
             return
         assert snapshot_refs(repo) == refs
         assert not outside.exists()

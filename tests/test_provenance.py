@@ -5,8 +5,7 @@ extends it, kept in the agent's notes under that blob's key for good).
 
 Each write here is made through the command line by a real process; its provenance
 is then resolved from the commit alone, by a fresh process's view of the repository,
-and compared with the read set the agent had just before the write. Provenance
-notes of the older format are written by hand, as that format has them.
+and compared with the read set the agent had just before the write.
 """
 from __future__ import annotations
 
@@ -14,12 +13,10 @@ import signal
 import time
 from pathlib import Path
 
-import pygit2
-import pytest
 
 from helpers import PY_PROJECT, git, hold, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
-from storm_git.core import notes, readsets, trailers
+from storm_git.core import readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
 from storm_git.core.store import Store
 
@@ -189,60 +186,3 @@ def test_forget_everything_never_brings_a_base_back(repo):
     assert "Storm-Read-Set: none 1\n" in message(repo, c1) and "Storm-Read-Set: none" not in message(repo, c2)
     assert list(provenance(repo, c1)[1]) == ["notes.py"]
     assert sorted(provenance(repo, c2)[1]) == ["README.md", "app.py"]
-
-
-# -- the older format: provenance notes --------------------------------------------------------
-
-def _old_write(ws, agent: str, path: str, content: bytes) -> pygit2.Oid:
-    """A write of the older format: no provenance trailers."""
-    store = ws.store
-    head = ws.head()
-    tree = store.tree_with(store.commit(head).tree, {path: (store.write_blob(content), pygit2.GIT_FILEMODE_BLOB)})
-    commit = store.make_commit(tree, [head], agent, trailers.format_message(None, agent, "write", [path]))
-    assert store.cas(store.ref("refs/storm/workspace"), "refs/storm/workspace", commit, "old write")
-    return commit
-
-
-def test_old_format_provenance_notes_are_still_read(repo):
-    ws = open_workspace(str(repo))
-    ws.read(["notes.py", "README.md"], agent="old")
-    view = readsets.load_view(ws.store, "old")
-    h0 = ws.head()
-    # 1. an explicit note (what a write folded after a concurrent fold got)
-    c1 = _old_write(ws, "old", "notes.py", b"X = 7\n")
-    explicit = readsets.provenance_text("old", h0, "all", view.entries.values())
-    # 2. a by-reference note: the read-set note, the journal blob, how many reads counted
-    jbytes = b"storm journal 1 base none\n" + b"".join(b"r " + e.line().encode() for e in view.entries.values())
-    jblob = ws.store.write_blob(jbytes)
-    h1 = ws.head()
-    c2 = _old_write(ws, "old", "README.md", b"# old\n")
-    by_ref = (f"storm provenance: the read set this write was validated against\nagent: old\n"
-              f"validated-at: {h1}\nscope: all\nread-set: none\njournal: {jblob}\njournal-reads: 1\n")
-    notes.update_notes(ws.store, readsets.agent_ref("old"), {str(c1): explicit.encode(), str(c2): by_ref.encode()},
-                       agent="old", message="old provenance notes")
-    assert "Storm-Read-Set" not in message(repo, str(c1))
-    header, got = provenance(repo, str(c1))
-    assert header["validated-at"] == str(h0) and got == view.entries
-    header, got = provenance(repo, str(c2))
-    first = next(iter(view.entries.values()))
-    assert header["validated-at"] == str(h1) and got == {first.path: first}
-    # git log --notes still shows them
-    shown = git(repo, "log", "--notes=storm/agents/*", "-2", "refs/storm/workspace").stdout.decode()
-    assert f"validated-at: {h1}" in shown and f"validated-at: {h0}" in shown
-
-
-def test_an_old_journal_with_p_lines_gets_its_notes_at_the_fold(repo):
-    """A journal of the older format left behind (an upgrade between a write and its
-    fold): its ``p`` lines still become provenance notes, and its reads still count."""
-    ws = open_workspace(str(repo))
-    ws.read(["notes.py"], agent="old")
-    h0 = ws.head()
-    c = _old_write(ws, "old", "notes.py", b"X = 8\n")
-    [entry] = readsets.load(ws.store, "old").values()
-    with open(journal(repo, "old"), "ab") as f:  # what the old record_write appended
-        f.write(f"r {ReadEntry('notes.py', str(ws.store.commit(c).tree['notes.py'].id), str(c)).line()}"
-                f"p {c} {h0} all 1\n".encode())
-    assert readsets.fold(open_workspace(str(repo)).store, "old")
-    header, got = provenance(repo, str(c))
-    assert header["validated-at"] == str(h0) and got == {"notes.py": entry}
-    assert read_set(repo, "old")["notes.py"].head == str(c)  # the journal's reads were folded too

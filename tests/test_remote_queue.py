@@ -289,7 +289,7 @@ def test_a_queued_write_is_not_dropped_while_a_fetch_is_halfway(tmp_path):
     queued: had it seen it dropped, it would write it again and the moved queue would
     land it a second time (a duplicate seen once in the 8-clone benchmark)."""
     from storm_git.core.store import Store
-    from storm_git.remote.client import QUEUED, _state
+    from storm_git.remote.workspace import QUEUED, _state
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))
@@ -369,7 +369,7 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     import sys
 
     from storm_git.core.store import Store
-    from storm_git.remote import client
+    from storm_git.remote import workspace as client
 
     repo = helpers.make_repo(tmp_path / "r")
     store = Store.discover(str(repo))
@@ -378,7 +378,7 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     client._record_rebased(store, [(oid[0], oid[1])])
     assert client._rebased(store) == {oid[0]: oid[1]}
     # another process appends: this one's copy grows by what was added
-    code = (f"from storm_git.core.store import Store; from storm_git.remote import client; import pygit2; "
+    code = (f"from storm_git.core.store import Store; from storm_git.remote import workspace as client; import pygit2; "
             f"client._record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
             f"pygit2.Oid(hex='{oid[2]}'))])")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -410,7 +410,7 @@ def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing
     nowhere, take its write for dropped and write it again while the old commit was
     still queued: two commits for one write)."""
     from storm_git.core.store import Store
-    from storm_git.remote import client
+    from storm_git.remote import workspace as client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -444,7 +444,8 @@ def test_after_a_stale_lease_the_clone_backs_off_before_its_fetch_not_between_fe
     import sys
 
     from storm_git import open_workspace
-    from storm_git.remote import backoff, client
+    from storm_git.remote import backoff
+    from storm_git.remote import workspace as client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -483,7 +484,7 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
     server's new head changed a file it read (README.md), not one it wrote."""
     from storm_git.core import readsets
     from storm_git.core.store import Store
-    from storm_git.remote import client
+    from storm_git.remote import workspace as client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -499,7 +500,7 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
 
     def fetch_and_move() -> int:  # what a push's stale lease does (the test holds the remote lock)
         before = ws.rebased
-        ws._fetch_adopt()
+        ws.fetch_adopt()
         return ws.rebased - before
 
     holder = hold_push(a)
@@ -542,7 +543,7 @@ def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_v
     history."""
     from storm_git.core.locks import flocked
     from storm_git.core.store import Store
-    from storm_git.remote import client
+    from storm_git.remote import workspace as client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")

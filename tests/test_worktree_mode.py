@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from storm_git.core import events, scope
+from storm_git.core import assignments as scope, events
 from storm_git import open_workspace
 from storm_git.core.errors import NotFound, RepoStateError, UsageError
 from storm_git.worktree.commit_rules import worktree_commit_problems

@@ -47,7 +47,7 @@ What it looks for:
   that is not what storm makes there (a directory where a lock file, a journal,
   the disk record, the seen-agents record or a remote clone's state file goes --
   ``remote-gate``, ``remote-rebased``, ``remote-queue``, named in
-  storm_git.core.remote_state; a file where the ``locks`` or ``journal`` directory
+  storm_git.remote.state_files; a file where the ``locks`` or ``journal`` directory
   goes).
   Every command that needs it refuses with exit 3 naming it. The fix moves it
   aside, into ``<git dir>/storm-moved-aside/`` (nothing is deleted); the other
@@ -90,7 +90,7 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
-from ..core.remote_state import FILES as REMOTE_FILES
+from ..remote.state_files import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.files import remove_quietly
@@ -327,7 +327,7 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     now, ahead = reservations.clock(), reservations.max_ahead(store)
     expired, skewed, unreadable = [], [], []
     for e in tree:
-        r = reservations._readable(store, e)
+        r = reservations.readable(store, e)
         if r is None:
             unreadable.append(Finding("unreadable_reservation", RESERVATIONS_REF,
                                       f"entry {e.name} is not a reservation storm can read; the fix removes it", True))
@@ -521,32 +521,33 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
     paths left behind the shared head (a writer killed between its CAS and its
     disk write, when no command has come by since). Unmediated edits are not a
     fault: status lists them."""
-    from ..core import disk
+    from ..core import tree_diff
+    from ..disk import record, safe_fs, sync as disk_sync
 
     with flocked(store.commondir, "worktree"):
         try:
-            rec = disk.load(store)
+            rec = record.load(store)
         except CorruptState as exc:
-            f = Finding("corrupt_disk_record", disk.record_path(store), exc.message, True)
+            f = Finding("corrupt_disk_record", record.record_path(store), exc.message, True)
             out.append(f)
             if fix:  # what is on disk now is taken as what storm put there; differences show as edits
                 head = store.ref_target(WORKSPACE_REF)
-                disk.reset(store, store.commit(head).tree.id, head)
+                record.reset(store, store.commit(head).tree.id, head)
                 f.fixed = True
             return
         head = store.ref_target(WORKSPACE_REF)
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*disk.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
+        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
                                     *rec.pending])
         behind = []
         conv = Conversions(store)
         for p in candidates:
-            want = disk.entry_or_none(store, htree, p)
+            want = record.entry_or_none(store, htree, p)
             if rec.get(store, p) == want:
                 continue
-            have = disk.disk_state(store.main_workdir, p, conv=conv)
-            if not disk.same(have, want) and rec.is_storms(store, p, have):
+            have = safe_fs.disk_state(store.main_workdir, p, conv=conv)
+            if not safe_fs.same(have, want) and rec.is_storms(store, p, have):
                 behind.append(p)
         if not behind:
             return
@@ -555,5 +556,5 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
                     "(a writer died before its disk write, or the disk refused it); any storm command brings them forward", True)
         out.append(f)
         if fix:
-            res = disk.sync_locked(store, behind, full=True)
-            f.fixed = all(res.outcomes.get(p) in (disk.WRITTEN, disk.CURRENT) for p in behind)
+            res = disk_sync.sync_locked(store, behind, full=True)
+            f.fixed = all(res.outcomes.get(p) in (disk_sync.WRITTEN, disk_sync.CURRENT) for p in behind)

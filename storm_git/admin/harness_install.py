@@ -33,13 +33,13 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.agents import validate_agent
 from ..core.errors import UsageError
 from ..core.files import replace_file
+from ..core.program import storm_program
 from ..core.store import Store
 from ..core.store import git_env as store_git_env
 from . import codex_trust
@@ -82,9 +82,7 @@ class InstallResult:
 def hook_command(harness: str, agent: str | None) -> str:
     """The command the harness runs: this installation's ``git-storm`` (or its Python
     with ``-m storm_git``), so it works whatever PATH the harness gives hooks."""
-    script = os.path.join(os.path.dirname(sys.executable), "git-storm")
-    exe = shlex.quote(script) if os.access(script, os.X_OK) else f"{shlex.quote(sys.executable)} -m storm_git"
-    cmd = f"{exe} {MARKER} --harness {harness}"
+    cmd = f"{storm_program()} {MARKER} --harness {harness}"
     return cmd + (f" --agent {shlex.quote(agent)}" if agent else "")
 
 

@@ -57,7 +57,7 @@ def _record_disk(store: Store) -> None:
     """What is on disk now is git's checkout of HEAD: record that (not the shared
     head, which --base may set elsewhere); the first sync brings clean files to
     the shared head and finds the person's own edits as unmediated."""
-    from ..core.disk import reset
+    from ..disk.record import reset
 
     with flocked(store.commondir, "worktree"):
         tree = (store.repo.head.peel(pygit2.Commit).tree.id if not store.repo.head_is_unborn

@@ -46,7 +46,7 @@ def agent_from_env(agent: str | None) -> str:
 
 # -- agents seen in the shared history (a remote workspace) ---------------------------
 # A clone of a remote workspace fetches other machines' writes but not their agents'
-# notes refs (storm_git.remote.client: holding every agent's notes ref made every git
+# notes refs (storm_git.remote.workspace: holding every agent's notes ref made every git
 # fetch and push of the clone walk them all). The ids of the agents whose writes it
 # fetched are recorded here, one per line, so that intent comments of agents of other
 # machines are recognised (storm_git.core.intents) without their notes.

@@ -136,14 +136,14 @@ class WriteResult:
     disk: dict[str, str] = field(default_factory=dict)
     # path -> why, for each path whose disk outcome is "failed" (the write landed all the same)
     disk_errors: dict[str, str] = field(default_factory=dict)
-    # steps after the landing that failed (the write stands; see storm_git.storm.shared)
+    # steps after the landing that failed (the write stands; see storm_git.storm.write)
     warnings: list[str] = field(default_factory=list)
     cas_retries: int = 0
     waited: float = 0.0
     flags: list[str] = field(default_factory=list)
     reservation_wait: ReservationWait | None = None  # part of ``waited`` spent on a reservation
     # --deps auto: read files that moved since read, left out of the scope because their
-    # change touches nothing the write uses (path -> why; storm_git.core.depimpact)
+    # change touches nothing the write uses (path -> why; storm_git.deps.impact)
     unaffected: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,8 +26,7 @@ says the read set was the note ``<base>`` plus the first ``n`` reads of the
 journal that extends it. :func:`load_provenance` resolves it from the folded
 journal note, or from the live journal file while ``<base>`` is not folded yet.
 Nothing per write goes into the notes, so a fold costs a few objects however many
-writes it covers. (The older format, a provenance note per write made at the fold
-from ``p <commit> <validated-at> <scope> <n>`` journal lines, is still read.)
+writes it covers.
 
 Every fold writes a unique note (its header holds a fresh fold id), so a journal
 left behind by a fold killed after its notes commit no longer matches and is
@@ -117,9 +116,6 @@ def agent_ref(agent: str) -> str:
     return AGENTS_PREFIX + agent
 
 
-# Both live in the agent's one notes ref (names kept for callers).
-reads_ref = agent_ref
-provenance_ref = agent_ref
 
 
 def agent_lock(agent: str) -> str:
@@ -185,13 +181,11 @@ class _Journal:
 
     base: str
     reads: list[str] = field(default_factory=list)  # read-set lines, in order
-    writes: list[tuple[str, str, str, int, list[str]]] = field(default_factory=list)
-    # (commit, validated-at, scope, reads counted, deps paths)
     size: int = 0  # bytes of complete lines parsed
 
     @property
     def lines(self) -> int:
-        return len(self.reads) + len(self.writes)
+        return len(self.reads)
 
 
 def _parse_rows(text: str, agent: str, j: _Journal) -> None:
@@ -205,12 +199,6 @@ def _parse_rows(text: str, agent: str, j: _Journal) -> None:
             if m is None or not _path_ok(m.group(3)):
                 raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
             j.reads.append(rest)
-        elif kind == "p ":
-            parts = rest.split(" ", 4)
-            if len(parts) < 4 or not _HEX.fullmatch(parts[0]) or not parts[3].isdigit():
-                raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
-            deps = parts[4].split("\0") if len(parts) == 5 and parts[4] else []
-            j.writes.append((parts[0], parts[1], parts[2], int(parts[3]), deps))
         else:
             raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
 
@@ -252,7 +240,7 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
     ``known``: the agent's cached parse, just checked against the file under the
     lock. When it covers the whole file (right header, no torn tail) the journal
     is not read again, and the parse absorbs the appended lines, so the next load
-    in this process finds it current (a write used to read the journal twice)."""
+    in this process finds it current (a write reads the journal once)."""
     path = journal_path(store, agent)
     raw = data.encode("utf-8", "surrogateescape")
     current = known is not None and known.size > 0 and known.mtime != 0 and known.base == base
@@ -301,7 +289,7 @@ class ReadSetView:
     ``gen`` names one parse of the read set in this process and ``changed`` the
     paths re-recorded since (first ``changed_at`` of them were there when this view
     was taken): a validator that checked the whole set at some head re-checks only
-    those and the paths that moved (storm_git.storm.shared). ``entries`` is read-only."""
+    those and the paths that moved (storm_git.storm.write). ``entries`` is read-only."""
 
     entries: dict[str, ReadEntry]
     base: str
@@ -330,6 +318,12 @@ _GEN = iter(range(1, 1 << 62))
 
 def _cache(store: Store) -> dict[str, _Cached]:
     return store.caches.setdefault("readsets", {})
+
+
+def drop_cached(store: Store, agent: str) -> None:
+    """Forget this process's parse of ``agent``'s read set: its notes ref was moved
+    from outside this module (a remote clone adopting the server's copy)."""
+    _cache(store).pop(agent, None)
 
 
 def _base_of(store: Store, agent: str) -> tuple[pygit2.Oid | None, str, pygit2.Tree | None]:
@@ -456,16 +450,6 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
         jkey = _journal_key(agent, base)
         store.write_blob(jkey)  # note targets must exist (git notes prune)
         changes[str(pygit2.hash(jkey))] = jbytes
-        if journal.writes:  # "p" lines: writes of the code before provenance moved into commits
-            jblob = str(pygit2.hash(jbytes))
-            done = 0
-            applied = dict(lines)  # the read set as each write saw it, replayed in order
-            for commit, at, scope, counted, deps in journal.writes:
-                while done < counted and done < len(journal.reads):
-                    ln = journal.reads[done]
-                    applied[ln.split(" ", 2)[2]] = ln
-                    done += 1
-                changes[commit] = _provenance(agent, at, scope, base, jblob, counted, deps, applied).encode()
         if not reset:
             for ln in journal.reads:
                 lines[ln.split(" ", 2)[2]] = ln
@@ -499,8 +483,7 @@ def fold_all(store: Store) -> list[str]:
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
-    The folded journals stay (and old provenance notes): past writes' provenance
-    points into them, the audit trail."""
+    The folded journals stay: past writes' provenance points into them, the audit trail."""
     with flocked(store.commondir, agent_lock(agent)):
         try:
             current = dict(_line_map(store, agent))
@@ -525,7 +508,7 @@ def _reset_unreadable(store: Store, agent: str) -> list[str]:
     text = "" if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
     raw = _read_journal(store, agent) or b""
     text += raw.decode("utf-8", "surrogateescape")
-    found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2 and not ln.startswith("p ")]
+    found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2]
     changes: dict[str, bytes | None] = {}
     kept = raw[:raw.rfind(b"\n") + 1]
     if kept.startswith(f"{JOURNAL_HEADER}{base}\n".encode()) and kept.count(b"\n") > 1:
@@ -595,68 +578,11 @@ def provenance_entries(repo: pygit2.Repository, tree: pygit2.Tree | None, agent:
     return [full[p] for p in keep]
 
 
-def provenance_text(agent: str, head: pygit2.Oid | str, scope: str, entries: Iterable[ReadEntry]) -> str:
-    """A provenance note listing the read set explicitly (the older note format)."""
-    lines = [
-        "storm provenance: the read set this write was validated against",
-        f"agent: {agent}",
-        f"validated-at: {head}",
-        f"scope: {scope}",
-    ]
-    body = "".join(e.line() for e in sorted(entries, key=lambda e: e.path))
-    return "\n".join(lines) + "\n" + body
-
-
-def _provenance(agent: str, at: str, scope: str, base: str, jblob: str, counted: int,
-                deps: list[str], applied: dict[str, str]) -> str:
-    """The note a ``p`` line of an old journal becomes (the older note format):
-    deps (few paths) are listed; a whole read set is named by reference — the
-    read-set note it started from plus the first ``counted`` reads of the journal blob."""
-    if deps:
-        return provenance_text(agent, at, scope, [ReadEntry.parse(applied[p]) for p in deps if p in applied])
-    return (f"storm provenance: the read set this write was validated against\n"
-            f"agent: {agent}\nvalidated-at: {at}\nscope: {scope}\n"
-            f"read-set: {base}\njournal: {jblob}\njournal-reads: {counted}\n")
-
-
-_FIELDS = ("agent", "validated-at", "scope", "read-set", "journal", "journal-reads")
-
-
-def parse_provenance(text: str) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header fields, entries listed in the note) of a provenance note (the older format)."""
-    header: dict[str, str] = {}
-    entries: list[ReadEntry] = []
-    for line in text.splitlines()[1:]:
-        if ": " in line and not entries and line.split(": ", 1)[0] in _FIELDS:
-            k, v = line.split(": ", 1)
-            header[k] = v
-        elif line:
-            entries.append(ReadEntry.parse(line))
-    return header, entries
-
-
-def note_entries(repo: pygit2.Repository, agent: str, raw: bytes) -> tuple[dict[str, str], list[ReadEntry]]:
-    """(header, read set) of a provenance note (the older format), following a
-    by-reference note to the read-set note and journal blob it names."""
-    header, entries = parse_provenance(raw.decode("utf-8", "surrogateescape"))
-    if "journal" in header:
-        base = header["read-set"]
-        text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
-        lines = _lines(text, agent)
-        j = _parse_journal(repo[pygit2.Oid(hex=header["journal"])].data, agent)
-        for ln in j.reads[:int(header["journal-reads"])]:
-            lines[ln.split(" ", 2)[2]] = ln
-        entries = [ReadEntry.parse(lines[p]) for p in sorted(lines)]
-    return header, entries
-
-
 def load_provenance(store: Store, agent: str | None, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
     """(header, the read set the write ``commit`` was validated against), from its
     commit's trailers (header ``validated-at``, ``scope``, ``read-set``,
-    ``journal-reads``), or for a commit of the older format from its
-    provenance note. Resolves from the folded journal, or from the live journal
-    before the fold. None when the commit carries neither (not a storm write, or
-    an old write whose journal is not folded yet: ``git storm status`` folds).
+    ``journal-reads``). Resolves from the folded journal, or from the live journal
+    before the fold. None when the commit carries none (not a storm write).
     ``agent`` None: the commit's ``Storm-Agent``."""
     c = store.commit(pygit2.Oid(hex=str(commit)))
     found = trailers.parse(c.message)
@@ -665,20 +591,16 @@ def load_provenance(store: Store, agent: str | None, commit: str) -> tuple[dict[
         prov = trailers.provenance(found)
     except ValueError as exc:
         raise CorruptState(f"the provenance trailers of {str(commit)[:12]} are unreadable ({exc})") from None
-    if prov is not None:
-        header = {"agent": agent, "validated-at": prov.validated_at, "scope": prov.scope,
-                  "read-set": prov.base, "journal-reads": str(prov.reads)}
-        for attempt in (0, 1):
-            tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
-            live = _read_journal(store, agent)
-            try:
-                return header, provenance_entries(store.repo, tree, agent, prov, live)
-            except ProvenanceNotFound:
-                if attempt:  # a fold between the two looks: its notes commit came first, look again
-                    raise
-        raise AssertionError("unreachable")
-    tree = notes.notes_tree(store, store.ref(provenance_ref(agent)))
-    raw = notes.read_note(store, tree, str(commit))
-    if raw is None:
+    if prov is None:
         return None
-    return note_entries(store.repo, agent, raw)
+    header = {"agent": agent, "validated-at": prov.validated_at, "scope": prov.scope,
+              "read-set": prov.base, "journal-reads": str(prov.reads)}
+    try:
+        return header, _entries_now(store, agent, prov)
+    except ProvenanceNotFound:  # a fold between the two looks: its notes commit came first, look again
+        return header, _entries_now(store, agent, prov)
+
+
+def _entries_now(store: Store, agent: str, prov: trailers.Provenance) -> list[ReadEntry]:
+    tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
+    return provenance_entries(store.repo, tree, agent, prov, _read_journal(store, agent))

@@ -104,7 +104,7 @@ def _parse(store: Store, oid: pygit2.Oid, name: str = "") -> Reservation:
                            f"({type(e).__name__})", hint="git storm doctor --fix removes it") from None
 
 
-def _readable(store: Store, e: pygit2.Object) -> Reservation | None:
+def readable(store: Store, e: pygit2.Object) -> Reservation | None:
     try:
         return _parse(store, e.id, e.name or "")
     except CorruptState:
@@ -163,7 +163,7 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
         tb = store.repo.TreeBuilder(tree) if tree is not None else store.repo.TreeBuilder()
         if tree is not None:
             for e in tree:
-                r = _readable(store, e)
+                r = readable(store, e)
                 if r is None or not r.live(now, ahead):  # expired, from a skewed clock, or unreadable
                     tb.remove(e.name)
         for path, res in changes.items():

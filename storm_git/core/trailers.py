@@ -20,8 +20,7 @@ the commit carries it, so a write costs no note of its own):
   those entries of the read set; with none, the whole read set), encoded like
   ``Storm-Path``.
 
-``storm_git.core.readsets.load_provenance`` expands them into the read set;
-commits of the older format have a provenance note in the agent's notes ref instead.
+``storm_git.core.readsets.load_provenance`` expands them into the read set.
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ class Provenance:
     """What a write was validated against, as its commit's trailers carry it."""
 
     validated_at: str  # the head (the commit's parent)
-    scope: str  # all, deps, auto, auto:all (storm_git.core.depscope.FALLBACK)
+    scope: str  # all, deps, auto, auto:all (storm_git.deps.scope.FALLBACK)
     base: str  # the read-set note blob the agent's journal extended, or "none"
     reads: int  # how many of that journal's reads counted
     deps: list[str] | None = field(default=None)  # the scope's paths (deps, auto); None: the whole read set

@@ -39,21 +39,22 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ..core import disk, events, readsets, reservations
+from ..core import readsets, reservations
+from ..disk import record, safe_fs, sync as disk_sync
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
 from ..core.files import replace_file
 from ..core.locks import flocked
 from ..core.paths import normalize
-from ..core.payloads import DIRECT_CONFLICT, RESERVED, Rejection, WriteResult
+from ..core.payloads import DIRECT_CONFLICT, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Store, hex_
-from ..storm import tracking
+from ..storm import rejection as rejection_payload, tracking, validate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..storm.shared import SharedWorkspace
+    from ..storm.workspace import SharedWorkspace
 
 HARNESSES = ("claude", "codex")
 EDIT_TOOLS = ("Edit", "MultiEdit", "Write", "NotebookEdit")  # NotebookEdit: a .ipynb cell, written whole
@@ -298,7 +299,7 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
            env: dict[str, str] | None = None) -> HookResult:
     """Decide what storm does with one hook call."""
     from ..api import open_workspace
-    from ..storm.shared import SharedWorkspace
+    from ..storm.workspace import SharedWorkspace
 
     kind = ("read" if event.tool in READ_TOOLS else "write" if event.tool in EDIT_TOOLS + PATCH_TOOLS
             else "shell" if event.tool in SHELL_TOOLS else None)
@@ -350,27 +351,27 @@ def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
     before = readsets.load(store, agent)
     news: list[str] = []
     with flocked(store.commondir, "worktree"):
-        rtree, _ = disk.record_tree(store)
+        rtree, _ = disk_sync.record_tree(store)
         head = ws.head()
         tree = store.commit(head).tree
         behind, unmediated = [], []
         conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p, conv=conv)
+            have = safe_fs.disk_state(top, p, conv=conv)
             if have is False:
                 continue  # a directory (or a path through a link): nothing storm versions
-            cur = disk.entry_or_none(store, tree, p)
-            base = disk.entry_or_none(store, rtree, p)
-            if disk.same(have, cur):
+            cur = record.entry_or_none(store, tree, p)
+            base = record.entry_or_none(store, rtree, p)
+            if safe_fs.same(have, cur):
                 entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
                 seen = before.get(p)
                 if seen is not None and seen.blob != (hex_(cur.oid) if cur else None):
                     news.append(_news(ws, p, seen, cur, head))
             else:
                 entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
-                (behind if disk.same(have, base) else unmediated).append(p)
+                (behind if safe_fs.same(have, base) else unmediated).append(p)
         if behind:
-            disk.sync_locked(store, behind)
+            disk_sync.sync_locked(store, behind)
     if entries:
         readsets.record(store, agent, entries, why="harness read")
     notes = list(news)
@@ -393,7 +394,7 @@ def _news(ws: "SharedWorkspace", path: str, seen: ReadEntry, cur: Any, head: Any
     diff and the authors a rejection would have shown. The harness may have refused the
     agent's stale edit itself (Claude Code's "modified since read" check runs before any
     hook), so a re-read is where the agent learns what happened."""
-    change = ws._change(path, seen, cur, head)
+    change = rejection_payload.file_change(ws, path, seen, cur, head)
     by = ", ".join(change.changed_by) or "another agent"
     versions = f"{change.versions_behind} version(s)" if change.versions_behind else "changed"
     diff = "(binary file)" if change.binary else change.diff
@@ -409,20 +410,18 @@ def _lease_seconds(store: Store) -> float:
 
 def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
     """Validate the agent's read set for ``paths`` and lease them, or deny."""
-    from ..storm.shared import _Verdict
-
     store = ws.store
     ws.catch_up(agent)  # on a remote: validate and lease against the server's head
     content = event.tool_input.get("content")
     if event.tool == "Write" and isinstance(content, str):  # refused before it lands, not after
-        ws._check_size(paths[0], content.encode("utf-8", "surrogateescape"))
+        ws.check_size(paths[0], content.encode("utf-8", "surrogateescape"))
     if event.harness == "codex":
         # Codex reads through the shell, which the hook cannot see: the patch's own
         # context lines are its read of each target it has not read otherwise.
         known = readsets.load(store, agent)
         head = ws.head()
         tree = store.commit(head).tree
-        implicit = [ReadEntry(p, hex_(getattr(disk.entry_or_none(store, tree, p), "oid", None)), str(head))
+        implicit = [ReadEntry(p, hex_(getattr(record.entry_or_none(store, tree, p), "oid", None)), str(head))
                     for p in paths if p not in known]
         if implicit:
             readsets.record(store, agent, implicit, why="harness patch context")
@@ -436,46 +435,38 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             head = ws.head()
             tree = store.commit(head).tree
             now = reservations.clock()
-            blocked = next((r for r in (reservations.get(store, p, now) for p in paths)
-                            if r is not None and r.holder != agent and not _never_ran(store, r, now)), None)
-            if blocked is None:
-                verdict = ws._validate(tree, paths, reads, dict(reads), None, {})
-                if verdict.reason is None:
-                    reservations.update(store, {p: Reservation(p, agent, now + lease, now) for p in paths},
-                                        agent=agent, message=f"storm: {agent} leases {', '.join(paths[:3])}")
-                    expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
-                    _save_pending(_pending_file(store, agent, event, paths),
-                                  {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
-                                   "time": time.time(), "since": now,
-                                   "tool_use_id": event.tool_use_id,
-                                   "disk": {p: _encode_state(disk.disk_state(store.main_workdir, p))
-                                            for p in paths}})
-                    break
-                granted = ws._reject_locked(agent, OP, paths, verdict, head, now, hold)
+            chk = validate.check(store, agent, paths, now,
+                                 lambda: validate.verdict(store, tree, paths, reads, dict(reads), None, {}),
+                                 ignore=lambda r: _never_ran(store, r, now))
+            verdict = chk.verdict
+            if chk.blocked is None and verdict.reason is None:
+                reservations.update(store, {p: Reservation(p, agent, now + lease, now) for p in paths},
+                                    agent=agent, message=f"storm: {agent} leases {', '.join(paths[:3])}")
+                expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
+                _save_pending(_pending_file(store, agent, event, paths),
+                              {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
+                               "time": time.time(), "since": now,
+                               "tool_use_id": event.tool_use_id,
+                               "disk": {p: _encode_state(safe_fs.disk_state(store.main_workdir, p))
+                                        for p in paths}})
+                break
+            if chk.blocked is None:
+                granted = validate.refuse(store, agent, OP, paths, verdict, head, now, hold)
                 break
             if time.monotonic() >= deadline:
-                verdict = _Verdict(RESERVED, {p: store.entry(tree, p) for p in paths}, [], [])
-                events.append(store, "rejection", agent, f"{agent} {OP} {blocked.path}: reserved",
-                              {"reason": RESERVED, "path": blocked.path, "paths": paths, "op": OP,
-                               "holder": blocked.holder, "head": str(head)})
-                granted = blocked
+                verdict = validate.refuse_reserved(store, agent, OP, paths, chk.blocked, head, tree)
+                granted = chk.blocked
                 break
-        time.sleep(min(0.1, max(0.01, blocked.remaining())))
+        time.sleep(min(0.1, max(0.01, chk.blocked.remaining())))
     ws.publish_reservations()  # the lease, or the rejected agent's reservation
     if verdict.reason is None:
         return HookResult(PASS, event, "validated-and-leased", agent, paths)
-    rejection = ws._payload(agent, verdict, head, reads, granted)
-    from ..core import intents  # only a denial pays for it: the hook runs on every tool call
-
-    rejection.intents_in_diff = intents.in_rejection(store, rejection)
+    change = None
     if verdict.reason == DIRECT_CONFLICT and len(paths) == 1:
-        seen = reads.get(rejection.path)
-        base = ws.agent_content(rejection.path, pygit2.Oid(hex=seen.blob), None) if seen and seen.blob else None
-        rejection.rebased = ws.offer_rebased(agent, rejection, seen, intended_content(event, base))
-    if verdict.reason != RESERVED:  # as every storm rejection: what it showed in full now counts as read
-        readsets.record(store, agent, [ReadEntry(rejection.path, hex_(getattr(ws._entry_or_none(tree, rejection.path),
-                                                                             "oid", None)), str(head))],
-                        why="was shown")
+        seen = reads.get(verdict.conflicts[0])
+        base = ws.agent_content(seen.path, pygit2.Oid(hex=seen.blob), None) if seen and seen.blob else None
+        change = intended_content(event, base)
+    rejection = validate.reject(ws, agent, OP, verdict, head, reads, granted, change)
     return HookResult(DENY, event, "denied", agent, paths, rejection=rejection)
 
 
@@ -522,7 +513,7 @@ def _never_ran(store: Store, lease: Reservation, now: float) -> bool:
         if (not isinstance(rec, dict) or rec.get("kind") != "write" or lease.path not in (rec.get("paths") or [])
                 or rec.get("since") != lease.since or not isinstance(rec.get("disk"), dict)):
             continue
-        return all(_encode_state(disk.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
+        return all(_encode_state(safe_fs.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
                    for p in rec["paths"])
     return False
 
@@ -559,20 +550,20 @@ def _post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
     with flocked(store.commondir, "worktree"):
-        rtree, _ = disk.record_tree(store)
+        rtree, _ = disk_sync.record_tree(store)
         tree = store.commit(ws.head()).tree
         conv = Conversions(store)
         for p in paths:
-            have = disk.disk_state(top, p, conv=conv)
-            if disk.same(have, disk.entry_or_none(store, tree, p)) or have is False:
+            have = safe_fs.disk_state(top, p, conv=conv)
+            if safe_fs.same(have, record.entry_or_none(store, tree, p)) or have is False:
                 continue  # nothing new (or a directory: not a file storm records)
             tracking.check_recordable(store, p, have, ws)
-            content = tracking._read_disk(store, p) if have is not None else None
+            content = tracking.read_disk_content(store, p) if have is not None else None
             if content is not None:
-                ws._check_size(p, content)
-            changes[p] = tracking._with_mode(content, have, disk.entry_or_none(store, rtree, p))
+                ws.check_size(p, content)
+            changes[p] = tracking.with_mode(content, have, record.entry_or_none(store, rtree, p))
             expected[p] = (expected_before[p] if p in expected_before
-                           else hex_(getattr(disk.entry_or_none(store, rtree, p), "oid", None)))
+                           else hex_(getattr(record.entry_or_none(store, rtree, p), "oid", None)))
     if not changes:
         if _release(store, agent, paths):
             ws.publish_reservations()
@@ -613,12 +604,12 @@ def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult
     dev = os.stat(store.main_workdir).st_dev
     with flocked(store.commondir, "worktree"):
         ws.head()
-        disk.sync_locked(store, full=True)  # behind paths forward: they are not the command's
-        start, _ = disk.record_tree(store)
+        disk_sync.sync_locked(store, full=True)  # behind paths forward: they are not the command's
+        start, _ = disk_sync.record_tree(store)
         use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
         mark = tracking.clock_mark(store, dev) if use_clock else None
         before = tracking.snapshot(store) if mark is None else None
-        missing = tracking._load_missing(store) if mark is not None else None
+        missing = tracking.load_missing(store) if mark is not None else None
     data: dict[str, Any] = {"kind": "shell", "start": str(start.id), "mark": mark, "time": time.time(),
                             "missing": sorted(missing) if missing is not None else None}
     if before is not None:
@@ -673,7 +664,7 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
     for p, change in changes.items():
         content = change[0] if isinstance(change, tuple) else None
         if content is not None:
-            ws._check_size(p, content)
+            ws.check_size(p, content)
     note = (f"storm: {', '.join(left)} changed while another agent held it; not recorded as yours"
             if left else "")
     if mixed:

@@ -64,12 +64,24 @@ def reason_text(res: Any) -> str:
     advice = ADVICE.get(r.reason, "") if r is not None else ""
     if res.decision == "block" and r is not None and r.reason != "reserved":
         advice = AFTER_BLOCK
+    if r is not None and r.stale and res.event is not None and res.event.harness == "codex":
+        # Codex reads through its shell, which storm cannot see: name the read that counts
+        import shlex
+
+        from ..core.program import storm_program
+
+        names = " ".join(shlex.quote(s.path) for s in r.stale)
+        advice += (f" Your shell's reads are not seen by git storm: read the changed file(s) with the shell "
+                   f"command {storm_program()} read {names} --agent {res.agent} (it prints them and records "
+                   "the read).")
     offer = getattr(r, "rebased", None)
     if offer is not None and offer.clean and res.decision == "deny":
         import shlex
 
+        from ..core.program import storm_program
+
         advice = (f"Your change re-applies cleanly on the current version (the last diff above). If that is still "
-                  f"what you want, accept it with the shell command: git storm write {shlex.quote(r.path)} "
+                  f"what you want, accept it with the shell command: {storm_program()} write {shlex.quote(r.path)} "
                   f"--rebased --agent {res.agent}; otherwise read the file again and redo your change.")
     return "\n".join(x for x in (head, body, advice, res.message) if x)
 

@@ -4,7 +4,7 @@ One server process per agent, on stdio, with the repository opened once
 (:class:`.tools.StormTools`). The file tools keep OpenHands ``file_editor``'s
 names and semantics so an agent needs no new habits; storm's own verbs are
 tools too. A rejected write is a tool result with ``isError: true``, a text the
-model can act on and the JSON payload as ``structuredContent``; a library error
+model can act on and the JSON payload (led by that text) as ``structuredContent``; a library error
 is a tool error with its message and hint, never a traceback.
 
 Built on the official ``mcp`` SDK v2 (``mcp.server.mcpserver.MCPServer``,
@@ -58,7 +58,7 @@ IntentArg = Annotated[str | None, Field(description="Why: becomes the commit mes
 def _sendable(value: Any) -> Any:
     """``value`` with every string UTF-8 encodable (storm_git.core.paths.printable): a
     file name that is not UTF-8 reaches a result as surrogate escapes, which the SDK
-    cannot encode; the server used to die on it and leave the client waiting."""
+    cannot encode: the server would die on it and leave the client waiting."""
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):
@@ -69,8 +69,13 @@ def _sendable(value: Any) -> Any:
 
 
 def _result(out: ToolOutcome) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=printable(out.text))],
-                          structured_content=_sendable(out.data), is_error=out.is_error)
+    """The text for the model, and the payload as ``structuredContent`` led by the same
+    text: Claude Code (and VS Code) give the model only ``structuredContent`` when a
+    result has it, so a ``view`` would reach the model without the file."""
+    text = printable(out.text)
+    data = None if out.data is None else {"text": text, **_sendable(out.data)}
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data,
+                          is_error=out.is_error)
 
 
 def server_for(tools: StormTools) -> MCPServer:

@@ -48,7 +48,7 @@ from ..core.payloads import RESERVED, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.store import Store
 from ..storm import versions
-from ..storm.shared import SharedWorkspace
+from ..storm.workspace import SharedWorkspace
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation
 POLL_SECONDS = 0.1  # how often a waiting writer looks whether the reservation is gone

@@ -26,7 +26,8 @@ from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageEr
 from ..core.files import read_regular
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
-from ..storm.shared import SharedWorkspace, deps_argument
+from ..storm.workspace import SharedWorkspace
+from ..storm.write import deps_argument
 from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit
@@ -488,7 +489,7 @@ class StormTools:
 
     def assign(self, assignee: str | None = None, files: list[str] | None = None, task: str | None = None,
                allow_overlap: bool = False, clear: bool = False) -> ToolOutcome:
-        from ..core import scope
+        from ..core import assignments as scope
 
         if assignee is None:
             if files or task or clear:

@@ -3,7 +3,7 @@
 A clone configured with ``storm.remote=NAME`` keeps local copies of the storm
 refs; the remote's ``refs/storm/workspace`` is the truth. A write fetches the
 storm refs (never branches), runs the local validated write against the
-fetched head ``H`` (:class:`storm_git.storm.shared.SharedWorkspace`, unchanged), and
+fetched head ``H`` (:class:`storm_git.storm.workspace.SharedWorkspace`, unchanged), and
 publishes it with one ``git push --atomic --force-with-lease=…:<H>`` carrying
 the commit (its provenance in its trailers) and the agent's notes (the read set
 and journal those trailers name): both land or neither does.

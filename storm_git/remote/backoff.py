@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ..core.files import NotRegularFile, read_own, replace_file
-from ..core.remote_state import GATE_FILE
+from .state_files import GATE_FILE
 from ..core.store import Store
 
 BACKOFF_BASE = 0.1  # seconds: the window after the first stale lease is up to twice this

@@ -10,10 +10,7 @@ parent and agreeing with the parent's tree: every path of the read set it names
 has, in the parent, the blob it recorded. The read set is resolved from the
 agent's notes ref as pushed in the same push (or already there): the read-set
 note blob plus the first reads of the journal folded under that blob's key (the
-client folds before it queues a write, so both travel with it). A commit written
-before provenance moved into commits has no such trailers; it passes with a
-provenance note on that ref instead (the old format), and nothing else does. An
-agent's notes ref only moves forward (its journals are never rewritten). A client
+client folds before it queues a write, so both travel with it). An agent's notes ref only moves forward (its journals are never rewritten). A client
 that skips validation, rewrites history or pushes a hand-made commit is refused.
 
 Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
@@ -35,12 +32,13 @@ from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
-from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, note_entries, provenance_entries
+from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
 from ..core import reservations
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from ..core.trailers import provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
+from ..storm.validate import moved
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
@@ -194,13 +192,13 @@ def check_commit(repo: pygit2.Repository, c: pygit2.Commit, post: dict[str, str]
     if header.get("validated-at") != str(parent.id):
         raise Refused(f"{short}: its provenance was validated at {header.get('validated-at', '?')[:10]}, "
                       f"not at its parent {str(parent.id)[:10]}")
-    for e in entries:
-        if e.path in paths and op in EXPECTED_OPS:
-            continue
-        have = _blob_at(repo, parent.tree, e.path)
-        if have != e.blob:
-            raise Refused(f"{short}: its provenance says {agent} read {e.path} as {(e.blob or 'absent')[:10]}, "
-                          f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
+    read = {e.path: e.blob for e in entries if not (e.path in paths and op in EXPECTED_OPS)}
+    stale = moved(read.items(), lambda p: _blob_at(repo, parent.tree, p))  # the rule writers apply
+    if stale:
+        p = stale[0]
+        have = _blob_at(repo, parent.tree, p)
+        raise Refused(f"{short}: its provenance says {agent} read {p} as {(read[p] or 'absent')[:10]}, "
+                      f"but the parent has {(have or 'absent')[:10]}: the write was not validated")
 
 
 def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.Tree | None) -> None:
@@ -209,7 +207,7 @@ def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.T
     names, no link leading out of the tree or into .git, no link for a file git reads)
     and, for a write, the server's own ``storm.maxFileBytes``: a client's limit is the
     client's word, the server's config is what it enforces. (A clone refuses such an
-    entry too, for servers without this guard: storm_git.core.disk.refused_entry.)"""
+    entry too, for servers without this guard: storm_git.disk.sync.refused_entry.)"""
     if parent is None:
         found = tree_rules.refusals(repo, c.tree)
     else:
@@ -249,9 +247,7 @@ def _blob_at(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | Non
 def _provenance(repo: pygit2.Repository, agent: str, c: pygit2.Commit, t: dict[str, list[str]],
                 post: dict[str, str]) -> tuple[list[ReadEntry], dict[str, str]]:
     """(the read set the write says it was validated against, its header): from the
-    commit's provenance trailers, or from an old-format provenance note."""
-    from ..core.notes import read_note
-
+    commit's provenance trailers."""
     commit = str(c.id)
     try:
         prov = parse_provenance_trailers(t)
@@ -276,17 +272,7 @@ def _provenance(repo: pygit2.Repository, agent: str, c: pygit2.Commit, t: dict[s
         except (CorruptReadSet, RepoStateError, KeyError, ValueError, AttributeError, TypeError) as exc:
             raise Refused(f"{commit[:10]}: the read set its provenance names cannot be read ({exc})") from None
         return entries, {"validated-at": prov.validated_at, "scope": prov.scope}
-    if tree is None:
-        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer, and {ref} "
-                      "is not in the push nor on the server")
-    raw = read_note(_Repo(repo), tree, commit)  # type: ignore[arg-type]
-    if raw is None:
-        raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer and no note on {ref}")
-    try:
-        header, entries = note_entries(repo, agent, raw)
-    except (CorruptReadSet, RepoStateError, KeyError, ValueError) as exc:
-        raise Refused(f"{commit[:10]}: its provenance note cannot be read ({exc})") from None
-    return entries, header
+    raise Refused(f"{commit[:10]} has no provenance: no Storm-Read-Set trailer")
 
 
 def run(stdin_text: str, path: str = ".") -> tuple[int, list[str]]:

@@ -110,7 +110,7 @@ class Agent:
         if not writes:
             return None
         if self.mode == "storm":
-            from storm_git.storm.shared import AUTO_DEPS
+            from storm_git.storm.write import AUTO_DEPS
 
             deps: Any = None if self.deps == "full" else AUTO_DEPS  # the computed dependency scope
             return self.ws.apply(self.name, writes, intent=change.message, deps=deps, wait=True, op="write")

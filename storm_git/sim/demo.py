@@ -455,7 +455,7 @@ def run_demo(keep: str | None = None) -> DemoReport:
 
 
 def _disk_matches(ws: Any) -> bool:
-    from ..core.disk import disk_oid
+    from ..disk.safe_fs import disk_oid
 
     tree = ws.store.commit(ws.head()).tree
     for path in (*FILES, "docs/notes.md", "src/batch.py"):

@@ -180,7 +180,7 @@ class _Run:
     # -- integration -------------------------------------------------------------------
     def integrate(self) -> str:
         if self.mode == "storm":
-            from storm_git.storm.shared import SharedWorkspace
+            from storm_git.storm.workspace import SharedWorkspace
 
             ws = SharedWorkspace(self.store)
             ws.commit("integrate the agents' work", agent="manager")

@@ -82,11 +82,11 @@ def locked(store: Store) -> Iterator[IndexLock]:
     """git's own lock on the index (``index.lock``, created exclusively), held from
     before the branch moves until the index holds the new tree.
 
-    A git command holding it (a person's ``git add -p``, an editor's ``git status``)
-    or one that crashed and left it used to let the branch move and then fail to
-    reset the index (exit 3, "the commit was made"): the index kept the old tree, so
-    the person's next ``git commit`` would have recorded a revert of the agents'
-    work. Now the commit is refused first, with nothing changed, as git refuses."""
+    Taken before the branch moves: if a git command holds it (a person's ``git add
+    -p``, an editor's ``git status``) or one that crashed left it, the commit is
+    refused with nothing changed, as git refuses. Taken after, the branch would move
+    and the index keep the old tree, and the person's next ``git commit`` would
+    record a revert of the agents' work."""
     lock = os.path.join(store.gitdir, "index.lock")
     try:
         os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))

@@ -40,9 +40,12 @@ import pygit2
 
 from ..core.agents import validate_agent
 from ..core.diffs import is_binary, unified
-from ..core import disk, trailers
+from ..core import trailers
+from ..disk import safe_fs, sync as disk_sync
 from ..core.convert import ConversionFailed, Conversions
-from ..core.disk import TEMP_PREFIX, changed_paths, disk_state, entry_or_none, same, tree_changes
+from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
+from ..core.tree_diff import changed_paths, tree_changes
+from ..disk.record import entry_or_none
 from ..core.gitcmd import GitFailed
 from ..core.errors import BadPath, NotInitialised, TooLarge, UnmediatedEdit, UsageError
 from ..core.files import read_own, replace_file
@@ -176,12 +179,12 @@ def snapshot(store: Store) -> Snapshot:
     """Bring behind paths forward, then find every path whose disk state differs
     from storm's disk record (tracked or untracked-not-ignored), with its disk
     state. Caller holds the worktree lock."""
-    synced = disk.sync_locked(store, full=True)
+    synced = disk_sync.sync_locked(store, full=True)
     if synced.head is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     head = synced.head
     tree = store.commit(head).tree
-    rtree, _ = disk.record_tree(store)
+    rtree, _ = disk_sync.record_tree(store)
     index = _sync_index(store, rtree)
     raw = _git(store, ["-c", "core.untrackedCache=true", "-c", "core.fsmonitor=false",
                        "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=normal",
@@ -203,7 +206,7 @@ def snapshot(store: Store) -> Snapshot:
     nested: list[str] = []
     top = store.main_workdir
     conv = Conversions(store)
-    with disk.DirFds(top) as dirs:  # read only: each directory opened once
+    with safe_fs.DirFds(top) as dirs:  # read only: each directory opened once
         for path in candidates:
             have = disk_state(top, path, dirs, conv)
             if not same(have, entry_or_none(store, rtree, path)) or (have is False and _entry(store, rtree, path)):
@@ -216,8 +219,8 @@ def snapshot(store: Store) -> Snapshot:
             for p in more.split(b"\0"):
                 if p.endswith(b"/"):
                     # a directory holding a .git of its own (git init, git clone, cargo new run
-                    # in the tree): git add would record it as a gitlink. Storm records files; it
-                    # used to take the directory for a deleted file and refuse the whole exec.
+                    # in the tree): git add would record it as a gitlink. Storm records files:
+                    # it is reported, not taken for a deleted file.
                     nested.append(p[:-1].decode("utf-8", "surrogateescape"))
                 elif p:
                     path = p.decode("utf-8", "surrogateescape")
@@ -240,7 +243,7 @@ def _save_missing(store: Store, missing: list[str]) -> None:
                  tmp=f"{path}.{os.getpid()}")
 
 
-def _load_missing(store: Store) -> set[str] | None:
+def load_missing(store: Store) -> set[str] | None:
     data = read_own(os.path.join(_storm_dir(store), MISSING_NAME))
     if data is None:
         return None
@@ -281,10 +284,10 @@ def _version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
     return e.oid if e else None
 
 
-def _read_disk(store: Store, path: str, dirs: disk.DirFds | None = None) -> bytes | None:
+def read_disk_content(store: Store, path: str, dirs: safe_fs.DirFds | None = None) -> bytes | None:
     try:
-        return disk.read_disk(store.main_workdir, path, dirs=dirs)
-    except (disk.UnsafePath, OSError):  # OSError includes a FIFO or the like (files.NotRegularFile)
+        return safe_fs.read_disk(store.main_workdir, path, dirs=dirs)
+    except (safe_fs.UnsafePath, OSError):  # OSError includes a FIFO or the like (files.NotRegularFile)
         return None
 
 
@@ -292,7 +295,7 @@ def _raise_failed_conversion(store: Store, conv: Conversions, path: str) -> None
     """A regular file that disk_state could not compare because git's conversion of it
     failed (a required filter driver that fails): raise that failure, in git's words,
     rather than call the file "not a regular file"."""
-    content = _read_disk(store, path)
+    content = read_disk_content(store, path)
     if content is not None and not os.path.islink(os.path.join(store.main_workdir, path)) and conv.applies(path):
         conv.odb_id(path, content)
 
@@ -304,7 +307,7 @@ def _converted(conv: Conversions, path: str, data: bytes) -> bytes:
         return data
 
 
-def _with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
+def with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
     """What ``apply`` records: None (deleted), or (content, mode) so that the exec
     bit and symlinks reach the shared tree as git records them. ``base``: the
     version the disk held before; where the file system keeps no exec bit
@@ -314,7 +317,7 @@ def _with_mode(content: bytes | None, state: Any, base: Entry | None) -> Any:
         return None
     if not isinstance(state, tuple):
         return content, MODE_BLOB
-    return content, disk.recorded_mode(state[1], base)
+    return content, safe_fs.recorded_mode(state[1], base)
 
 
 def check_recordable(store: Store, path: str, state: Any, ws: ValidatedWriter) -> None:
@@ -486,7 +489,7 @@ def unmediated(ws: ValidatedWriter, *, diffs: bool = True, untracked_content: bo
             show = diffs and have is not False and (state != "added" or untracked_content)
             if show:
                 old = store.blob_bytes(base.oid) if base else None
-                new = _read_disk(store, path) if have is not None else None
+                new = read_disk_content(store, path) if have is not None else None
                 if new is not None and have[1] != MODE_LINK:
                     new = _converted(conv, path, new)  # as git diff shows it: the CRLF of a checkout is no change
                 item["binary"] = is_binary(old) or is_binary(new)
@@ -520,8 +523,8 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
     with flocked(store.commondir, "worktree"):
-        disk.sync_locked(store, norm)  # a path that was only behind is brought forward, not adopted
-        rtree, _ = disk.record_tree(store)
+        disk_sync.sync_locked(store, norm)  # a path that was only behind is brought forward, not adopted
+        rtree, _ = disk_sync.record_tree(store)
         head = store.ref_target(WORKSPACE_REF)
         conv = Conversions(store)
         states = {}
@@ -549,10 +552,10 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
                                 hint="git storm checkout PATH restores the shared version; "
                                      "pass --allow-revert if the revert is intended")
         for p, have in states.items():
-            content = _read_disk(store, p) if have is not None else None
+            content = read_disk_content(store, p) if have is not None else None
             if content is not None:
-                ws._check_size(p, content)
-            changes[p] = _with_mode(content, have, _entry(store, rtree, p))
+                ws.check_size(p, content)
+            changes[p] = with_mode(content, have, _entry(store, rtree, p))
             expected[p] = hex_(_version(store, rtree, p))
     return ws.apply(agent, changes, intent=intent or f"storm: {agent} adopts {', '.join(norm[:3])}",
                     deps=None, wait=wait, op="adopt", expected=expected, on_wait=on_wait)
@@ -662,7 +665,7 @@ def classify(store: Store, before: Snapshot, after: Snapshot) -> tuple[dict[str,
     disk record after it and whose state is not what it was before it."""
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}
-    with disk.DirFds(store.main_workdir) as dirs:  # read only: each directory opened once
+    with safe_fs.DirFds(store.main_workdir) as dirs:  # read only: each directory opened once
         for path in sorted(after.dirty):
             a = after.dirty[path]
             b = before.dirty[path] if path in before.dirty else _state_of(_entry(store, before.record, path))
@@ -677,13 +680,13 @@ def _state_of(e: Entry | None) -> Any:
 
 
 def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: dict, expected: dict,
-                dirs: disk.DirFds | None = None) -> None:
+                dirs: safe_fs.DirFds | None = None) -> None:
     """Record the command's change of ``path``, validated against what was on disk
     when the command started (``start``, the disk record then): a path another
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = _with_mode(_read_disk(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
+    changes[path] = with_mode(read_disk_content(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
     expected[path] = hex_(_version(store, start, path))
 
 
@@ -720,7 +723,7 @@ def classify_since(store: Store, start: pygit2.Tree, mark: int, missing_before: 
     expected: dict[str, str | None] = {}
     top = store.main_workdir
     stamped: dict[str, bool] = {}
-    with disk.DirFds(top) as dirs:  # read only: each directory opened once
+    with safe_fs.DirFds(top) as dirs:  # read only: each directory opened once
         for path in sorted(after.dirty):
             a = after.dirty[path]
             if a is None or a is False:  # the file is gone (maybe a directory is there now)

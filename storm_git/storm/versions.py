@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pygit2
 
 from ..core import notes
-from ..core.disk import tree_changes
+from ..core.tree_diff import tree_changes
 from ..core.errors import BadPath, CorruptState, NotInitialised
 from ..core.locks import flocked
 from ..core.readsets import path_key

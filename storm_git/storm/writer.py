@@ -34,8 +34,28 @@ class ValidatedWriter(Protocol):
 
     def head(self) -> pygit2.Oid: ...
 
-    def _check_size(self, path: str, content: bytes) -> None: ...
+    def check_size(self, path: str, content: bytes) -> None: ...
 
     def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
               wait: bool, op: str, expected: dict[str, str | None] | None = None,
               on_wait: OnWait | None = None) -> WriteResult: ...
+
+
+class WriteHost(Protocol):
+    """What the validated write (storm_git.storm.write, validate, rejection) needs of
+    its workspace: typed against this, they do not import the workspace that calls them."""
+
+    store: Store
+    publication: Any  # storm_git.storm.publication.Publication
+    valid_cache: dict[str, tuple[int, int, pygit2.Oid]]
+
+    @property
+    def reservation_seconds(self) -> float: ...
+
+    def head(self) -> pygit2.Oid: ...
+
+    def head_ref(self) -> pygit2.Reference: ...
+
+    def agent_content(self, path: str, oid: pygit2.Oid, mode: int | None = None, conv: Any = None) -> bytes: ...
+
+    def offer_rebased(self, agent: str, rejection: Any, seen: Any, change: Any) -> Any: ...

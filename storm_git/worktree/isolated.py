@@ -1,7 +1,7 @@
 """Worktree mode: one worktree and branch per agent, merge at the end (CAID).
 
 The verbs keep the names, signatures and result types of storm mode
-(:class:`storm_git.storm.shared.SharedWorkspace`) but act in the agent's own worktree
+(:class:`storm_git.storm.workspace.SharedWorkspace`) but act in the agent's own worktree
 without validation: isolation is the protection, and conflicts surface at
 ``git storm merge``. Reads are still recorded in the agent's read set (version:
 the blob id of the file in its worktree) and writes are logged as ``write``
@@ -17,7 +17,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, history, readsets, scope
+from ..core import assignments as scope, events, history, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from ..core.files import index_copy, read_regular
@@ -25,8 +25,8 @@ from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import ReadEntry
-from ..core.disk import UnsafePath, remove_path, write_file
-from ..core.workspace import BaseWorkspace
+from ..disk.safe_fs import UnsafePath, remove_path, write_file
+from ..core.workspace import BaseWorkspace, replace_once
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF
 from . import radar
 from .commit_rules import worktree_commit_problems
@@ -149,7 +149,7 @@ class WorktreeWorkspace(BaseWorkspace):
         agent = validate_agent(agent)
         w = self.worktree(agent)
         p = self._path(path, w.path, for_write=True)
-        self._check_size(p, content)
+        self.check_size(p, content)
         return self._put(agent, w, p, content, "write", intent)
 
     def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
@@ -163,16 +163,8 @@ class WorktreeWorkspace(BaseWorkspace):
         _, base, _ = _disk_version(os.path.join(w.path, p))
         if base is None:
             raise NotFound(f"{p} does not exist in the worktree of {agent}", hint="use git storm write to create it")
-        n = base.count(old.encode("utf-8"))
-        if n != 1:
-            where = f"{p} in the worktree of {agent}"
-            if n == 0:
-                raise UsageError(f"--old text not found in {where}",
-                                 hint="read the file again and copy the text exactly")
-            raise UsageError(f"--old text occurs {n} times in {where}",
-                             hint="include more surrounding text so it matches once")
-        content = base.replace(old.encode("utf-8"), new.encode("utf-8"), 1)
-        self._check_size(p, content)
+        content = replace_once(base, old, new, f"{p} in the worktree of {agent}")
+        self.check_size(p, content)
         return self._put(agent, w, p, content, "edit", intent)
 
     def rm(self, path: str, *, agent: str | None, intent: str | None = None,

@@ -164,7 +164,7 @@ def merge_tree(store: Store, ours: str, theirs: str) -> TreeMerge:
     return TreeMerge(tree, r.returncode == 0, stages, messages)
 
 
-def _merge_file(store: Store, stages: dict[int, tuple[int, str]], favor: str | None) -> tuple[int, bytes]:
+def merge_file(store: Store, stages: dict[int, tuple[int, str]], favor: str | None) -> tuple[int, bytes]:
     """``git merge-file`` on the three stages: (conflict count, merged content)."""
     def data(stage: int) -> bytes:
         return store.blob_bytes(pygit2.Oid(hex=stages[stage][1])) if stage in stages else b""
@@ -184,7 +184,7 @@ def _merge_file(store: Store, stages: dict[int, tuple[int, str]], favor: str | N
     return r.returncode, r.stdout
 
 
-def _hunks(text: bytes) -> list[Hunk]:
+def conflict_hunks(text: bytes) -> list[Hunk]:
     """Parse diff3 conflict markers into hunks (line numbers in the merged file)."""
     lines = text_lines(text.decode("utf-8", "replace"), keepends=True)
     hunks: list[Hunk] = []
@@ -225,8 +225,8 @@ def describe_conflicts(store: Store, tm: TreeMerge) -> list[ConflictFile]:
                 cf.binary = True
                 cf.hunks = [Hunk(0, None, None, None)]
             else:
-                _, merged = _merge_file(store, st, None)
-                cf.hunks = _hunks(merged)
+                _, merged = merge_file(store, st, None)
+                cf.hunks = conflict_hunks(merged)
         out.append(cf)
     return out
 
@@ -239,7 +239,7 @@ def resolve(store: Store, tm: TreeMerge, conflicts: list[ConflictFile], favor: s
     for cf in conflicts:
         st = tm.stages[cf.path]
         if 2 in st and 3 in st and not cf.binary:
-            _, content = _merge_file(store, st, favor)
+            _, content = merge_file(store, st, favor)
             mode = st[side][0]
             changes[cf.path] = (store.write_blob(content), mode)
             cf.resolution = favor

@@ -30,8 +30,8 @@ from typing import Any
 
 import pygit2
 
-from ..core import scope
-from ..core.depscope import is_python, parse, resolve
+from ..core import assignments as scope
+from ..deps.scope import is_python, parse, resolve
 from .merge import MergeReport, files_changed, merge
 from ..core.store import Store, git_env
 from ..core.gitcmd import run_git

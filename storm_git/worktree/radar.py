@@ -26,7 +26,7 @@ import pygit2
 from ..core import readsets
 from ..core.diffs import unified
 from ..core.errors import StormError
-from .merge import Hunk, _hunks, _merge_file, files_changed
+from .merge import Hunk, conflict_hunks, files_changed, merge_file
 from ..core.store import Store
 from .worktrees import (
     agent_of_worktree,
@@ -130,8 +130,8 @@ def _conflicts(store: Store, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: 
             if any(b"\x00" in d[:8000] for d in data):
                 out[path] = ("binary", [Hunk(0, None, None, None)])
             else:
-                _, merged = _merge_file(store, stages, None)
-                out[path] = ("contents", _hunks(merged))
+                _, merged = merge_file(store, stages, None)
+                out[path] = ("contents", conflict_hunks(merged))
         else:
             out[path] = ("modify/delete", [])
     return out

@@ -230,7 +230,7 @@ class SpawnResult:
 
 
 def copy_patterns(store: Store) -> list[str]:
-    from ..core.scope import config_list
+    from ..core.assignments import config_list
 
     return config_list(store, COPY_UNTRACKED_KEY)
 

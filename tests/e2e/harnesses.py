@@ -53,15 +53,18 @@ class Run:
 
 
 def claude(bin_dir: Path, cwd: Path, prompt: str, port: int, home: Path, hook_log: Path,
-           extra_env: dict[str, str] | None = None) -> Run:
-    """``claude -p`` as root in a sandbox (IS_SANDBOX=1 allows skipping permissions)."""
+           extra_env: dict[str, str] | None = None, skip_permissions: bool = True) -> Run:
+    """``claude -p`` as root in a sandbox (IS_SANDBOX=1 allows skipping permissions);
+    ``skip_permissions=False``: the default permission mode, in which ``-p`` refuses
+    every edit it would have to ask about."""
     env = base_env(home, hook_log)
     env.update(ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}", ANTHROPIC_API_KEY="sk-storm-test", IS_SANDBOX="1",
                DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", CLAUDE_CONFIG_DIR=str(home / ".claude"))
     env.update(extra_env or {})
     proc = subprocess.Popen([str(bin_dir / "claude"), "-p", prompt, "--output-format", "json",
-                             "--dangerously-skip-permissions", "--debug-file", str(home / "claude-debug.log")],
+                             *(["--dangerously-skip-permissions"] if skip_permissions else []),
+                             "--debug-file", str(home / "claude-debug.log")],
                             cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     return Run(proc, f"claude {prompt!r}")

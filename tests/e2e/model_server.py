@@ -11,7 +11,9 @@ marker (Claude Code's title and topic requests) get a short text answer.
 
 A step is ``{"tool": NAME, "input": {...}}`` (a function call; Codex's
 freeform ``apply_patch`` is ``{"tool": "apply_patch", "patch": TEXT}``), or
-``{"text": ...}`` to end the turn. After the last step the session ends with
+``{"text": ...}`` to end the turn. A step's ``"input_from": [KEY, REGEX]`` sets
+``input[KEY]`` to REGEX's first group in what the session's last tool call returned
+(a command the harness told the model to run). After the last step the session ends with
 "done". A step may be ``{"wait": PATH, ...}``: the answer is held until PATH
 exists, and ``{"after": [SESSION, N], ...}`` until SESSION has asked for its step
 N (so its tool call N-1 and both its hooks are done): two sessions are put in a
@@ -74,6 +76,11 @@ class Script:
             deadline = time.monotonic() + float(step.get("timeout", 60))
             while not os.path.exists(wait) and time.monotonic() < deadline:
                 time.sleep(0.05)
+        if "input_from" in step:
+            key, pattern = step["input_from"]
+            last = (self.outputs(session) or [""])[-1]
+            m = re.search(pattern, last)
+            step = {**step, "input": {**step.get("input", {}), key: m.group(1) if m else f"false # no {pattern!r}"}}
         return step
 
     def outputs(self, session: str) -> list[str]:

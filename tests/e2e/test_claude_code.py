@@ -133,6 +133,38 @@ def test_new_file_shell_edit_failing_edit_and_an_unread_file_in_one_session(harn
     assert st["unmediated"] == [] and st["reservations"] == []
 
 
+def test_an_edit_refused_by_permissions_leaves_no_lease_that_holds_another_session(harness_bin, world):
+    """Claude Code runs the pre hook, then refuses the edit (default permission mode:
+    ``-p`` cannot ask), and sends no post hook. The lease the pre hook took must not
+    hold the other session's edit for the lease's 30 s: the wait is capped at 5 s
+    here, so a held lease would be a 'reserved' denial."""
+    repo, home, log = world
+    install(repo, home)
+    git(repo, "config", "storm.leaseSeconds", "30")
+    git(repo, "config", "storm.harnessWaitSeconds", "5")
+    api = str(repo / "src/api.py")
+    script = Script({
+        "A": [{"tool": "Read", "input": {"file_path": api}},
+              {"tool": "Edit", "input": {"file_path": api, "old_string": "def fetch(url):",
+                                         "new_string": "def fetch(url, timeout=10):"}}],
+        "B": [{"tool": "Read", "input": {"file_path": api}},
+              {"after": ["A", 2], "tool": "Edit",
+               "input": {"file_path": api, "old_string": "return http_get(url)", "new_string": "return http_get(url, 5)"}}],
+    })
+    server, port = serve(script)
+    runs = [hx.claude(harness_bin, repo, "[[A]] do the task", port, home, log, skip_permissions=False),
+            hx.claude(harness_bin, repo, "[[B]] do the task", port, home, log)]
+    hx.finish(runs, server, script)
+    a, b = script.outputs("A"), script.outputs("B")
+    assert "updated successfully" not in a[1] and "permission" in a[1].lower(), a[1]  # refused by Claude Code
+    assert any(e["action"] == "validated-and-leased" and "src/api.py" in e["paths"]
+               for e in hx.hook_log(log) if e.get("event") == "PreToolUse"), "A's pre hook never leased"
+    assert "updated successfully" in b[1], b[1]  # not held by A's lease
+    content = workspace(repo, "src/api.py").decode()
+    assert "http_get(url, 5)" in content and "timeout=10" not in content
+    assert (repo / "src/api.py").read_bytes() == workspace(repo, "src/api.py")
+
+
 def test_a_subagent_is_an_agent_of_its_own(harness_bin, world):
     repo, home, log = world
     install(repo, home)

@@ -104,3 +104,27 @@ def test_a_session_started_in_a_subdirectory_is_guarded(harness_bin, world):
         "A": [{"tool": "apply_patch", "patch": patch("util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))}],
     }, cwd=repo / "src")
     assert hx.writers(log, "src/util.py") and b"hi=9" in workspace(repo, "src/util.py")
+
+
+def test_a_stale_dependency_is_denied_with_the_diff_and_the_command_that_reads_it_again(harness_bin, world):
+    """Codex reads through the shell, which storm cannot see: after a stale_dependency
+    denial, "read it again" must name the command that records the read, or the
+    agent can never write again in this task."""
+    repo, home, log = world
+    script = play(harness_bin, repo, home, log, {
+        "A": [{"tool": "apply_patch", "patch": patch("src/util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))},
+              {"after": ["B", 1], "tool": "apply_patch",
+               "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url)  # A"))},
+              {"tool": "exec_command", "input_from": ["cmd", r"command (\S+ read \S+ --agent \S+)"], "input": {}},
+              {"tool": "apply_patch",
+               "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url)  # A"))}],
+        "B": [{"after": ["A", 1], "tool": "apply_patch",
+               "patch": patch("src/util.py", ("    return max(lo, min(x, hi))", "    return min(max(x, lo), hi)"))}],
+    })
+    a = script.outputs("A")
+    assert "Success" in a[0], a[0]
+    assert "stale_dependency" in a[1] and "+    return min(max(x, lo), hi)" in a[1], a[1]  # the diff
+    assert "git-storm read src/util.py --agent codex-" in a[1], a[1]  # the command that clears it
+    assert "return min(max(x, lo), hi)" in a[2], a[2]  # the read printed the file
+    assert "Success" in a[3], a[3]
+    assert b"# A" in workspace(repo, "src/api.py") and b"min(max(x, lo), hi)" in workspace(repo, "src/util.py")

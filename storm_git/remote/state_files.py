@@ -1,8 +1,6 @@
 """The names of a remote clone's own state files under ``<git dir>/storm``.
 
-They belong to storm_git.remote (the client writes and reads them); they are named
-here, in the shared core, so that ``git storm doctor`` (storm_git.admin, which may not
-import the remote package) checks them too. Each is a regular file when present;
+``git storm doctor`` checks them too. Each is a regular file when present;
 anything else there costs a remote write only speed (the queue's record) or makes
 it wait or retry, and doctor moves it aside."""
 from __future__ import annotations

@@ -5,8 +5,8 @@ lives on a git server, which does the compare-and-swap. A write:
 
 1. is validated, under the workspace lock, against the clone's local copy of the
    shared head, with the local code unchanged; the commit, its provenance in its
-   trailers, is *queued*: the local ref moves to it (``_publish``);
-2. lands (``_land``), the workspace lock released, under the clone's ``remote``
+   trailers, is *queued*: the local ref moves to it (``queue_write``);
+2. lands (``land``), the workspace lock released, under the clone's ``remote``
    lock: the first queued writer to get it pushes everything queued on the local
    ref — its write and those other processes of this clone queued meanwhile, with
    their agents' notes refs, each agent's journal folded first (the read set its
@@ -49,16 +49,17 @@ import pygit2
 
 from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
-from ..core.disk import changed_paths
-from ..core.errors import Busy, NotInitialised, RepoStateError, StormError, UsageError
+from ..core.tree_diff import changed_paths
+from ..core.errors import Busy, NotInitialised, RepoStateError, StormError
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
-from ..core.remote_state import QUEUE_FILE, REBASED_FILE
-from ..storm.shared import SharedWorkspace
+from .state_files import QUEUE_FILE, REBASED_FILE
+from ..storm.publication import Publication
+from ..storm.workspace import SharedWorkspace
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import backoff, transport
 from .branch_follow import follow
@@ -82,13 +83,35 @@ class _Snapshot:
     notes: pygit2.Oid | None
 
 
+class RemotePublication(Publication):
+    """A validated write's commit is queued on the local copy of the shared ref and
+    lands when the server takes a push (storm_git.storm.publication)."""
+
+    lands_later = True
+
+    def __init__(self, ws: RemoteWorkspace) -> None:
+        super().__init__(ws.store)
+        self.ws = ws
+
+    def publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+        return self.ws.queue_write(ref, commit, head, agent, op)
+
+    def land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
+        return self.ws.land(agent, commit)
+
+    def verdict_is_final(self) -> bool:
+        return self.ws.on_server_head()
+
+    def refresh_for_verdict(self, agent: str) -> None:
+        self.ws.refresh_for_verdict(agent)
+
+
 class RemoteWorkspace(SharedWorkspace):
     """Storm mode whose shared ref lives on ``remote`` (module docstring)."""
 
-    _lands_later = True
-
     def __init__(self, store: Store, remote: str) -> None:
         super().__init__(store)
+        self.publication = RemotePublication(self)
         self.remote = remote
         self._snap: dict[str, _Snapshot] = {}
         self.stale_leases = 0  # over the life of this object: retries caused by other machines
@@ -107,24 +130,24 @@ class RemoteWorkspace(SharedWorkspace):
         ``agent``, that agent's notes ref too (another clone may have moved it: the
         agent's reads here then extend it); ``notes``: every agent's."""
         with exchanging(self.store):
-            self._fetch_adopt(None if notes else self._own_notes(agent))
+            self.fetch_adopt(None if notes else self._own_notes(agent))
         if disk:
-            from ..core.disk import sync
+            from ..disk.sync import sync
 
             sync(self.store)
         return self.head()
 
-    def _fetch_adopt(self, agents: Iterable[str] | None = ()) -> None:
+    def fetch_adopt(self, agents: Iterable[str] | None = ()) -> None:
         """Fetch, then copy the server's values onto the local refs (remote lock held);
         what is queued here moves onto the server's new head where it still holds.
         ``agents``: whose notes refs to fetch (transport.fetch; the write path: none)."""
         transport.fetch(self.store, self.remote, agents)
         store = self.store
         with flocked(store.commondir, "workspace"):
-            _learn_writers(store, self.remote)
+            learn_writers(store, self.remote)
             self.rebased += _rebase_queue(store, self.remote)
             adopt_tracking(store, self.remote)
-            _put_queue_record(store, _tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
+            _put_queue_record(store, tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF), None)
 
     def _own_notes(self, agent: str | None) -> list[str]:
         """Whose notes a read (or edit, rm, exec, adopt, release) of ``agent`` fetches:
@@ -141,26 +164,27 @@ class RemoteWorkspace(SharedWorkspace):
         new_here = store.ref_target(agent_ref(agent)) is None and not os.path.exists(journal_path(store, agent))
         return [agent] if new_here else []
 
-    def _verdict_is_final(self) -> bool:
+    def on_server_head(self) -> bool:
         # A verdict that pushes nothing is the server's only when it was reached on the
         # server's head: once this write has fetched (the local copy may be older than
         # what the agent read: a push whose answer was lost), and with nothing queued
         # on top (a queued write of another process may still be dropped).
         store = self.store
-        return self._fresh and store.ref_target(WORKSPACE_REF) == _tracked_head(store, self.remote)
+        return self._fresh and store.ref_target(WORKSPACE_REF) == tracked_head(store, self.remote)
 
-    def _refresh_for_verdict(self, agent: str) -> None:
+    def refresh_for_verdict(self, agent: str) -> None:
+        """Fetch (after pushing what is queued) so the next verdict is the server's."""
         self._put_back(agent)  # a write that changed nothing journaled its versions: not yet
         with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
                 queued = _queue(self.store, self.remote)[0] is not None
             if queued:
                 self._push_queue(None)  # what is queued lands or is dropped first
-            self._fetch_adopt()
+            self.fetch_adopt()
         self._fresh = True
 
     # -- the compare-and-swap, done by the server ------------------------------------
-    def _publish(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
+    def queue_write(self, ref: pygit2.Reference, commit: pygit2.Oid, head: pygit2.Oid, agent: str, op: str) -> bool:
         """Queue the write on the local ref (workspace lock held). Its provenance is in
         its commit; the journal its ``Storm-Read-Set`` points into is folded by whichever
         process pushes the queue, before it pushes (``_push_queue``)."""
@@ -168,13 +192,13 @@ class RemoteWorkspace(SharedWorkspace):
         if not store.cas(ref, WORKSPACE_REF, commit, f"storm: {agent} {op} (queued for {self.remote})"):
             return False
         self._queued = commit
-        tracked = _tracked_head(store, self.remote)
+        tracked = tracked_head(store, self.remote)
         before = _record_for(store, tracked, head)
         queued = None if before is None or store.commit(commit).parent_ids != [head] else [*before.order, commit]
         _put_queue_record(store, tracked, commit, queued)
         return True
 
-    def _land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
+    def land(self, agent: str, commit: pygit2.Oid) -> pygit2.Oid | None:
         """Group commit: the first queued writer to take the remote lock pushes every
         write queued on the local ref (its own and those other processes of this
         clone queued before or behind it) in one atomic push with a lease on the
@@ -189,7 +213,7 @@ class RemoteWorkspace(SharedWorkspace):
             # find their write still queued. Neither ref moved since the last look (read
             # without the lock: a landing moves the one, a move or a drop the other): it
             # still is, and the look under the workspace lock is spared.
-            refs = (_tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF))
+            refs = (tracked_head(store, self.remote), store.ref_target(WORKSPACE_REF))
             if refs == seen:
                 state = QUEUED
             else:
@@ -264,7 +288,7 @@ class RemoteWorkspace(SharedWorkspace):
         store = self.store
         backoff.write(store, backoff.after_push(backoff.read(store), stale=True))
         backoff.wait(store)
-        self._fetch_adopt()
+        self.fetch_adopt()
         self._fresh = True
 
     def _state_of(self, commit: pygit2.Oid) -> tuple[str, pygit2.Oid]:
@@ -279,7 +303,7 @@ class RemoteWorkspace(SharedWorkspace):
         with flocked(store.commondir, "workspace"):
             tip, base, agents, count = _queue(store, self.remote)
         if tip is None:  # the server's head was never fetched here: learn it (the queue is judged again)
-            self._fetch_adopt()
+            self.fetch_adopt()
             self._fresh = True
             return
         for a in _to_fold(store, tip, base):
@@ -346,7 +370,7 @@ class RemoteWorkspace(SharedWorkspace):
         left by a crash) goes back to it: no write can be queued on it."""
         store = self.store
         with flocked(store.commondir, "workspace"):
-            local, tracked = store.ref_target(WORKSPACE_REF), _tracked_head(store, self.remote)
+            local, tracked = store.ref_target(WORKSPACE_REF), tracked_head(store, self.remote)
             if tracked is not None and local != tracked and (
                     local is None or not store.descends(local, tracked)):
                 _force(store, WORKSPACE_REF, tracked)
@@ -357,7 +381,7 @@ class RemoteWorkspace(SharedWorkspace):
         other queued writes are validated again by their writers). False when it was
         no longer queued (landed or dropped meanwhile: its state says which)."""
         with flocked(self.store.commondir, "workspace"):
-            tracked = _tracked_head(self.store, self.remote)
+            tracked = tracked_head(self.store, self.remote)
             queued = tracked is not None and _state(self.store, self.remote, commit)[0] == QUEUED
             if queued:
                 _force(self.store, WORKSPACE_REF, tracked)
@@ -378,9 +402,9 @@ class RemoteWorkspace(SharedWorkspace):
         with exchanging(self.store):
             with flocked(self.store.commondir, "workspace"):
                 tip, _base, _agents, count = _queue(self.store, self.remote)
-                behind = tip is None and self.store.ref_target(WORKSPACE_REF) != _tracked_head(self.store, self.remote)
+                behind = tip is None and self.store.ref_target(WORKSPACE_REF) != tracked_head(self.store, self.remote)
             if behind:  # a queue on an older server head (a fetch stopped halfway): move it first
-                self._fetch_adopt()
+                self.fetch_adopt()
                 with flocked(self.store.commondir, "workspace"):
                     tip, _base, _agents, count = _queue(self.store, self.remote)
             if tip is None:
@@ -398,7 +422,7 @@ class RemoteWorkspace(SharedWorkspace):
         """Undo what a failed attempt did to the agent's journal and notes: the write's
         new versions must not count as read when it did not land."""
         snap = self._snap.get(agent)
-        self._valid.pop(agent, None)
+        self.valid_cache.pop(agent, None)
         if snap is None:
             return
         store = self.store
@@ -416,7 +440,7 @@ class RemoteWorkspace(SharedWorkspace):
                     store.repo.references.delete(agent_ref(agent))
             else:
                 _force(store, agent_ref(agent), snap.notes)
-            readsets._cache(store).pop(agent, None)
+            readsets.drop_cached(store, agent)
 
     # -- verbs that change shared state ---------------------------------------------
     def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
@@ -446,7 +470,7 @@ class RemoteWorkspace(SharedWorkspace):
         res.cas_retries += self._moves  # a push refused, the write moved onto the newer head: a retry
         self._push_reservations()
         if res.commit is None:  # no commit of ours was materialized: the fetch may have moved the head
-            from ..core.disk import sync
+            from ..disk.sync import sync
 
             sync(self.store)
         return res
@@ -567,12 +591,12 @@ def _state(store: Store, remote: str, commit: pygit2.Oid) -> tuple[str, pygit2.O
 
 def _where(store: Store, remote: str, commit: pygit2.Oid) -> str | None:
     """LANDED or QUEUED for ``commit`` itself, or None (workspace lock held)."""
-    tracked = _tracked_head(store, remote)
+    tracked = tracked_head(store, remote)
     if tracked is not None and (tracked == commit or store.descends(tracked, commit)):
         return LANDED
     # Still on the local ref: queued, even when the tracking ref has just moved past it.
     # A fetch moves the tracking ref before the queue is moved onto the new head
-    # (_fetch_adopt: the git fetch, then the workspace lock): a writer that called it
+    # (fetch_adopt: the git fetch, then the workspace lock): a writer that called it
     # dropped in that window would write it again, and the queue's move would land
     # it a second time.
     local = store.ref_target(WORKSPACE_REF)
@@ -623,7 +647,7 @@ def _queue_path(store: Store) -> str:
 
 def _queue_record(store: Store, remote: str) -> _QueueRecord | None:
     """The record, if it names the refs' current values (workspace lock held)."""
-    return _record_for(store, _tracked_head(store, remote), store.ref_target(WORKSPACE_REF))
+    return _record_for(store, tracked_head(store, remote), store.ref_target(WORKSPACE_REF))
 
 
 def _record_for(store: Store, tracked: pygit2.Oid | None, local: pygit2.Oid | None) -> _QueueRecord | None:
@@ -809,7 +833,7 @@ def _rebase_queue(store: Store, remote: str) -> int:
     changes on the new tree, ``Storm-Validated-At`` the new parent), and the
     server's guard checks it like any write. Any other write is dropped, and its
     writer validates it again."""
-    new = _tracked_head(store, remote)
+    new = tracked_head(store, remote)
     local = store.ref_target(WORKSPACE_REF)
     if new is None or local is None or local == new or store.descends(local, new):
         return 0
@@ -877,7 +901,7 @@ def _queue(store: Store, remote: str) -> tuple[pygit2.Oid | None, pygit2.Oid | N
     is leased on, the agents whose writes are queued, and how many writes. (None,
     base, [], 0) when nothing is: a local ref that is not ahead of the server's head
     is never pushed (a forced push of it would rewrite the server's history)."""
-    tip, base = store.ref_target(WORKSPACE_REF), _tracked_head(store, remote)
+    tip, base = store.ref_target(WORKSPACE_REF), tracked_head(store, remote)
     if tip is None or base is None or tip == base or not store.descends(tip, base):
         return None, base, [], 0
     agents: list[str] = []
@@ -934,7 +958,7 @@ def _notes_refused(out: transport.PushOutcome, updates: list[tuple[str, str, str
 _AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)
 
 
-def _learn_writers(store: Store, remote: str) -> None:
+def learn_writers(store: Store, remote: str) -> None:
     """Record the agents whose writes the fetched head brought: the tracked head's
     commits that the local ref has not taken yet (workspace lock held, before the queue
     moves and the local ref is adopted). The clone does not fetch their notes refs, and
@@ -942,7 +966,7 @@ def _learn_writers(store: Store, remote: str) -> None:
     Counted from the local ref, not from the tracked head before the fetch: a process
     killed between its fetch and this leaves the local ref behind, and the next fetch
     learns what it missed."""
-    new, local = _tracked_head(store, remote), store.ref_target(WORKSPACE_REF)
+    new, local = tracked_head(store, remote), store.ref_target(WORKSPACE_REF)
     if new is None or local is None or new == local:
         return
     try:
@@ -986,162 +1010,13 @@ def adopt_tracking(store: Store, remote: str) -> None:
         if mine is None or store.descends(theirs, mine):
             with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):
                 _force(store, name, theirs)
-                readsets._cache(store).pop(name[len(AGENTS_PREFIX):], None)
+                readsets.drop_cached(store, name[len(AGENTS_PREFIX):])
 
 
-# -- init, join, sync, push-reads ------------------------------------------------------
-@dataclass
-class JoinResult:
-    remote: str
-    head: str
-    created: bool  # this clone created the shared workspace on the remote
-    hooks: list[str] = field(default_factory=list)
-    disk: dict[str, int] = field(default_factory=dict)  # outcome -> number of paths
-    kept: list[str] = field(default_factory=list)  # local edits sync left in place
-    warnings: list[str] = field(default_factory=list)
-    branch: dict[str, Any] | None = None  # what following the server's branch did (branch_follow)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def _tracked_head(store: Store, remote: str) -> pygit2.Oid | None:
+# -- sync, push-reads -------------------------------------------------------------
+def tracked_head(store: Store, remote: str) -> pygit2.Oid | None:
+    """The server's shared head as last fetched here."""
     return store.ref_target(tracking_ref(remote, WORKSPACE_REF))
-
-
-def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResult:
-    """``git storm init --remote NAME``: put this clone's shared workspace on ``remote``
-    (created from HEAD or ``base``), or join the one already there."""
-    from ..admin.setup import init
-
-    transport.check_remote(store, remote)
-    with exchanging(store):
-        transport.fetch(store, remote)
-    if _tracked_head(store, remote) is not None:
-        res = join(store, remote)
-        if base is not None:
-            res.warnings.append(f"{remote} already has a shared workspace: joined it, --base was not used")
-        return res
-    local = init(store, base)
-    with exchanging(store):
-        with flocked(store.commondir, "workspace"):
-            head = store.ref_target(WORKSPACE_REF)
-            updates = [(str(head), WORKSPACE_REF, "")]
-            updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
-        out = transport.push(store, remote, updates)
-        if not out.ok and not out.stale(WORKSPACE_REF):
-            if out.unreachable:
-                raise Unreachable(f"cannot push the shared workspace to {remote}: {transport.describe_failure(out)}",
-                                  hint="check that the server is up, then run git storm init --remote again")
-            raise RemoteRefused(f"{remote} refused the shared workspace: {transport.describe_failure(out)}",
-                                hint="the server must accept refs/storm/* (see docs/remote.md)")
-    if not out.ok:  # another clone created it first: join that one
-        return join(store, remote)
-    store.config_set("storm.remote", remote)
-    with exchanging(store):
-        transport.fetch(store, remote)
-    return JoinResult(remote, str(head), True, hooks=list(local.hooks), warnings=list(local.warnings))
-
-
-def join(store: Store, remote: str) -> JoinResult:
-    """``git storm join NAME``: fetch the storm refs, set the mode, and bring the
-    working tree to the shared head through the disk record (local edits stay). A
-    clone whose branch has no commit yet (the server's HEAD named a branch it lacks)
-    is put on the server's branch first, before anything is written to disk."""
-    from ..core.disk import KEPT, record_path, reset, sync
-    from ..admin.hooks_install import install
-
-    transport.check_remote(store, remote)
-    mode = store.config_get("storm.mode")
-    if mode not in (None, "storm"):
-        raise RepoStateError(f"this clone is in {mode} mode", hint="switch first: git storm mode storm")
-    warnings = []
-    unborn = store.repo.head_is_unborn
-    chosen = _branch_for_unborn(store, remote) if unborn else None
-    with exchanging(store), flocked(store.commondir, "workspace"):
-        transport.fetch(store, remote)
-        if _tracked_head(store, remote) is None:
-            raise NotInitialised(f"{remote} has no shared workspace ({WORKSPACE_REF})",
-                                 hint=f"run git storm init --remote {remote} in a clone that has the code")
-        mine = store.ref_target(WORKSPACE_REF)
-        theirs = _tracked_head(store, remote)
-        if mine is not None and mine != theirs and not store.descends(theirs, mine):
-            warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
-                            f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
-        _learn_writers(store, remote)
-        adopt_tracking(store, remote)
-        head = store.ref_target(WORKSPACE_REF)
-    if not os.path.exists(record_path(store)):
-        # what is on disk is git's checkout of HEAD (or nothing in an empty clone)
-        with flocked(store.commondir, "worktree"):
-            tree = store.repo.head.peel(pygit2.Commit).tree.id if not unborn else store.empty_tree()
-            reset(store, tree, None)
-    if chosen is not None:
-        _check_out_unborn(store, remote, chosen)
-        warnings.append(f"this clone had no commit on its branch: now on {chosen}, as on {remote}")
-    elif unborn:
-        warnings.append(f"{remote} has no branch: the manager's first git storm commit starts one "
-                        f"(push it with git push {remote} HEAD)")
-    store.config_set("storm.mode", "storm")
-    store.config_set("storm.remote", remote)
-    hooks = install(store)
-    outcomes = sync(store, full=True).outcomes
-    res = JoinResult(remote, str(head), False, hooks=list(hooks.installed), warnings=warnings)
-    for o in outcomes.values():
-        res.disk[o] = res.disk.get(o, 0) + 1
-    res.kept = sorted(p for p, o in outcomes.items() if o == KEPT)
-    if hooks.skipped:
-        res.warnings.append(f"pre-commit guard not installed: {hooks.skipped}")
-    if not store.repo.head_is_unborn:
-        res.branch = follow(store, remote).to_dict()
-    return res
-
-
-def _branch_for_unborn(store: Store, remote: str) -> str | None:
-    """The server's branch a clone with no commit yet goes on: its own branch's name
-    when the server has it, the only branch, or the one the server's HEAD names; None
-    when the server has no branch. Several and none named: exit 2, nothing changed."""
-    own = store.repo.lookup_reference("HEAD").target
-    own = own[len("refs/heads/"):] if own.startswith("refs/heads/") else own
-    heads = transport.list_heads(store, remote)
-    if not heads.branches:
-        return None
-    chosen = next((n for n in (own, heads.head) if n in heads.branches), None)
-    if chosen is None and len(heads.branches) == 1:
-        chosen = next(iter(heads.branches))
-    if chosen is not None:
-        mine = store.ref_target(f"refs/heads/{chosen}")
-        if mine is not None and str(mine) != heads.branches[chosen]:
-            raise UsageError(f"this clone has no commit on {own}, and its own branch {chosen} is not "
-                             f"{remote}'s {chosen}: joining would have to move it",
-                             hint=f"check out the branch you mean to work on (git checkout {chosen}, or git "
-                                  f"checkout -b NAME --track {remote}/{chosen}), then git storm join {remote} "
-                                  "again; nothing was changed")
-        return chosen
-    names = ", ".join(sorted(heads.branches)[:5])
-    raise UsageError(f"this clone has no commit on {own} and {remote}'s HEAD names "
-                     f"{heads.head or 'no branch'}; {remote} has several branches ({names})",
-                     hint=f"choose one: git checkout -b NAME --track {remote}/NAME (after git fetch {remote}), "
-                          f"then git storm join {remote} again; nothing was changed")
-
-
-def _check_out_unborn(store: Store, remote: str, name: str) -> None:
-    """Put a clone with no commit on the server's branch ``name``: the branch, its
-    upstream and git's index; the disk is storm's (synced next)."""
-    from ..storm import index
-
-    src, tracking = f"refs/heads/{name}", f"refs/remotes/{remote}/{name}"
-    if not transport.fetch_branch(store, remote, src, tracking):
-        raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
-    tip = store.ref_target(tracking)
-    if store.ref_target(src) not in (None, tip):
-        raise RepoStateError(f"{src} appeared while joining", hint=f"run git storm join {remote} again")
-    store.repo.references.create(src, tip, force=True)
-    store.config_set(f"branch.{name}.remote", remote)
-    store.config_set(f"branch.{name}.merge", src)
-    store.repo.set_head(src)
-    with index.locked(store):
-        index.reset(store, store.commit(tip).tree.id)
 
 
 @dataclass
@@ -1160,13 +1035,13 @@ class RemoteSyncResult:
 def sync_remote(store: Store, remote: str) -> RemoteSyncResult:
     """``git storm sync``: fetch the storm refs and converge the working tree to the
     shared head (a local unmediated edit is kept, as everywhere in storm)."""
-    from ..core.disk import sync
+    from ..disk.sync import sync
 
     before = store.ref_target(WORKSPACE_REF)
     ws = RemoteWorkspace(store, remote)
     ws.flush()  # writes queued here by processes that stopped before pushing them
     with exchanging(store):
-        ws._fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
+        ws.fetch_adopt()  # the working tree needs no agent's notes (status and log fetch them)
     res = sync(store, full=True)
     followed = follow(store, remote)
     return RemoteSyncResult(remote, str(before), str(res.head), res.outcomes, res.errors, followed.to_dict())
@@ -1178,7 +1053,7 @@ def push_reads(store: Store, remote: str, agent: str) -> dict[str, Any]:
     with exchanging(store):
         transport.fetch(store, remote, [agent])
         with flocked(store.commondir, "workspace"):
-            _learn_writers(store, remote)
+            learn_writers(store, remote)
             adopt_tracking(store, remote)
         mine = store.ref_target(agent_ref(agent))
         theirs = store.ref_target(tracking_ref(remote, agent_ref(agent)))

@@ -41,10 +41,10 @@ from typing import Any
 
 import pygit2
 
-from . import trailers
-from .errors import BadPath
-from .readsets import ReadEntry
-from .store import Store
+from ..core import trailers
+from ..core.errors import BadPath
+from ..core.readsets import ReadEntry
+from ..core.store import Store
 
 AUTO = "auto"
 ALL = "all"
@@ -78,7 +78,7 @@ class Scope:
     why: str
     head: pygit2.Oid | None = None
     # read files that moved but whose change touches nothing the write uses
-    # (storm_git.core.depimpact), each with the reason; left out of ``paths``
+    # (storm_git.deps.impact), each with the reason; left out of ``paths``
     unaffected: dict[str, str] = field(default_factory=dict)
     # the moved read files that were looked inside and still reject, each with why
     kept: dict[str, str] = field(default_factory=dict)
