@@ -12,6 +12,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -108,8 +109,7 @@ def _maps(pid: int) -> list[bytes]:
 
 def test_a_long_git_dir_path_puts_the_socket_in_a_private_directory(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / ("d" * 60) / "repo")
-    private = tmp_path / "run"
-    private.mkdir(mode=0o700)
+    private = Path(tempfile.mkdtemp(prefix="run", dir="/tmp"))  # short: the socket fits there
     env = daemon_env(XDG_RUNTIME_DIR=str(private))
     pid = started(repo, dict(env))
     try:
@@ -121,11 +121,12 @@ def test_a_long_git_dir_path_puts_the_socket_in_a_private_directory(tmp_path: Pa
     finally:
         stop(pid)
     assert not sock.exists()
+    shutil.rmtree(private)
 
 
 def test_a_private_directory_open_to_others_gets_no_daemon(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / ("d" * 60) / "repo")
-    run = tmp_path / "run"
+    run = Path(tempfile.mkdtemp(prefix="run", dir="/tmp"))
     (run / "storm-hookd").mkdir(parents=True)
     (run / "storm-hookd").chmod(0o777)
     env = daemon_env(XDG_RUNTIME_DIR=str(run))
@@ -134,6 +135,7 @@ def test_a_private_directory_open_to_others_gets_no_daemon(tmp_path: Path) -> No
         assert r.returncode == 0, r.stderr
     time.sleep(2)
     assert not any(p for p in daemons_of(repo) if alive(p)) and not list((run / "storm-hookd").iterdir())
+    shutil.rmtree(run)
 
 
 def test_doctor_finds_nothing_wrong_with_a_daemons_files(drepo: Path) -> None:

@@ -173,6 +173,9 @@ def start_daemon(common: str, fp: str, path: str) -> None:
     already starting (it holds its lock from its first moment)."""
     import fcntl
 
+    parent = os.path.dirname(path)
+    if parent != hookd_place.hookd_dir(common) and os.path.lexists(parent) and not hookd_place.dir_is_private(parent):
+        return  # a socket directory others may enter: the daemon would refuse it
     lock = hookd_place.lock_path(common, fp)
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

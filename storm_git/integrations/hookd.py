@@ -35,10 +35,11 @@ TICK_SECONDS = 5.0
 REQUEST_TIMEOUT = 30.0
 # Loaded in advance so that a call's child imports nothing; a module missing here
 # costs that call its import, never a different answer.
-PRELOAD_PACKAGES = ("storm_git.core", "storm_git.storm", "storm_git.worktree", "storm_git.remote")
+PRELOAD_PACKAGES = ("storm_git.core", "storm_git.disk", "storm_git.deps", "storm_git.storm", "storm_git.worktree",
+                    "storm_git.remote")  # the layers the hook may use
 PRELOAD_MODULES = ("storm_git.api", "storm_git.integrations.harness", "storm_git.integrations.hook_main",
                    "datetime", "resource", "difflib", "shlex", "subprocess", "traceback", "tempfile", "json",
-                   "pygit2")
+                   "pygit2", "unidiff")
 
 
 @dataclass
@@ -330,7 +331,7 @@ def child(conn: socket.socket, fp: str) -> None:
             os.dup2(fd, target)
             os.close(fd)
         conn.settimeout(None)
-        status = run_hook(req.args, req.data)
+        status = run_hook(req.args, req.data)  # (the hook registers no atexit handler: os._exit skips none)
         try:
             sys.stdout.flush()
             sys.stderr.flush()

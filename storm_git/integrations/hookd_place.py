@@ -13,8 +13,9 @@ Layout, under ``<git common dir>/storm/hookd/`` (mode 0700):
 * ``<name>.lock``: held by the daemon for its whole life (only one per name);
 * ``<name>.sock``: its unix socket (mode 0600). When that path would pass the
   kernel's limit for socket paths (107 bytes), the socket goes in a directory of
-  the user's own instead: ``$XDG_RUNTIME_DIR/storm-hookd/`` or
-  ``/tmp/storm-hookd-<uid>/``, which must be the user's and mode 0700.
+  the user's own instead: ``$XDG_RUNTIME_DIR/storm-hookd/`` or else (unset, or
+  too long too) ``/tmp/storm-hookd-<uid>/``, which must be the user's and mode
+  0700.
 """
 from __future__ import annotations
 
@@ -66,19 +67,23 @@ def lock_path(common: str, fp: str) -> str:
     return os.path.join(hookd_dir(common), _short(fp) + ".lock")
 
 
-def private_dir(env: "os._Environ[str] | dict[str, str]") -> str:
-    """The user's own directory for sockets whose path in the git dir is too long."""
+def private_dirs(env: "os._Environ[str] | dict[str, str]") -> list[str]:
+    """The user's own directories for sockets whose path in the git dir is too long."""
     runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        return os.path.join(runtime, "storm-hookd")
-    return f"/tmp/storm-hookd-{os.getuid()}"
+    fallback = f"/tmp/storm-hookd-{os.getuid()}"
+    return [os.path.join(runtime, "storm-hookd"), fallback] if runtime and os.path.isabs(runtime) else [fallback]
 
 
 def socket_path(common: str, fp: str, env: "os._Environ[str] | dict[str, str]") -> str:
     path = os.path.join(hookd_dir(common), _short(fp) + ".sock")
     if len(os.fsencode(path)) <= SUN_PATH_MAX:
         return path
-    return os.path.join(private_dir(env), _short(common + "\n" + fp) + ".sock")
+    name = _short(common + "\n" + fp) + ".sock"
+    for d in private_dirs(env):
+        path = os.path.join(d, name)
+        if len(os.fsencode(path)) <= SUN_PATH_MAX:
+            break
+    return path  # (too long even there: connecting fails, and every call runs in its own process)
 
 
 def dir_is_private(path: str) -> bool:
