@@ -140,18 +140,25 @@ def via_daemon(args: list[str], data: bytes) -> int | None:
     except OSError:  # no READY in time, a reset, a bad descriptor: nothing ran
         sock.close()
         return None
+    # from here on the call may have run: never return None (the caller would run it again)
     try:
         kind = hookd_wire.recv_exact(sock, 1)
         fields = hookd_wire.recv_packed(sock) if kind == hookd_wire.RESULT else None
+        code = int(fields[0]) if fields is not None and len(fields) == 3 else None
     except (OSError, ValueError):
-        fields = None
+        code = None
     finally:
         sock.close()
-    if fields is None or len(fields) != 3:
-        return died(args, data)
-    code, out, err = int(fields[0]), fields[1], fields[2]
-    _write(1, out)
-    _write(2, err)
+    if code is None:
+        try:
+            return died(args, data)
+        except Exception:  # noqa: BLE001 - exit 2 blocks the tool in both harnesses
+            return 2
+    try:
+        _write(1, fields[1])
+        _write(2, fields[2])
+    except OSError:
+        pass  # the harness stopped reading: as a hook in its own process, it cannot say more
     return code
 
 
@@ -214,7 +221,10 @@ def start_daemon(common: str, fp: str, path: str) -> None:
 def main(args: list[str]) -> int:
     """``git storm harness hook ARGS``: through the daemon when it can, else here."""
     data = sys.stdin.buffer.read()
-    code = via_daemon(args, data)
+    try:
+        code = via_daemon(args, data)
+    except Exception:  # noqa: BLE001 - only before GO can it raise: nothing ran, so the hook runs here
+        code = None
     if code is not None:
         return code
     from .hook_main import main as hook_main

@@ -85,6 +85,19 @@ def _stdlib_dir() -> str:
     return os.path.dirname(os.__file__)
 
 
+def _stat(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def changed(files: dict[str, tuple[int, int]]) -> bool:
+    """Some file the daemon loaded is no longer what it loaded."""
+    return any(_stat(f) != was for f, was in files.items())
+
+
 def loaded_files() -> dict[str, tuple[int, int]]:
     """(size, mtime) of every loaded module's file outside the standard library
     (pygit2, its libraries, storm): an upgrade of any of them retires the daemon."""
@@ -94,12 +107,7 @@ def loaded_files() -> dict[str, tuple[int, int]]:
         f = getattr(m, "__file__", None)
         if not f or (f.startswith(std) and "-packages" not in f):
             continue
-        try:
-            st = os.stat(f)
-        except OSError:
-            out[f] = (-1, -1)
-            continue
-        out[f] = (st.st_size, st.st_mtime_ns)
+        out[f] = _stat(f)
     return out
 
 
@@ -201,7 +209,7 @@ class Daemon:
         import storm_git
 
         pkg = os.path.dirname(os.path.abspath(storm_git.__file__))
-        return loaded_files() == self.files and hookd_place.fingerprint(pkg, storm_git.__version__) == self.fp
+        return not changed(self.files) and hookd_place.fingerprint(pkg, storm_git.__version__) == self.fp
 
     def serve(self) -> None:
         assert self.sock is not None
@@ -222,7 +230,7 @@ class Daemon:
             if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
                 conn.close()  # another user's process: not served
                 continue
-            if loaded_files() != self.files:  # pygit2 upgraded, say (the child checks storm's own files)
+            if changed(self.files):  # pygit2 upgraded, say (the child checks storm's own files)
                 conn.close()  # before READY: the client runs the call itself
                 return
             pid = os.fork()
