@@ -245,3 +245,20 @@ def _imposter(drepo: Path) -> None:
         os.close(r_fd)
         os.kill(imposter, signal.SIGKILL)
         os.waitpid(imposter, 0)
+
+
+def test_two_sessions_calls_run_at_once_through_the_daemon(drepo: Path) -> None:
+    """One call held inside the hook at a lock does not hold up another session's call:
+    each call is its own forked process."""
+    env = daemon_env()
+    data = event(drepo, "PreToolUse", "Edit", _edit(drepo, "url", "uri"), "e1")
+    client, child, holder, daemon = _blocked_call(drepo, env, data)
+    try:
+        other = hook(drepo, event(drepo, "PostToolUseFailure", "Bash", {"command": "false"}, "b1", "sess-b"), env,
+                     timeout=30)
+        assert other.returncode == 0 and b"hookEventName" in other.stdout, other.stderr  # answered
+        assert client.poll() is None and child in children(daemon)  # still waiting at the lock
+    finally:
+        release(holder)
+    out, err = client.communicate(timeout=30)
+    assert client.returncode == 0 and b"deny" not in out, (out, err)
