@@ -235,8 +235,7 @@ class Daemon:
                 return
             pid = os.fork()
             if pid == 0:
-                self.sock.close()
-                child(conn, self.fp)  # never returns
+                child(conn, self.fp, [self.sock.detach(), self.lock_fd])  # never returns
             conn.close()
 
     def close(self) -> None:
@@ -307,10 +306,12 @@ def run_hook(args: list[str], data: bytes) -> int:
         return 1
 
 
-def child(conn: socket.socket, fp: str) -> None:
+def child(conn: socket.socket, fp: str, daemons_fds: list[int]) -> None:
     """One call, in the process forked for it. Never returns."""
     code = 0
     try:
+        for fd in daemons_fds:  # the listening socket and the daemon's lock are not the call's
+            os.close(fd)
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
