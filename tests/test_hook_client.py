@@ -265,3 +265,22 @@ def test_two_sessions_calls_run_at_once_through_the_daemon(drepo: Path) -> None:
         release(holder)
     out, err = client.communicate(timeout=30)
     assert client.returncode == 0 and b"You had not read this file" in out, (out, err)  # its own decision, after
+
+
+def test_a_call_through_the_daemon_reads_the_git_config_of_its_own_home(drepo: Path, tmp_path: Path) -> None:
+    """libgit2 reads HOME once, when the daemon started: a call's child must look where
+    a new process with the call's environment would (here a HOME whose .gitconfig caps
+    file sizes, so a Write is refused)."""
+    env = daemon_env()
+    started(drepo, env)
+    home = tmp_path / "home2"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[storm]\n\tmaxFileBytes = 3\n")
+    call_env = {k: v for k, v in env.items() if k != "GIT_CONFIG_GLOBAL"}
+    call_env["HOME"] = str(home)
+    data = event(drepo, "PreToolUse", "Write", {"file_path": str(drepo / "new.py"), "content": "too long\n"}, "w1")
+    served = hook(drepo, data, dict(call_env, PYTHONPROFILEIMPORTTIME="1"))
+    assert b"pygit2" not in served.stderr  # the daemon's child answered
+    here = hook(drepo, data, dict(call_env, STORM_NO_DAEMON="1"))
+    assert served.returncode == here.returncode == 0
+    assert served.stdout == here.stdout and b"maxFileBytes" in here.stdout, here.stdout
