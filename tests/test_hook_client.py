@@ -284,3 +284,16 @@ def test_a_call_through_the_daemon_reads_the_git_config_of_its_own_home(drepo: P
     here = hook(drepo, data, dict(call_env, STORM_NO_DAEMON="1"))
     assert served.returncode == here.returncode == 0
     assert served.stdout == here.stdout and b"maxFileBytes" in here.stdout, here.stdout
+
+
+def test_the_answer_is_encoded_as_the_clients_own_stdout_would(drepo: Path) -> None:
+    """The child writes the answer with the client's stream encoding (here latin-1),
+    byte for byte what the hook in its own process writes."""
+    env = daemon_env(PYTHONIOENCODING="latin-1")
+    started(drepo, env)
+    git(drepo, "config", "storm.maxFileBytes", "3")
+    data = event(drepo, "PreToolUse", "Write", {"file_path": str(drepo / "café.py"), "content": "too long"}, "w1")
+    served = hook(drepo, data, env)
+    here = hook(drepo, data, dict(env, STORM_NO_DAEMON="1"))
+    assert (served.returncode, served.stdout, served.stderr) == (here.returncode, here.stdout, here.stderr)
+    assert "é".encode("latin-1") in here.stdout and "é".encode() not in here.stdout
