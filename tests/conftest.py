@@ -1,5 +1,5 @@
 """Hermetic environment for every test: no user or system git config, a fixed
-identity for plain git commands, and no inherited STORM_AGENT."""
+identity for plain git commands, no inherited STORM_AGENT and no hook daemon."""
 from __future__ import annotations
 
 import os
@@ -47,6 +47,9 @@ def _hermetic_git(tmp_path_factory: pytest.TempPathFactory) -> None:
     })
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
     os.environ.pop("STORM_AGENT", None)
+    # no hook daemon in every test's repository (each would stay up until idle):
+    # tests/test_hookd.py and tests/test_hook_client.py turn it on where they test it
+    os.environ["STORM_NO_DAEMON"] = "1"
 
 
 @pytest.fixture
