@@ -48,7 +48,7 @@ def _hermetic_git(tmp_path_factory: pytest.TempPathFactory) -> None:
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
     os.environ.pop("STORM_AGENT", None)
     # no hook daemon in every test's repository (each would stay up until idle):
-    # tests/test_hookd.py and tests/test_hook_client.py turn it on where they test it
+    # tests/integrations/test_hookd.py and test_hook_client.py turn it on where they test it
     os.environ["STORM_NO_DAEMON"] = "1"
 
 
