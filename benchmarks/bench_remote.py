@@ -364,7 +364,7 @@ def run_load(site: Site, tmp: str, agents_per_clone: int, args: argparse.Namespa
 # -- what the window shows ---------------------------------------------------------------------------
 def verify(srv: str, h0: str, records: list[dict]) -> dict:
     """Every acknowledged write on the server, nothing else on the shared ref, every
-    rejection justified by the server's history (the same checks as tests/test_remote.py)."""
+    rejection justified by the server's history (the same checks as tests/remote/test_workspace.py)."""
     acks = [r for r in records if r["kind"] == "ack"]
     history = git(srv, "rev-list", f"{h0}..{WS}").split()
     on_server = set(history)

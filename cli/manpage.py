@@ -5,7 +5,7 @@ Regenerate after changing the CLI::
 
     python3 -m storm_git.cli.manpage > man/git-storm.1
 
-``tests/test_manpage.py`` fails when the shipped page is out of date.
+``tests/cli/test_manpage.py`` fails when the shipped page is out of date.
 """
 from __future__ import annotations
 

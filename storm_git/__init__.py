@@ -12,8 +12,6 @@ The library behind ``git storm``: it returns data and raises typed errors
 """
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 __all__ = ["open_workspace", "init", "Store", "StormError", "__version__"]
@@ -22,7 +20,7 @@ __all__ = ["open_workspace", "init", "Store", "StormError", "__version__"]
 _LAZY = {"open_workspace": "api", "init": "admin.setup", "Store": "core.store", "StormError": "core.errors"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # no typing import: every hook call imports this
     if name in _LAZY:
         import importlib
 

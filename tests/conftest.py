@@ -1,16 +1,13 @@
 """Hermetic environment for every test: no user or system git config, a fixed
-identity for plain git commands, and no inherited STORM_AGENT."""
+identity for plain git commands, no inherited STORM_AGENT and no hook daemon."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from helpers import make_repo  # noqa: E402
+from helpers import make_repo
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,6 +47,9 @@ def _hermetic_git(tmp_path_factory: pytest.TempPathFactory) -> None:
     })
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
     os.environ.pop("STORM_AGENT", None)
+    # no hook daemon in every test's repository (each would stay up until idle):
+    # tests/integrations/test_hookd.py and test_hook_client.py turn it on where they test it
+    os.environ["STORM_NO_DAEMON"] = "1"
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The suite's storm() runs ``git storm`` as a process forked from the test worker
-(tests/helpers.py, FRESH), not as a new interpreter. These tests run commands both
+(tests/support/helpers.py, FRESH), not as a new interpreter. These tests run commands both
 ways and require the same answers, so that the faster way stays a faithful one."""
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from . import readsets
 from .agents import validate_agent
-from .errors import TooLarge
+from .errors import TooLarge, UsageError
 from .paths import normalize
 from .readsets import ReadEntry
 from .store import Store
@@ -46,3 +46,16 @@ class BaseWorkspace:
         agent = validate_agent(agent)
         norm = None if paths is None else [normalize(p, self.store.prefix, self.store.top) for p in paths]
         return readsets.forget(self.store, agent, norm)
+
+
+def replace_once(base: bytes, old: str, new: str, where: str) -> bytes:
+    """``base`` with the one occurrence of ``old`` replaced by ``new`` (an ``edit``, in
+    both modes); none or several is a usage error naming ``where`` the text was looked for."""
+    old_b = old.encode("utf-8")
+    n = base.count(old_b)
+    if n == 0:
+        raise UsageError(f"--old text not found in {where}", hint="read the file again and copy the text exactly")
+    if n > 1:
+        raise UsageError(f"--old text occurs {n} times in {where}",
+                         hint="include more surrounding text so it matches once")
+    return base.replace(old_b, new.encode("utf-8"), 1)

@@ -1,6 +1,6 @@
 """The agent's brief: the instructions an agent needs in its system prompt.
 
-Written for this tool from its own commands (``tests/test_prompt_intents.py``
+Written for this tool from its own commands (``tests/integrations/test_brief.py``
 runs ``git storm <cmd> -h`` for every command named here), so a renamed command
 cannot leave agents with instructions that no longer work. ``git storm prompt``
 prints it; frameworks that build prompts in Python call :func:`brief`.

@@ -154,19 +154,6 @@ def _set_wait_policy() -> None:
     set_wait_policy(WaitPolicy(timeout=timeout, on_wait=on_wait))
 
 
-def _config_says_storm(path: str) -> bool:
-    """True unless the git config file at ``path`` surely holds no storm setting and
-    includes no other file (absent: nothing)."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().lower()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return b"storm" in text or b"include" in text
-
-
 def surely_not_storm(cwd: str, env: dict[str, str] | None = None) -> bool:
     """True only when the directory is certainly not in a storm repository, found
     without pygit2: no repository above it, or one whose config (and the user's and
@@ -174,42 +161,18 @@ def surely_not_storm(cwd: str, env: dict[str, str] | None = None) -> bool:
     config in the environment, an unreadable file) says False: the full check runs.
     With the hooks in Claude Code's user settings, every tool call in every project
     runs the hook; outside storm it should cost little more than starting Python."""
+    from . import repo_probe
+
     env = os.environ if env is None else env
-    if any(k.startswith("GIT_CONFIG") or k in ("GIT_DIR", "GIT_COMMON_DIR") for k in env):
+    if repo_probe.unusual_env(env):
         return False
-    d = os.path.abspath(cwd)
-    while True:
-        dot = os.path.join(d, ".git")
-        if os.path.isdir(dot):
-            gitdir = dot
-            break
-        if os.path.isfile(dot):
-            try:
-                with open(dot, encoding="utf-8") as fh:
-                    line = fh.read().strip()
-            except (OSError, UnicodeDecodeError):
-                return False
-            if not line.startswith("gitdir:"):
-                return False
-            gitdir = os.path.join(d, line[7:].strip())
-            break
-        parent = os.path.dirname(d)
-        if parent == d:
-            return True  # not in a git repository at all
-        d = parent
-    common = gitdir
-    try:
-        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
-            common = os.path.join(gitdir, fh.read().strip())
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError):
+    found = repo_probe.git_dirs(cwd)
+    if found is None:
+        return True  # not in a git repository at all
+    if found is False:
         return False
-    home = env.get("HOME") or os.path.expanduser("~")
-    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    files = [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree"),
-             os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"), "/etc/gitconfig"]
-    return not any(_config_says_storm(f) for f in files)
+    files = repo_probe.config_files(*found, env)
+    return not any(repo_probe.config_mentions(f, (b"storm", b"include")) for f in files)
 
 
 def _cwd_of(data: bytes) -> str | None:
@@ -271,19 +234,26 @@ def parse_args(args: list[str]) -> tuple[str, str | None] | str:
     return which, agent
 
 
-def main(args: list[str]) -> int:
-    """Entry point for ``git storm harness hook ARGS``: prints and returns the exit code."""
-    parsed = parse_args(args)
-    data = sys.stdin.buffer.read()
-    if isinstance(parsed, str):
-        out, err, code = failure(data, "claude", f"bad hook command line: {parsed} ({USAGE})")
-    else:
-        _set_wait_policy()
-        out, err, code = run(data, *parsed)
+def emit(out: dict[str, Any] | None, err: str) -> None:
+    """Write one answer as the harness reads it: the JSON on stdout, text on stderr."""
     if out is not None:  # a name with a lone surrogate must not break the answer itself
         text = json.dumps(out, ensure_ascii=False).encode("utf-8", "replace").decode("utf-8")
         sys.stdout.write(text + "\n")
     if err:
         sys.stderr.write(err + "\n")
     sys.stdout.flush()
+
+
+def main(args: list[str], data: bytes | None = None) -> int:
+    """Entry point for ``git storm harness hook ARGS``: prints and returns the exit
+    code. ``data``: the event when the caller already read stdin."""
+    parsed = parse_args(args)
+    if data is None:
+        data = sys.stdin.buffer.read()
+    if isinstance(parsed, str):
+        out, err, code = failure(data, "claude", f"bad hook command line: {parsed} ({USAGE})")
+    else:
+        _set_wait_policy()
+        out, err, code = run(data, *parsed)
+    emit(out, err)
     return code

@@ -7,7 +7,7 @@ current spelling, whether an import would close a cycle), and ``sim_check.py``,
 a test that fails on the semantic breakage the scenario is about. Running each
 agent's program on the base alone and combining the results (what isolation
 plus a clean merge gives) breaks the test; running them one after another, each
-on the current files, passes it (``tests/test_simulate.py`` checks both).
+on the current files, passes it (``tests/sim/test_simulate.py`` checks both).
 
 Agents beyond those a scenario needs do disjoint work (their own module), so
 the same scenario runs with 2, 4 or 8 agents. ``coupling`` is its own generated

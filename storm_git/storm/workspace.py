@@ -36,7 +36,7 @@ from ..core.payloads import (
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import MODE_LINK, WORKSPACE_REF, hex_
-from ..core.workspace import BaseWorkspace
+from ..core.workspace import BaseWorkspace, replace_once
 from . import branch, rebased, write
 from .publication import Publication
 from .validate import entry_or_none
@@ -148,16 +148,7 @@ class SharedWorkspace(BaseWorkspace):
             return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit",
                               on_wait=on_wait)
         base = self.agent_content(p, pygit2.Oid(hex=seen.blob))
-        old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
-        n = base.count(old_b)
-        if n != 1:
-            where = f"the version of {p} that {agent} last read ({seen.blob[:12]})"
-            if n == 0:
-                raise UsageError(f"--old text not found in {where}",
-                                 hint="read the file again and copy the text exactly")
-            raise UsageError(f"--old text occurs {n} times in {where}",
-                             hint="include more surrounding text so it matches once")
-        content = base.replace(old_b, new_b, 1)
+        content = replace_once(base, old, new, f"the version of {p} that {agent} last read ({seen.blob[:12]})")
         self.check_size(p, content)
         return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="edit", on_wait=on_wait)
 

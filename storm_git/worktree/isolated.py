@@ -26,7 +26,7 @@ from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import ReadEntry
 from ..disk.safe_fs import UnsafePath, remove_path, write_file
-from ..core.workspace import BaseWorkspace
+from ..core.workspace import BaseWorkspace, replace_once
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF
 from . import radar
 from .commit_rules import worktree_commit_problems
@@ -163,15 +163,7 @@ class WorktreeWorkspace(BaseWorkspace):
         _, base, _ = _disk_version(os.path.join(w.path, p))
         if base is None:
             raise NotFound(f"{p} does not exist in the worktree of {agent}", hint="use git storm write to create it")
-        n = base.count(old.encode("utf-8"))
-        if n != 1:
-            where = f"{p} in the worktree of {agent}"
-            if n == 0:
-                raise UsageError(f"--old text not found in {where}",
-                                 hint="read the file again and copy the text exactly")
-            raise UsageError(f"--old text occurs {n} times in {where}",
-                             hint="include more surrounding text so it matches once")
-        content = base.replace(old.encode("utf-8"), new.encode("utf-8"), 1)
+        content = replace_once(base, old, new, f"{p} in the worktree of {agent}")
         self.check_size(p, content)
         return self._put(agent, w, p, content, "edit", intent)
 

@@ -25,8 +25,11 @@ def closed_port() -> int:
 
 
 def base_env(home: Path, hook_log: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ANTHROPIC", "CLAUDE", "OPENAI", "CODEX", "STORM_AGENT"))}
+    env = {k: v for k, v in os.environ.items()  # the hooks run as a user's do: through the hook daemon
+           if not k.startswith(("ANTHROPIC", "CLAUDE", "OPENAI", "CODEX", "STORM_AGENT", "STORM_NO_DAEMON"))}
+    env["STORM_HOOKD_IDLE"] = "60"  # not ten minutes after the suite
+    if os.environ.get("STORM_E2E_NO_DAEMON") == "1":  # each hook call in its own process, to compare
+        env["STORM_NO_DAEMON"] = "1"
     proxy = f"http://127.0.0.1:{closed_port()}"
     env.update(HOME=str(home), HTTP_PROXY=proxy, HTTPS_PROXY=proxy, ALL_PROXY=proxy, http_proxy=proxy,
                https_proxy=proxy, all_proxy=proxy, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",

@@ -1,0 +1,386 @@
+"""The hook daemon: a preloading fork server for ``git storm harness hook``.
+
+Started on demand by :mod:`storm_git.integrations.hook_client` (never by hand),
+one per repository and installed storm (:mod:`storm_git.integrations.hookd_place`
+names it). It imports pygit2 and storm's hook code once, then for each
+connection forks a child that takes on the client's working directory,
+environment, umask, argv and standard streams and runs the very same
+``hook_main.main`` a new process would, from a fresh process state: every call
+is its own process, as without the daemon, so locks, crash safety and
+concurrent calls behave the same. The daemon itself touches no repository state.
+
+It exits when idle (``STORM_HOOKD_IDLE`` seconds, default 600), when its socket
+or lock file is gone or replaced (the git dir deleted or moved), when the storm
+package or a loaded module's file changes (an upgrade), and on SIGTERM. Killed
+at any point it loses nothing: a call's child runs on alone and answers its
+client; a stale socket is replaced by the next daemon.
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib
+import io
+import os
+import pkgutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from . import hookd_place, hookd_wire
+
+IDLE_SECONDS = 600.0
+TICK_SECONDS = 5.0
+REQUEST_TIMEOUT = 30.0
+# Loaded in advance so that a call's child imports nothing; a module missing here
+# costs that call its import, never a different answer.
+PRELOAD_PACKAGES = ("storm_git.core", "storm_git.disk", "storm_git.deps", "storm_git.storm", "storm_git.worktree",
+                    "storm_git.remote")  # the layers the hook may use
+PRELOAD_MODULES = ("storm_git.api", "storm_git.integrations.harness", "storm_git.integrations.hook_main",
+                   "datetime", "resource", "difflib", "shlex", "subprocess", "traceback", "tempfile", "json",
+                   "pygit2", "unidiff")
+
+
+@dataclass
+class Request:
+    """One hook call as the client sent it."""
+    fingerprint: str
+    cwd: bytes
+    umask: int
+    streams: list[tuple[str, str]]  # (encoding, errors) of stdin, stdout, stderr
+    argv: list[str]
+    args: list[str]
+    env: dict[bytes, bytes]
+    data: bytes
+
+
+def decode_request(fields: list[bytes]) -> Request:
+    fp, cwd, umask, streams, argv, args, env, data = fields
+    s = [x.decode() for x in hookd_wire.unpack(streams[8:])]
+    return Request(fp.decode("utf-8", "surrogateescape"), cwd, int(umask), list(zip(s[::2], s[1::2])),
+                   [os.fsdecode(a) for a in hookd_wire.unpack(argv[8:])],
+                   [os.fsdecode(a) for a in hookd_wire.unpack(args[8:])], hookd_wire.env_from(env), data)
+
+
+def preload() -> None:
+    for name in PRELOAD_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the call's child meets the same error, as a new process would
+            pass
+    for pkg_name in PRELOAD_PACKAGES:
+        try:
+            pkg = importlib.import_module(pkg_name)
+        except Exception:  # noqa: BLE001
+            continue
+        for info in pkgutil.walk_packages(pkg.__path__, pkg_name + "."):
+            try:
+                importlib.import_module(info.name)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _stdlib_dir() -> str:
+    return os.path.dirname(os.__file__)
+
+
+def _stat(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def changed(files: dict[str, tuple[int, int]]) -> bool:
+    """Some file the daemon loaded is no longer what it loaded."""
+    return any(_stat(f) != was for f, was in files.items())
+
+
+def loaded_files() -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every loaded module's file outside the standard library
+    (pygit2, its libraries, storm): an upgrade of any of them retires the daemon."""
+    std = _stdlib_dir()
+    out = {}
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if not f or (f.startswith(std) and "-packages" not in f):
+            continue
+        out[f] = _stat(f)
+    return out
+
+
+class Daemon:
+    """The listening socket and the loop that forks a child per call."""
+
+    def __init__(self, common: str, path: str, fp: str, idle: float) -> None:
+        self.common, self.path, self.fp, self.idle = common, path, fp, idle
+        self.files = loaded_files()
+        self.sock: socket.socket | None = None
+        self.ident: tuple[int, int] | None = None
+        self.lock_fd = -1
+        self.lock_ident: tuple[int, int] | None = None
+
+    def take_lock(self) -> bool:
+        lock = hookd_place.lock_path(self.common, self.fp)
+        try:
+            os.mkdir(os.path.dirname(lock), 0o700)
+        except OSError:
+            pass  # there already, or storm's directory is gone: the open says which
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        st = os.fstat(fd)
+        self.lock_fd, self.lock_ident = fd, (st.st_dev, st.st_ino)
+        return True
+
+    def bind(self) -> None:
+        parent = os.path.dirname(self.path)
+        if parent != hookd_place.hookd_dir(self.common):
+            try:
+                os.mkdir(parent, 0o700)
+            except FileExistsError:
+                pass
+            if not hookd_place.dir_is_private(parent):
+                raise SystemExit(0)  # someone else's directory: no daemon, calls run in their own process
+        try:
+            os.unlink(self.path)  # a killed daemon's socket (we hold the lock: no live one uses it)
+        except FileNotFoundError:
+            pass
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)
+        try:
+            s.bind(self.path)
+        finally:
+            os.umask(old)
+        s.listen(64)
+        st = os.stat(self.path)
+        self.sock, self.ident = s, (st.st_dev, st.st_ino)
+
+    def sweep(self) -> None:
+        """Remove the lock files (and sockets) of other versions' daemons that no
+        daemon holds: each upgrade, or edit of an editable install, names a new one."""
+        d = hookd_place.hookd_dir(self.common)
+        mine = os.path.basename(hookd_place.lock_path(self.common, self.fp))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".lock") or name == mine:
+                continue
+            path = os.path.join(d, name)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for victim in (path[:-len(".lock")] + ".sock", path):  # a daemon starting now exits on
+                    try:  # its first tick, finding its lock file gone
+                        os.unlink(victim)
+                    except OSError:
+                        pass
+            except OSError:
+                pass  # held: that daemon is alive
+            finally:
+                os.close(fd)
+
+    def still_ours(self) -> bool:
+        """The socket and lock at their paths are this daemon's, and storm's
+        directory is still there (the git dir was not deleted or moved)."""
+        try:
+            st = os.stat(self.path)
+            lk = os.stat(hookd_place.lock_path(self.common, self.fp))
+        except OSError:
+            return False
+        return ((st.st_dev, st.st_ino) == self.ident and (lk.st_dev, lk.st_ino) == self.lock_ident
+                and os.path.isdir(os.path.join(self.common, "storm")))
+
+    def current(self) -> bool:
+        """Storm and every loaded module are still the files it started from."""
+        import storm_git
+
+        pkg = os.path.dirname(os.path.abspath(storm_git.__file__))
+        return not changed(self.files) and hookd_place.fingerprint(pkg, storm_git.__version__) == self.fp
+
+    def serve(self) -> None:
+        assert self.sock is not None
+        self.sock.settimeout(min(TICK_SECONDS, self.idle))
+        last = time.monotonic()
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                reap()
+                if time.monotonic() - last > self.idle or not self.still_ours() or not self.current():
+                    return
+                continue
+            last = time.monotonic()
+            reap()
+            conn.settimeout(None)
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
+                conn.close()  # another user's process: not served
+                continue
+            if changed(self.files):  # pygit2 upgraded, say (the child checks storm's own files)
+                conn.close()  # before READY: the client runs the call itself
+                return
+            pid = os.fork()
+            if pid == 0:
+                child(conn, self.fp, [self.sock.detach(), self.lock_fd])  # never returns
+            conn.close()
+
+    def close(self) -> None:
+        """Remove the socket if it is still this daemon's."""
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self.ident:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def become(req: Request) -> tuple[io.BytesIO, io.BytesIO]:
+    """Take on the client's process state; returns the buffers that collect what
+    the hook writes on sys.stdout and sys.stderr."""
+    import pwd
+
+    import pygit2
+    from pygit2.enums import ConfigLevel
+
+    os.chdir(req.cwd)
+    os.umask(req.umask)
+    os.environb.clear()
+    os.environb.update(req.env)
+    time.tzset()
+    # libgit2 read HOME and XDG_CONFIG_HOME when the daemon started: look where a
+    # new process with this environment would
+    home = os.environ.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    pygit2.settings.search_path[ConfigLevel.GLOBAL] = home
+    pygit2.settings.search_path[ConfigLevel.XDG] = os.path.join(xdg, "git")
+    (ienc, ierr), (oenc, oerr), (eenc, eerr) = req.streams
+    out, err = io.BytesIO(), io.BytesIO()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(req.data), encoding=ienc, errors=ierr)
+    sys.stdout = io.TextIOWrapper(out, encoding=oenc, errors=oerr)
+    sys.stderr = io.TextIOWrapper(err, encoding=eenc, errors=eerr, line_buffering=True)
+    sys.argv = req.argv
+    return out, err
+
+
+def run_hook(args: list[str], data: bytes) -> int:
+    """``sys.exit(hook_main(args))`` as the interpreter runs it: the exit code it
+    would end with, the traceback of an uncaught exception on stderr."""
+    try:
+        from .hook_main import main as hook_main
+
+        code = hook_main(args, data)
+        return code if isinstance(code, int) else 0 if code is None else 1
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        sys.stderr.write(f"{exc.code}\n")  # as the interpreter does with sys.exit("text")
+        return 1
+    except BaseException:  # noqa: BLE001 - what a new interpreter does with it
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def child(conn: socket.socket, fp: str, daemons_fds: list[int]) -> None:
+    """One call, in the process forked for it. Never returns."""
+    code = 0
+    try:
+        for fd in daemons_fds:  # the listening socket and the daemon's lock are not the call's
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        conn.settimeout(REQUEST_TIMEOUT)
+        if hookd_wire.recv_exact(conn, len(hookd_wire.MAGIC)) != hookd_wire.MAGIC:
+            return
+        fields = hookd_wire.recv_packed(conn)
+        if fields is None or len(fields) != 8:
+            return
+        req = decode_request(fields)
+        if req.fingerprint != fp:
+            conn.sendall(hookd_wire.REFUSED)
+            return
+        try:
+            out, err = become(req)
+        except OSError:
+            conn.sendall(hookd_wire.REFUSED)  # its directory is gone, say: the client meets that itself
+            return
+        conn.sendall(hookd_wire.READY)
+        go, anc, _, _ = conn.recvmsg(1, socket.CMSG_LEN(3 * 4))
+        fds = [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for level, kind, d in anc
+               if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for i in range(0, len(d) - 3, 4)]
+        if go != hookd_wire.GO or len(fds) != 3:
+            return  # the client gave up waiting and runs the call itself
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        conn.settimeout(None)
+        status = run_hook(req.args, req.data)  # (the hook registers no atexit handler: os._exit skips none)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            status = 120  # what the interpreter exits with when it cannot flush at exit
+        null = os.open(os.devnull, os.O_RDWR)  # the harness's pipes: only the client holds them now
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        conn.sendall(hookd_wire.RESULT + hookd_wire.pack([str(status).encode(), out.getvalue(), err.getvalue()]))
+    except BaseException:  # noqa: BLE001 - the client sees the connection end and answers for itself
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    """``hookd COMMON_DIR SOCKET_PATH``, as the client starts it."""
+    common, path = argv
+    os.chdir("/")
+    import storm_git
+
+    fp_dir = os.path.dirname(os.path.abspath(storm_git.__file__))
+    fp = hookd_place.fingerprint(fp_dir, storm_git.__version__)
+    if hookd_place.socket_path(common, fp, os.environ) != path:
+        return  # this interpreter sees another storm than the client did
+    idle = float(os.environ.get("STORM_HOOKD_IDLE") or IDLE_SECONDS)
+    d = Daemon(common, path, fp, idle)
+    if not d.take_lock():
+        return  # another daemon of this name is starting or running
+    preload()
+    import gc
+
+    gc.freeze()  # a child's collections then never touch (and copy) the daemon's objects
+    d.files = loaded_files()
+    if hookd_place.fingerprint(fp_dir, storm_git.__version__) != fp:
+        return  # changed while loading: the next call's client names the new version
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        d.bind()
+        d.sweep()
+        d.serve()
+    finally:
+        d.close()

@@ -1,0 +1,137 @@
+"""Running the harness hook as a harness does (the installed ``git-storm``, the
+event on stdin) with the hook daemon on, and finding, stopping and killing the
+daemon and its per-call children by pid."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+GIT_STORM = shutil.which("git-storm") or "git-storm"
+
+
+def daemon_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "STORM_NO_DAEMON"}
+    env["STORM_HOOKD_IDLE"] = "60"
+    env.update(extra)
+    return env
+
+
+def event(repo: Path, name: str, tool: str, tool_input: dict, use_id: str, session: str = "sess-a") -> bytes:
+    e = {"session_id": session, "cwd": str(repo), "hook_event_name": name, "tool_name": tool,
+         "tool_input": tool_input, "tool_use_id": use_id, "permission_mode": "default"}
+    if name == "PostToolUse":
+        e["tool_response"] = {"success": True}
+    return json.dumps(e).encode()
+
+
+def hook(repo: Path, data: bytes, env: dict[str, str], *args: str, cwd: Path | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([GIT_STORM, "harness", "hook", *args], input=data, cwd=cwd or repo, env=env,
+                          capture_output=True, timeout=timeout)
+
+
+def socket_of(repo: Path, env: dict[str, str] | None = None) -> Path:
+    """Where the daemon for ``repo`` of the storm that ``env`` runs listens."""
+    import storm_git
+    from storm_git.integrations import hookd_place
+
+    package = os.path.dirname(storm_git.__file__)
+    if env and env.get("PYTHONPATH"):  # a copy of storm there, in the tests of upgrades
+        package = os.path.join(env["PYTHONPATH"], "storm_git")
+    fp = hookd_place.fingerprint(package, storm_git.__version__)
+    return Path(hookd_place.socket_path(str(repo / ".git"), fp, env or os.environ))
+
+
+def sockets(repo: Path, env: dict[str, str] | None = None) -> list[Path]:
+    """The daemon's socket of ``repo``, when there is one."""
+    p = socket_of(repo, env)
+    return [p] if p.exists() else []
+
+
+def peer_pid(path: Path | str) -> int | None:
+    """The pid of the process listening on the unix socket ``path`` (None: none)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(str(path))
+        creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        return int.from_bytes(creds[:4], "little")
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def wait_daemon(repo: Path, timeout: float = 30, env: dict[str, str] | None = None) -> int:
+    """The pid of the repository's daemon, once it listens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in sockets(repo, env):
+            if p is not None and p.exists():
+                pid = peer_pid(p)
+                if pid:
+                    return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no hook daemon came up for {repo}")
+
+
+def started(repo: Path, env: dict[str, str]) -> int:
+    """A daemon for ``repo`` (one call starts it), and its pid."""
+    hook(repo, event(repo, "PreToolUse", "Read", {"file_path": str(repo / "src/api.py")}, "warm"), env)
+    return wait_daemon(repo, env=env)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs"
+        time.sleep(0.05)
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def stop(pid: int) -> None:
+    """End a daemon this test started (by its pid)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    wait_gone(pid)
+
+
+def daemons_of(repo: Path) -> list[int]:
+    """Live daemon processes started for ``repo`` (from their command lines)."""
+    common = str(repo / ".git")
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if any(b"integrations.hookd import main" in a for a in argv) and common.encode() in argv and alive(int(d)):
+            out.append(int(d))
+    return out
