@@ -11,7 +11,9 @@ applies them in arrival order and answers per write), elsewhere in one ``git pus
 move the queue, push again).
 
 * :mod:`.transport` — the ``git`` subprocesses (fetch of the storm refs, pushes);
-* :mod:`.workspace` — :class:`RemoteWorkspace`, its publication, sync and push-reads;
+* :mod:`.workspace` — :class:`RemoteWorkspace`, its publication (the push that is the
+  compare-and-swap), sync and push-reads;
+* :mod:`.queue` — the clone's queue of writes on its local ref, and its records;
 * :mod:`.queue_move` — the rule that moves queued writes onto a newer head (both sides);
 * :mod:`.inbox` — a clone's push to its inbox and the server's answers;
 * :mod:`.server_hook` — the pre-receive guard installed in the bare repository;

@@ -2,7 +2,7 @@
 
 A clone queues writes validated at its copy of the server's head; by the time they
 reach the server the head may have moved. Both sides then apply the same rule
-(a clone when a fetch shows a newer head, ``workspace._rebase_queue``; the server
+(a clone when a fetch shows a newer head, ``queue.rebase_queue``; the server
 when it orders the writes pushed to a clone's inbox, :mod:`.server_order`):
 
 * a write already on the new head (its identity, :func:`identity`, is there) is

@@ -297,7 +297,7 @@ def test_a_queued_write_is_not_dropped_while_a_fetch_is_halfway(tmp_path):
     queued: had it seen it dropped, it would write it again and the moved queue would
     land it a second time (a duplicate seen once in the 8-clone benchmark)."""
     from storm_git.core.store import Store
-    from storm_git.remote.workspace import QUEUED, _state
+    from storm_git.remote.queue import QUEUED, write_state as _state
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))
@@ -377,37 +377,37 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     import sys
 
     from storm_git.core.store import Store
-    from storm_git.remote import workspace as client
+    from storm_git.remote import queue
 
     repo = helpers.make_repo(tmp_path / "r")
     store = Store.discover(str(repo))
-    path = Path(client._rebased_path(store))
+    path = Path(queue.rebased_path(store))
     oid = [git_oid(f"{i:040x}") for i in range(1, 9)]
-    client._record_rebased(store, [(oid[0], oid[1])])
-    assert client._rebased(store) == {oid[0]: oid[1]}
+    queue.record_rebased(store, [(oid[0], oid[1])])
+    assert queue.rebased(store) == {oid[0]: oid[1]}
     # another process appends: this one's copy grows by what was added
-    code = (f"from storm_git.core.store import Store; from storm_git.remote import workspace as client; import pygit2; "
-            f"client._record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
+    code = (f"from storm_git.core.store import Store; from storm_git.remote import queue; import pygit2; "
+            f"queue.record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
             f"pygit2.Oid(hex='{oid[2]}'))])")
     subprocess.run([sys.executable, "-c", code], check=True)
-    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
+    assert queue.rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
     # a mover killed in the middle of a row: the fragment is not read, and the next
     # append starts on a line of its own
     with open(path, "ab") as fh:
         fh.write(f"{oid[3]} {str(oid[4])[:20]}".encode())
-    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
-    client._record_rebased(store, [(oid[5], oid[6])])
-    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6]}
+    assert queue.rebased(store) == {oid[0]: oid[1], oid[1]: oid[2]}
+    queue.record_rebased(store, [(oid[5], oid[6])])
+    assert queue.rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6]}
     assert path.read_bytes().count(b"\n") == 4  # three rows and the fragment's own line
     # a compaction: rows older than any write waits are dropped from a new file, and a
     # reader that parsed the old one reads the new one from its start
     old = "".join(f"{oid[3]} {oid[7]} 1.0\n" for _ in range(50))
     path.write_bytes(old.encode() + path.read_bytes())
-    monkeypatch.setattr(client, "REBASED_COMPACT_BYTES", 1024)
-    assert client._rebased(store)[oid[3]] == oid[7]  # this process's copy now holds the old rows
-    client._record_rebased(store, [(oid[6], oid[7])])
+    monkeypatch.setattr(queue, "REBASED_COMPACT_BYTES", 1024)
+    assert queue.rebased(store)[oid[3]] == oid[7]  # this process's copy now holds the old rows
+    queue.record_rebased(store, [(oid[6], oid[7])])
     assert b" 1.0\n" not in path.read_bytes()
-    assert client._rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6], oid[6]: oid[7]}
+    assert queue.rebased(store) == {oid[0]: oid[1], oid[1]: oid[2], oid[5]: oid[6], oid[6]: oid[7]}
 
 
 def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing(tmp_path):
@@ -418,7 +418,7 @@ def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing
     nowhere, take its write for dropped and write it again while the old commit was
     still queued: two commits for one write)."""
     from storm_git.core.store import Store
-    from storm_git.remote import workspace as client
+    from storm_git.remote import queue
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -432,7 +432,7 @@ def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing
         tree = rev(a, f"{queued}^{{tree}}")
         orphan = git(a, "-c", "user.name=s", "-c", "user.email=s@x", "commit-tree", "-p", h0, "-m", "moved",
                      tree).stdout.decode().strip()
-        client._record_rebased(Store.discover(str(a)), [(git_oid(queued), git_oid(orphan))])
+        queue.record_rebased(Store.discover(str(a)), [(git_oid(queued), git_oid(orphan))])
     finally:
         release(holder)
     code, r = finish(p)
@@ -453,7 +453,6 @@ def test_after_a_stale_lease_the_clone_backs_off_before_its_fetch_not_between_fe
 
     from storm_git import open_workspace
     from storm_git.remote import backoff
-    from storm_git.remote import workspace as client
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -551,7 +550,7 @@ def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_v
     history."""
     from storm_git.core.locks import flocked
     from storm_git.core.store import Store
-    from storm_git.remote import workspace as client
+    from storm_git.remote import queue
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -581,13 +580,13 @@ def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_v
     with flocked(store.commondir, "workspace"):  # as every asker holds it
         # a record naming the tracked head as it was before the last push, saying both are queued
         (a / QUEUE_RECORD).write_text(f"{rz['commit']} {rev(a, WS)}\n" + "".join(f"q {c}\n" for c in landed))
-        assert client._state(store, "origin", git_oid(rx["commit"])) == (client.LANDED, git_oid(rx["commit"]))
+        assert queue.write_state(store, "origin", git_oid(rx["commit"])) == (queue.LANDED, git_oid(rx["commit"]))
         # one naming the refs as they are, torn by hand: not believed either
         (a / QUEUE_RECORD).write_text(f"{rev(a, TRACKED)} {rev(a, WS)}\nq {rx['commit'][:20]}\n")
-        assert client._state(store, "origin", git_oid(rx["commit"]))[0] == client.LANDED
+        assert queue.write_state(store, "origin", git_oid(rx["commit"]))[0] == queue.LANDED
         # a commit on the tracked head that is on neither ref: dropped
         other = git(a, "commit-tree", "-p", TRACKED, "-m", "elsewhere", f"{TRACKED}^{{tree}}").stdout.decode().strip()
-        assert client._state(store, "origin", git_oid(other))[0] == client.DROPPED
+        assert queue.write_state(store, "origin", git_oid(other))[0] == queue.DROPPED
 
 
 def test_a_queue_record_lost_with_a_killed_writer_is_rebuilt_and_a_directory_in_its_place_stops_nothing(tmp_path):
