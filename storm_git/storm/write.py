@@ -434,7 +434,7 @@ def _rejected(ws: WriteHost, w: Write, at: Attempt, retries: int, waited: float,
     found, auto = at.verdict, w.auto
     reservation = at.granted if found.reason != RESERVED else at.blocked
     rejection = validate.reject(ws, w.agent, w.op, found, at.head, seen, reservation,
-                                _text_of(w.changes.get(found.conflicts[0])) if found.conflicts else None)
+                                w.changes.get(found.conflicts[0]) if found.conflicts else None)
     rejection.scope = {"name": w.scope_name, "paths": w.dep_list, "why": auto.why if auto else None}
     if auto is not None and (auto.kept or auto.unaffected):
         # --deps auto looked inside the moved files: why each still counts, and which did not
@@ -444,11 +444,6 @@ def _rejected(ws: WriteHost, w: Write, at: Attempt, retries: int, waited: float,
         rejection.message += f" (validated against scope {w.scope_name}: {len(w.scope)} read file(s))"
     return WriteResult(False, w.agent, w.paths, str(at.head), rejection=rejection, cas_retries=retries,
                        waited=waited, reservation_wait=res_wait)
-
-
-def _text_of(change: Any) -> Any:
-    """The content a change writes (a change read from disk is (content, mode))."""
-    return change[0] if isinstance(change, tuple) else change
 
 
 def _check_disk_parents(top: str, paths: list[str]) -> None:
