@@ -89,8 +89,9 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
         out.flush()
         if len(results) == 1:
             click.echo(f"storm: {quoted(r.path)} version {r.version} at {r.head[:10]}" if r.version else
-                       f"storm: {quoted(r.path)}: not found in the shared workspace (recorded as absent, "
-                       f"head {r.head[:10]})", err=True)
+                       f"storm: {quoted(r.path)}: not found in the shared workspace (head {r.head[:10]}); "
+                       f"recorded as absent: creating it is validated against its absence, so a file "
+                       f"another agent creates first is a conflict", err=True)
         elif r.content is None:
             out.write(b"(not found: recorded as absent)\n")
 
@@ -395,9 +396,14 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
       git storm forget --agent engineer_1            # new task
       git storm forget docs/notes.md --agent engineer_1
     """
-    dropped = open_workspace_here().forget(None if (all_ or not paths) else list(paths), agent=_agent(agent))
+    ws = open_workspace_here()
+    who = _agent(agent)
+    dropped = ws.forget(None if (all_ or not paths) else list(paths), agent=who)
+    known = bool(dropped) or ws.knows_agent(who)
     if as_json:
-        emit_json({"forgotten": dropped})
+        emit_json({"forgotten": dropped, "known_agent": known})
+    elif not known:
+        click.echo(f"{who} has no read set: storm has not seen this agent read or write (nothing forgotten)")
     else:
         click.echo(f"forgot {len(dropped)} path(s)" + (f": {', '.join(dropped[:10])}" if dropped else ""))
 
