@@ -87,6 +87,8 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
             if len(results) > 1 and not r.content.endswith(b"\n"):
                 out.write(b"\n")
         out.flush()
+        if r.offline and (len(results) == 1 or r is results[0]):
+            click.echo(f"storm: {r.offline}", err=True)
         if len(results) == 1:
             click.echo(f"storm: {quoted(r.path)} version {r.version} at {r.head[:10]}" if r.version else
                        f"storm: {quoted(r.path)}: not found in the shared workspace (head {r.head[:10]}); "

@@ -38,13 +38,16 @@ class ReadResult:
     head: str
     content: bytes | None
     mode: int | None = None
+    offline: str | None = None  # remote mode, server unreachable: why, and how old the local head is
 
     @property
     def exists(self) -> bool:
         return self.version is not None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"path": self.path, "version": self.version, "exists": self.exists, "head": self.head}
+        d: dict[str, Any] = {"path": self.path, "version": self.version, "exists": self.exists, "head": self.head}
+        if self.offline:
+            d["offline"] = self.offline
         d.update(content_fields(self.content))
         return d
 

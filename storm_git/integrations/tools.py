@@ -221,7 +221,8 @@ class StormTools:
         if r.content is None:
             return ToolOutcome(f"Error: The path {path} does not exist. Please provide a valid path.\n"
                                f"[storm] recorded as read while absent: create it with create.", data, True)
-        footer = f"[storm] {p} version {r.version[:12] if r.version else '?'} (recorded as read)"
+        footer = f"[storm] {p} version {r.version[:12] if r.version else '?'} (recorded as read)" + \
+            (f"\n[storm] {r.offline}" if r.offline else "")
         if editor.is_binary(r.content):
             return ToolOutcome(f"{path} is a binary file ({len(r.content)} bytes).\n{footer}", data)
         text = r.content.decode("utf-8", "replace")
@@ -375,6 +376,8 @@ class StormTools:
             else:
                 body = r.content.decode("utf-8", "replace")
             parts.append(f"==> {r.path} @ {version} <==\n{body}")
+        if results[0].offline:
+            parts.append(f"[storm] {results[0].offline}")
         return ToolOutcome(editor.clip("\n".join(parts)),
                            {"head": results[0].head, "files": [r.to_dict() for r in results]})
 
