@@ -893,7 +893,7 @@ def test_a_tracking_ref_locked_for_a_moment_by_git_is_waited_out(tmp_path):
 def test_with_the_server_down_a_read_serves_the_last_head_and_says_how_old(tmp_path, daemon):
     """git reads offline; so does storm's read, saying so. A write still needs the server,
     and its error is git's whole message, not a line cut at the address."""
-    srv = bare(daemon.base / "proj.git")
+    bare(daemon.base / "proj.git")
     url = daemon.url("proj.git")
     a = seed(tmp_path, url)
     head = rev(a, WS)
