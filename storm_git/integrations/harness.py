@@ -315,6 +315,8 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
         # worktree mode: the agent works alone in its worktree; isolation is the protection
         return HookResult(PASS, event, "worktree-mode")
     who = agent_for(event, agent, env)
+    if event.session_id and (agent or (env if env is not None else os.environ).get(ENV_VAR)):
+        ws.begin_task(who, f"{event.harness} session {event.session_id}")  # a named agent's new session
     if kind == "shell":
         return pre_shell(ws, who, event) if event.pre else post_shell(ws, who, event)
     paths = tool_paths(ws.store, event)

@@ -384,3 +384,32 @@ def test_file_tools_on_a_symbolic_link_act_on_the_file_it_names(repo):
     spec = out["hookSpecificOutput"]
     assert spec["permissionDecision"] == "deny" and "AGENTS.md" in spec["permissionDecisionReason"]
     assert "changed by claude-sessA" in spec["permissionDecisionReason"]
+
+
+def test_a_named_agents_new_session_starts_a_new_read_set(repo):
+    """A read set belongs to one task: engineer_1's old session read util.py, which has
+    changed since; its new session (same STORM_AGENT, another session id) knows nothing
+    of that read, and its edit is not refused as built on it. The same session keeps it."""
+    env = {"STORM_AGENT": "engineer_1"}
+    util, api = str(repo / "src/util.py"), str(repo / "src/api.py")
+    assert decision(hook(repo, claude_event(repo, "old", "PostToolUse", "Read", {"file_path": util}, "r1"),
+                         env=env)) is None
+    assert storm(repo, "read", "src/util.py", agent="other").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="changed = 1\n", agent="other").returncode == 0
+    edit = {"file_path": api, "old_string": "def fetch(url):", "new_string": "def fetch(url, t=1):",
+            "replace_all": False}
+    # the old session: its read of util.py is stale, the edit is refused
+    assert decision(hook(repo, claude_event(repo, "old", "PostToolUse", "Read", {"file_path": api}, "r2"),
+                         env=env)) is None
+    out = decision(hook(repo, claude_event(repo, "old", "PreToolUse", "Edit", edit, "e1"), env=env))
+    assert out and out["hookSpecificOutput"]["permissionDecision"] == "deny", out
+    assert "stale" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    git(repo, "config", "storm.reservationSeconds", "0")
+    assert storm(repo, "release", "src/api.py", agent="engineer_1").returncode == 0
+    # a new session of engineer_1: a new task
+    assert decision(hook(repo, claude_event(repo, "new", "PostToolUse", "Read", {"file_path": api}, "r3"),
+                         env=env)) is None
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    [me] = [a for a in st["agents"] if a["agent"] == "engineer_1"]
+    assert me["reads"] == 1 and me["stale"] == [], me
+    assert decision(hook(repo, claude_event(repo, "new", "PreToolUse", "Edit", edit, "e2"), env=env)) is None
