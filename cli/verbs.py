@@ -412,8 +412,10 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
 @cli.command(context_settings=CONTEXT)
 @click.option("--verbose", "-v", count=True,
               help="-v: diffs of unmediated edits to recorded files; -vv: also the content of new files.")
+@click.option("--all", "all_agents", is_flag=True,
+              help="List every agent storm has seen, also those with an empty read set (--json always does).")
 @json_option
-def status(verbose: int, as_json: bool) -> None:
+def status(verbose: int, all_agents: bool, as_json: bool) -> None:
     """Mode, shared head, agents with read-set size and stale reads, reservations,
     and the files on disk storm did not put there (unmediated edits).
 
@@ -427,6 +429,7 @@ def status(verbose: int, as_json: bool) -> None:
     Example:
       git storm status
       git storm status -v          # with diffs
+      git storm status --all       # also the idle agents
       git storm status --json
     """
     from storm_git.core import render
@@ -435,7 +438,7 @@ def status(verbose: int, as_json: bool) -> None:
     if as_json:
         emit_json(st.to_dict())
     else:
-        click.echo(render.status(st))
+        click.echo(render.status(st, all_agents=all_agents))
 
 
 @cli.command(context_settings=CONTEXT)
