@@ -218,9 +218,21 @@ class CommitResult:
     radar: list[dict[str, Any]] = field(default_factory=list)  # worktree mode: storm_git.worktree.radar hits
     # storm mode: commits the branch gained outside storm, merged into the shared workspace first
     branch_news: dict[str, Any] | None = None
+    from_target: list[str] = field(default_factory=list)  # worktree mode: paths a sync's merge brought in
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def summary(self) -> str:
+        """What the commit holds, in words: storm writes when there were any, the paths,
+        and those a sync brought from the target (not the agent's own work)."""
+        who = ", ".join(self.agents) or "no agent"
+        own = len(self.paths) - len(self.from_target)
+        parts = [f"{self.writes} write(s) by {who}, {len(self.paths)} path(s)" if self.writes else
+                 f"{len(self.paths)} path(s) by {who}" if own else f"{len(self.paths)} path(s)"]
+        if self.from_target:
+            parts.append(f"{len(self.from_target)} of them from the target branch (concluding a sync)")
+        return "; ".join(parts)
 
 
 @dataclass

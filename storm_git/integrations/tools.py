@@ -484,8 +484,8 @@ class StormTools:
     # -- the manager's verbs --------------------------------------------------------------
     def commit(self, message: str, adopt: bool = False) -> ToolOutcome:
         res = self.workspace().commit(message, agent=self.agent, adopt=adopt)
-        text = (f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by "
-                f"{', '.join(res.agents) or 'nobody'}" if res.commit else f"nothing to commit on {res.branch}")
+        text = (f"committed {res.commit[:10]} on {res.branch}: {res.summary()}" if res.commit
+                else f"nothing to commit on {res.branch}")
         if res.unmediated:
             text += f"\nleft on disk, not committed: {', '.join(u.get('path', '?') for u in res.unmediated[:10])}"
         return ToolOutcome(text, res.to_dict())
