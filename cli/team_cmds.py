@@ -194,7 +194,7 @@ def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | Non
         if resume_run:
             from storm_git.team.state import check_run_id
 
-            t = runner.resume(store, check_run_id(resume_run))
+            t = runner.resume(store, check_run_id(resume_run), [board.event])
         else:
             path = plan_file
             if path is None and plan_or_task and os.path.isfile(plan_or_task):
@@ -218,7 +218,8 @@ def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | Non
     except PlanError as exc:
         _plan_problems(exc, as_json)
         return
-    t.listeners.append(board.event)
+    if board.event not in t.listeners:
+        t.listeners.append(board.event)
     t.ticks.append(board.tick)
     code = t.run()
     board.tick(t, force=True)

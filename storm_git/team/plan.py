@@ -149,7 +149,9 @@ def _shape(data: Any) -> tuple[list[str], Plan | None]:
 
 def _cycle(plan: Plan) -> list[str] | None:
     """One dependency cycle (ids, first repeated at the end), or None."""
-    graph = {s.id: s.depends_on for s in plan.subtasks}
+    graph: dict[str, list[str]] = {}
+    for s in plan.subtasks:  # a duplicated id: its dependencies together (the duplicate is reported apart)
+        graph.setdefault(s.id, []).extend(d for d in s.depends_on if d != s.id)
     state: dict[str, int] = {}
     path: list[str] = []
 

@@ -135,7 +135,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     return Team(store, rd, st, plan, extra)
 
 
-def resume(store: Store, run: str) -> Team:
+def resume(store: Store, run: str, listeners: list[Listener] | None = None) -> Team:
     """Take a run up again: sessions still running are waited for, sessions that were
     killed or stopped start again, then the run lands as usual."""
     import json
@@ -153,6 +153,7 @@ def resume(store: Store, run: str) -> Team:
     with open(rd.file("options.json"), encoding="utf-8") as fh:
         extra = json.load(fh)
     team = Team(store, rd, st, plan, extra)
+    team.listeners.extend(listeners or [])
     for e in st.engineers:
         if e.state in ("running", "waiting"):
             status = launcher.exit_status(team.exit_file(e))
@@ -324,6 +325,7 @@ class Team:
         env.update(STORM_AGENT=e.agent, STORM_TEAM_SUBTASK=e.subtask, STORM_TEAM_BRIEF=brief_file,
                    STORM_TEAM_RUN=self.st.run, STORM_TEAM_MODE=self.st.mode, STORM_TEAM_ROUND=round_,
                    STORM_TEAM_REPO=self.store.main_workdir, STORM_TEAM_WORKDIR=cwd,
+                   STORM_TEAM_ATTEMPT=str(e.attempts),
                    STORM_TEAM_FILES=" ".join(self.subtasks[e.subtask].files))
         return env
 
@@ -542,8 +544,9 @@ class Team:
                     e.fix_rounds += 1
                     e.state = "queued"
                 self.save()
+                rounds = {r["agent"]: "conflict" if r["status"] == "conflicted" else "fix" for r in bad}
                 for a in handed:
-                    self.launch(self.st.engineer(a), "conflict", notes[a])
+                    self.launch(self.st.engineer(a), rounds[a], notes[a])
                 self.work(only=handed)
                 if self.stopping:
                     return self.stop()

@@ -2,7 +2,7 @@
 
 It plays the steps the scenario file (``$TEAM_SCENARIO``, JSON) gives its subtask
 (``$STORM_TEAM_SUBTASK``) for the round it is started in (``$STORM_TEAM_ROUND``:
-work, fix, conflict), through storm's public verbs (``git storm read/write/edit/
+work, fix, conflict; ``work2``: the second attempt's, after a resume), through storm's public verbs (``git storm read/write/edit/
 exec``) or plain commands, and logs what it received (its environment's team
 variables and its brief) to ``$TEAM_LOG/<agent>.<round>.json``. A step that does
 not end as the scenario expects ends the script with exit 9.
@@ -31,8 +31,10 @@ def run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProce
 def main() -> int:
     agent, sub = os.environ["STORM_AGENT"], os.environ["STORM_TEAM_SUBTASK"]
     round_ = os.environ.get("STORM_TEAM_ROUND", "work")
-    with open(os.environ["TEAM_SCENARIO"], encoding="utf-8") as fh:
-        steps = json.load(fh).get(sub, {}).get(round_, [])
+    with open(os.environ["TEAM_SCENARIO"], encoding="utf-8") as fh:  # steps by round and attempt ("work2")
+        mine = json.load(fh).get(sub, {})
+    attempt = os.environ.get("STORM_TEAM_ATTEMPT", "1")
+    steps = mine.get(f"{round_}{attempt}", mine.get(round_, []))
     log = os.environ.get("TEAM_LOG")
     got = {k: v for k, v in os.environ.items() if k.startswith("STORM_")}
     with open(os.environ["STORM_TEAM_BRIEF"], encoding="utf-8") as fh:
@@ -44,7 +46,8 @@ def main() -> int:
 
     def dump() -> None:
         if log:
-            with open(os.path.join(log, f"{agent}.{round_}.json"), "w", encoding="utf-8") as fh:
+            name = f"{agent}.{round_}" + (f".{attempt}" if attempt != "1" and round_ == "work" else "")
+            with open(os.path.join(log, f"{name}.json"), "w", encoding="utf-8") as fh:
                 json.dump({**got, "results": results}, fh, indent=1)
 
     for step in steps:
@@ -65,8 +68,6 @@ def main() -> int:
             out = json.loads(r.stdout or "{}")
             rej = out.get("rejection") or {}
             results.append({"write": path, "rc": r.returncode, "reason": rej.get("reason")})
-            if r.returncode == 1 and isinstance(rej.get("current"), dict):
-                pass
             if r.returncode != step.get("expect", 0):
                 results[-1]["err"] = r.stderr.decode() + r.stdout.decode()[:2000]
                 dump()

@@ -14,7 +14,7 @@ REPO_FILES = {
     "README.md": "# service\n",
     "check.py": ("import sys\nsys.path.insert(0, 'src')\nimport client\n"
                  "got = client.load('x')\n"
-                 "if got != 'x!':\n    print('FAIL src/client.py: load(x) returned %r' % got)\n    sys.exit(1)\n"
+                 "if '?' in got:\n    print('FAIL src/client.py: load(x) returned %r' % got)\n    sys.exit(1)\n"
                  "print('ok')\n"),
 }
 
