@@ -257,17 +257,22 @@ def team_status(run: str | None, all_: bool, as_json: bool) -> None:
 
     store = open_store_here()
     if all_:
+        from storm_git.team.runner import orphaned
+
+        left = orphaned(store.commondir)
         rows = []
         for r in runs(store.commondir):
             st = RunDir(store.commondir, r).load()
             rows.append({"run": r, "task": st.task, "mode": st.mode, "phase": st.phase,
-                         "engineers": len(st.engineers)})
+                         "engineers": len(st.engineers),
+                         "orphaned": [o["agent"] for o in left if o["run"] == r]})
         if as_json:
             emit_json({"runs": rows})
         else:
             for row in rows:
+                orphans = f"  orphaned: {', '.join(row['orphaned'])}" if row["orphaned"] else ""
                 click.echo(f"{row['run']}  {row['phase']:<8} {row['mode']:<8} {row['engineers']} engineer(s)  "
-                           f"{row['task']}")
+                           f"{row['task']}{orphans}")
         return
     rd = RunDir(store.commondir, _which(store, run))
     st = rd.load()

@@ -32,7 +32,7 @@ def snapshot(store: Store, st: RunState, activity: dict[str, Activity]) -> dict[
             "alive": session_alive, "orphaned": session_alive and not runner_alive,
             "attempts": e.attempts, "exit": e.exit, "why": e.why, "on": a.on, "reads": a.reads,
             "writes": a.writes, "rejections": a.rejections, "reasons": a.reasons, "holds": a.holds,
-            "waits_for": sorted(set(a.blocked_by.values())), "tokens": e.tokens, "cost": e.cost,
+            "waits_for": a.waiting_on, "tokens": e.tokens, "cost": e.cost,
             "elapsed": round(((e.ended or now) - e.started), 1) if e.started else None,
         })
     head = store.ref_target(WORKSPACE_REF)
@@ -57,7 +57,7 @@ def table(snap: dict[str, Any]) -> list[str]:
               f"{'rejected':>9}  {'holds/waits':<18}{'tokens':>8}{'cost':>8}{'time':>7}")]
     for r in snap["engineers"]:
         holds = ",".join(r["holds"])[:10]
-        waits = ",".join(r["waits_for"])[:10] if r["state"] == "waiting" else ""
+        waits = (r["waits_for"] or "")[:10]
         hw = (holds + (" ⏸" + waits if waits else ""))[:18]
         lines.append(f"{STATE_MARK.get(r['state'], '?'):<2}{r['agent']:<12}{r['subtask'][:9]:<10}{r['state']:<9}"
                      f"{(r['on'] or '-')[-23:]:<24}{r['reads']:>6}{r['writes']:>7}{r['rejections']:>9}  "

@@ -31,6 +31,8 @@ class Activity:
     blocked_by: dict[str, str] = field(default_factory=dict)  # path -> holder, for a 'reserved' rejection
     on: str | None = None  # the file it is on: its last write or rejection
     first: float | None = None  # time of its first write or rejection
+    last: float | None = None  # time of its last write or rejection
+    waiting_on: str | None = None  # its last write was refused for this holder's reservation, still held
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -57,6 +59,7 @@ class Progress:
         self.branches = branches or {}
         self._key: Any = None
         self._last: dict[str, Activity] = {a: Activity() for a in agents}
+        self._live: dict[str, str] = {}
 
     def _refs_key(self) -> Any:
         s = self.store
@@ -77,6 +80,9 @@ class Progress:
             self._branch_writes(acts)
         self._rejections(acts)
         self._holds(acts)
+        for a in acts.values():
+            still = a.waiting_on and a.rejected_paths and self._live.get(a.rejected_paths[-1]) == a.waiting_on
+            a.waiting_on = a.waiting_on if still else None
         for a in self.agents:
             try:
                 acts[a].reads = len(readsets.load(self.store, a)) if self.mode == "storm" else 0
@@ -107,6 +113,7 @@ class Progress:
             a.paths.extend(p for p in paths if p not in a.paths)
             a.on = paths[-1] if paths else a.on
             a.first = a.first if a.first is not None else when
+            a.last = when
 
     def _branch_writes(self, acts: dict[str, Activity]) -> None:
         s = self.store
@@ -151,12 +158,16 @@ class Progress:
                     a.blocked_by[path] = ev["holder"]
             t = float(ev.get("time", 0))
             a.first = t if a.first is None else min(a.first, t)
+            if a.last is None or t >= a.last:
+                a.last = t
+                a.waiting_on = ev.get("holder") if reason == "reserved" and isinstance(ev.get("holder"), str) else None
 
     def _holds(self, acts: dict[str, Activity]) -> None:
         try:
             live = reservations.active(self.store)
-        except Exception:  # noqa: BLE001
-            return
+        except Exception:  # noqa: BLE001 - an unreadable reservations ref: nothing shown as held
+            live = []
+        self._live = {r.path: r.holder for r in live}
         for r in live:
             if r.holder in acts:
                 acts[r.holder].holds.append(r.path)

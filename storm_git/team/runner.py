@@ -23,7 +23,7 @@ from typing import Any
 import pygit2
 
 from ..core import assignments, reservations
-from ..core.errors import NotInitialised, RepoStateError, UsageError
+from ..core.errors import NotInitialised, RepoStateError, StormError, UsageError
 from ..core.store import WORKSPACE_REF, Store
 from ..integrations.brief import brief as agent_brief
 from . import land as landing
@@ -235,6 +235,8 @@ class Team:
         self.save()
         self.emit("run", task=self.st.task, mode=self.st.mode, engineers=len(self.st.engineers),
                   parallel=self.st.parallel)
+        for o in orphaned(self.store.commondir, skip=self.st.run):  # found; `team stop RUN` ends them
+            self.emit("orphan", **o, hint=f"git storm team stop {o['run']}")
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             self.work()
@@ -284,6 +286,7 @@ class Team:
 
     def tick(self) -> None:
         now = time.monotonic()
+        changed = False
         if now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
             self.activity = self.progress.get()
@@ -294,9 +297,13 @@ class Team:
                 if e.first_tool is None and a.first is not None and e.state in ("running", "waiting"):
                     e.first_tool = a.first
                 if e.state in ("running", "waiting"):
-                    waiting = bool(a.blocked_by) and a.rejected_paths[-1:] == list(a.blocked_by)[-1:] and \
-                        not (a.paths and a.paths[-1] == a.rejected_paths[-1])
-                    e.state = "waiting" if waiting and a.rejected_paths[-1] not in a.holds else "running"
+                    was, e.state = e.state, "waiting" if a.waiting_on else "running"
+                    if was != e.state:
+                        self.emit("waiting" if a.waiting_on else "resumed_work", agent=e.agent,
+                                  holder=a.waiting_on, path=a.on)
+                        changed = True
+        if changed:
+            self.save()
         for f in self.ticks:
             f(self)
 
@@ -645,6 +652,25 @@ def end_sessions(store: Store, st: RunState, emit: Callable[..., None]) -> list[
         launcher.storm_cli(["release", r.path, "--agent", r.holder], cwd=store.main_workdir)
         emit("released", agent=r.holder, path=r.path)
     return ended
+
+
+def orphaned(commondir: str, skip: str | None = None) -> list[dict[str, Any]]:
+    """Sessions still alive whose ``team run`` is not: what ``team stop RUN`` ends."""
+    from .state import runs
+
+    out = []
+    for r in runs(commondir):
+        if r == skip:
+            continue
+        try:
+            st = RunDir(commondir, r).load()
+        except StormError:  # an unreadable run is reported by its own status
+            continue
+        if launcher.alive(st.runner_pid, st.runner_pstart):
+            continue
+        out += [{"run": r, "agent": e.agent, "pid": e.pid} for e in st.engineers
+                if e.pid and launcher.alive(e.pid, e.pstart)]
+    return out
 
 
 def stop_run(store: Store, run: str, emit: Callable[..., None], *, wait: float = 30.0) -> dict[str, Any]:

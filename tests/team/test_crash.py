@@ -67,6 +67,8 @@ def test_stop_ends_the_sessions_a_killed_run_left_and_resume_lands(team_repo, tm
     assert st["runner"]["alive"] is False and e1["state"] == "running" and e1["alive"] and e1["orphaned"]
     assert (st["engineers"][1]["state"], st["engineers"][2]["state"]) == ("done", "queued")
     pid = e1["pid"]
+    listed = json.loads(team(team_repo, "status", "--all", "--json").stdout)["runs"]
+    assert [(x["run"], x["orphaned"]) for x in listed] == [(run, ["engineer_1"])]
     r = team(team_repo, "stop", run, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"run": run, "asked_runner": False, "ended": ["engineer_1"], "phase": "stopped"}
