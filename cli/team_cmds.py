@@ -260,7 +260,7 @@ def team_status(run: str | None, all_: bool, as_json: bool) -> None:
         from storm_git.team.runner import orphaned
 
         left = orphaned(store.commondir)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in runs(store.commondir):
             st = RunDir(store.commondir, r).load()
             rows.append({"run": r, "task": st.task, "mode": st.mode, "phase": st.phase,
@@ -270,7 +270,7 @@ def team_status(run: str | None, all_: bool, as_json: bool) -> None:
             emit_json({"runs": rows})
         else:
             for row in rows:
-                orphans = f"  orphaned: {', '.join(row['orphaned'])}" if row["orphaned"] else ""
+                orphans = f"  orphaned: {', '.join(map(str, row['orphaned']))}" if row["orphaned"] else ""
                 click.echo(f"{row['run']}  {row['phase']:<8} {row['mode']:<8} {row['engineers']} engineer(s)  "
                            f"{row['task']}{orphans}")
         return

@@ -91,31 +91,32 @@ def fix_targets(output: str, tracked: list[str], writes: dict[str, list[str]]) -
     return agents, files
 
 
-def manager_commit(top: str, message: str, manager: str, env: dict[str, str]) -> dict[str, Any]:
-    """``git storm commit -m MESSAGE --agent MANAGER``: the shared head onto the branch."""
-    r = storm_cli(["commit", "-m", message, "--agent", manager, "--json"], cwd=top, env=env, timeout=600)
+def _commit(cwd: str, message: str, agent: str, env: dict[str, str]) -> tuple[dict[str, Any], str | None]:
+    """``git storm commit -m MESSAGE --agent AGENT --json`` in ``cwd``: (its report, its error or None)."""
+    r = storm_cli(["commit", "-m", message, "--agent", agent, "--json"], cwd=cwd, env=env, timeout=600)
     try:
         data = json.loads(r.stdout)
     except ValueError:
         data = {}
+    data = data if isinstance(data, dict) else {}
     if r.returncode != 0:
-        err = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
-        raise RepoStateError(f"the manager's commit failed: {err or r.stderr.strip()[:300]}")
-    return data if isinstance(data, dict) else {}
+        return data, (data.get("error") or {}).get("message") or r.stderr.strip()[:300]
+    return data, None
+
+
+def manager_commit(top: str, message: str, manager: str, env: dict[str, str]) -> dict[str, Any]:
+    """The manager's commit (storm mode): the shared head onto the branch."""
+    data, err = _commit(top, message, manager, env)
+    if err is not None:
+        raise RepoStateError(f"the manager's commit failed: {err}")
+    return data
 
 
 def commit_worktree(path: str, agent: str, message: str, env: dict[str, str]) -> dict[str, Any]:
     """What the engineer left uncommitted in its worktree, committed to its branch by
     ``git storm commit --agent`` (its assignment's rule applies)."""
-    r = storm_cli(["commit", "-m", message, "--agent", agent, "--json"], cwd=path, env=env, timeout=600)
-    try:
-        data = json.loads(r.stdout)
-    except ValueError:
-        data = {}
-    if r.returncode != 0:
-        err = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
-        return {"error": err or r.stderr.strip()[:300]}
-    return data if isinstance(data, dict) else {}
+    data, err = _commit(path, message, agent, env)
+    return {"error": err} if err is not None else data
 
 
 def merge(top: str, agents: list[str], test: str | None, manager: str, env: dict[str, str],

@@ -80,9 +80,10 @@ class Progress:
             self._branch_writes(acts)
         self._rejections(acts)
         self._holds(acts)
-        for a in acts.values():
-            still = a.waiting_on and a.rejected_paths and self._live.get(a.rejected_paths[-1]) == a.waiting_on
-            a.waiting_on = a.waiting_on if still else None
+        for act in acts.values():
+            still = act.waiting_on and act.rejected_paths and \
+                self._live.get(act.rejected_paths[-1]) == act.waiting_on
+            act.waiting_on = act.waiting_on if still else None
         for a in self.agents:
             try:
                 acts[a].reads = len(readsets.load(self.store, a)) if self.mode == "storm" else 0

@@ -483,16 +483,18 @@ class Team:
                   commit=commit)
         return res
 
-    def fix(self, agents: list[str], note: str) -> None:
+    def hand_back(self, rounds: dict[str, tuple[str, str]]) -> None:
+        """Start these engineers again, each for its round with its note ({agent: (round, note)}),
+        and wait for them: a fix round, a merge conflict handed back."""
         self.st.phase = "fixing"
-        for a in agents:
+        for a in rounds:
             e = self.st.engineer(a)
             e.fix_rounds += 1
             e.state = "queued"
         self.save()
-        for a in agents:
-            self.launch(self.st.engineer(a), "fix", note)
-        self.work(only=agents)
+        for a, (round_, note) in rounds.items():
+            self.launch(self.st.engineer(a), round_, note)
+        self.work(only=list(rounds))
 
     def land_storm(self) -> int:
         if self.st.test:
@@ -503,9 +505,9 @@ class Team:
                 tracked = tree_paths(self.store, self.store.ref_target(WORKSPACE_REF))
                 agents, files = landing.fix_targets(res.output, tracked, self.writes())
                 self.emit("fix_round", round=rounds, agents=agents, files=files)
-                self.fix(agents, "# Fix round\n\nThe team's tests fail on the shared head. The test command "
-                                 f"`{self.st.test}` said:\n\n```\n{res.output[-3000:]}\n```\n\nFix your part "
-                                 "so they pass.")
+                note = ("# Fix round\n\nThe team's tests fail on the shared head. The test command "
+                        f"`{self.st.test}` said:\n\n```\n{res.output[-3000:]}\n```\n\nFix your part so they pass.")
+                self.hand_back({a: ("fix", note) for a in agents})
                 if self.stopping:
                     return self.stop()
                 if any(self.st.engineer(a).state != "done" for a in agents):
@@ -548,16 +550,8 @@ class Team:
                 notes = {r["agent"]: self.handback_note(r, target) for r in bad}
                 self.emit("handed_back", agents=handed,
                           why={r["agent"]: r["status"] for r in bad if r["agent"] in handed})
-                self.st.phase = "fixing"
-                for a in handed:
-                    e = self.st.engineer(a)
-                    e.fix_rounds += 1
-                    e.state = "queued"
-                self.save()
-                rounds = {r["agent"]: "conflict" if r["status"] == "conflicted" else "fix" for r in bad}
-                for a in handed:
-                    self.launch(self.st.engineer(a), rounds[a], notes[a])
-                self.work(only=handed)
+                self.hand_back({r["agent"]: ("conflict" if r["status"] == "conflicted" else "fix", notes[r["agent"]])
+                                for r in bad if r["agent"] in handed})
                 if self.stopping:
                     return self.stop()
                 rep = self.merge([a for a in order if a in handed])
