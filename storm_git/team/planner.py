@@ -121,7 +121,8 @@ def plan(store: Store, task: str, agents: int, harness: str, *, timeout: float =
             raise RepoStateError(f"the manager session gave no plan in {timeout:.0f} s",
                                  hint=f"its transcript is {out}") from None
     finally:
-        subprocess.run(["git", "config", "--unset", READ_ONLY_KEY, f"^{PLANNER}$"], cwd=top, capture_output=True, check=False)
+        subprocess.run(["git", "config", "--unset", READ_ONLY_KEY, f"^{PLANNER}$"], cwd=top, capture_output=True,
+                       check=False)
     text = answer_text(harness, out)
     data = extract(text)
     if isinstance(data.get("subtasks"), list) and len(data["subtasks"]) > agents:

@@ -26,8 +26,7 @@ from ..core import assignments, reservations
 from ..core.errors import NotInitialised, RepoStateError, StormError, UsageError
 from ..core.store import WORKSPACE_REF, Store
 from ..integrations.brief import brief as agent_brief
-from . import land as landing
-from . import launcher, report
+from . import land as landing, launcher, report
 from .plan import Plan, load_file, validate
 from .progress import Activity, Progress
 from .state import Engineer, RunDir, RunState, new_run_id
@@ -86,7 +85,10 @@ def plan_tree(store: Store, mode: str) -> pygit2.Oid | None:
     else the branch's."""
     if mode == "storm" and store.ref_target(WORKSPACE_REF) is not None:
         return store.ref_target(WORKSPACE_REF)
-    return None if store.repo.head_is_unborn else store.repo.head.target
+    if store.repo.head_is_unborn:
+        return None
+    oid = store.repo.head.target
+    return oid if isinstance(oid, pygit2.Oid) else None
 
 
 def check_plan(store: Store, data: Any, mode: str, where: str = "the plan") -> Plan:
@@ -131,7 +133,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
         import json
 
         json.dump(extra, fh)
-    for e, s in zip(st.engineers, plan.subtasks):
+    for e, s in zip(st.engineers, plan.subtasks, strict=True):
         assignments.assign(store, e.agent, s.files, task=f"{run} {s.id}: {s.title}", by=manager,
                            allow_overlap=True)
     rd.save(st)
@@ -147,7 +149,7 @@ def resume(store: Store, run: str, listeners: list[Listener] | None = None) -> T
     st = rd.load()
     if launcher.alive(st.runner_pid, st.runner_pstart) and st.runner_pid != os.getpid():
         raise RepoStateError(f"team run {run} is still running (pid {st.runner_pid})",
-                             hint=f"watch it with git storm team watch {run}, or stop it with git storm team stop {run}")
+                             hint=f"watch it (git storm team watch {run}) or stop it (git storm team stop {run})")
     if st.phase == "landed":
         raise UsageError(f"team run {run} has landed already", hint=f"git storm team status {run}")
     plan = validate(load_file(rd.file("plan.json")), store.main_workdir,

@@ -2,10 +2,11 @@
 
 It plays the steps the scenario file (``$TEAM_SCENARIO``, JSON) gives its subtask
 (``$STORM_TEAM_SUBTASK``) for the round it is started in (``$STORM_TEAM_ROUND``:
-work, fix, conflict; ``work2``: the second attempt's, after a resume), through storm's public verbs (``git storm read/write/edit/
-exec``) or plain commands, and logs what it received (its environment's team
-variables and its brief) to ``$TEAM_LOG/<agent>.<round>.json``. A step that does
-not end as the scenario expects ends the script with exit 9.
+work, fix, conflict; ``work2``: the second attempt's, after a resume), through
+storm's public verbs (``git storm read/write/edit/exec``) or plain commands, and
+logs what it received (its environment's team variables and its brief) to
+``$TEAM_LOG/<agent>.<round>.json``. A step that does not end as the scenario
+expects ends the script with exit 9.
 
 Steps: ``{"read": [paths]}``; ``{"append": path, "text": s, "expect": 0|1}`` (the
 content last read plus ``text``); ``{"put": path, "text": s}`` (whole content);

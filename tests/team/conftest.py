@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers import make_repo
 from team_helpers import REPO_FILES, agent_cmd
 

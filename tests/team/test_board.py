@@ -23,9 +23,11 @@ def test_status_shows_a_wait_on_a_reservation_and_watch_follows_to_the_end(team_
         # engineer_1 is rejected on README.md after engineer_2's write: it holds the reservation
         "a": {"work": [{"read": ["README.md"]}, {"wait_ws": "README.md", "contains": "- x"},
                        {"append": "README.md", "text": "- e1\n", "expect": 1}, {"sh": f"touch {f1}"},
-                       {"wait_file": str(f2), "timeout": 300}, {"read": ["README.md"]}, {"append": "README.md", "text": "- e1\n"}]},
+                       {"wait_file": str(f2), "timeout": 300}, {"read": ["README.md"]},
+                       {"append": "README.md", "text": "- e1\n"}]},
         # engineer_2 then finds README.md reserved (--no-wait: rejected 'reserved') and waits
-        "b": {"work": [{"read": ["README.md"]}, {"append": "README.md", "text": "- x\n"}, {"wait_file": str(f1), "timeout": 300},
+        "b": {"work": [{"read": ["README.md"]}, {"append": "README.md", "text": "- x\n"},
+                       {"wait_file": str(f1), "timeout": 300},
                        {"read": ["README.md"]}, {"append": "README.md", "text": "- e2\n", "expect": 1},
                        {"wait_file": str(f2), "timeout": 300}, {"wait_ws": "README.md", "contains": "- e1"},
                        {"read": ["README.md"]}, {"append": "README.md", "text": "- e2\n"}]},

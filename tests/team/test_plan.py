@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from helpers import snapshot_refs
 from team_helpers import PLAN, plan_file, team
 

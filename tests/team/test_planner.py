@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import claude_event, decision, git, hook, show, storm
 
+from helpers import claude_event, decision, git, hook, show, storm
 from storm_git.team.plan import PlanError
 from storm_git.team.planner import answer_text, extract
 

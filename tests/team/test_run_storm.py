@@ -56,7 +56,7 @@ def test_three_engineers_conflict_stale_shell_edit_fix_round_and_the_commit(team
     # the shared head holds every engineer's work, the branch has it in the manager's commit
     assert show(team_repo, "refs/storm/workspace", "README.md").decode() == \
         "# service\n- api: timeout 10\n- util: clamp\n"
-    assert show(team_repo, "refs/storm/workspace", "src/client.py").decode() == "def load(url):\n    return url + \"!\"\n"
+    assert show(team_repo, "refs/storm/workspace", "src/client.py") == b'def load(url):\n    return url + "!"\n'
     ws_tree = git(team_repo, "rev-parse", "refs/storm/workspace^{tree}").stdout
     assert git(team_repo, "rev-parse", "main^{tree}").stdout == ws_tree
     assert (team_repo / "src/client.py").read_bytes() == show(team_repo, "main", "src/client.py")
@@ -72,14 +72,16 @@ def test_three_engineers_conflict_stale_shell_edit_fix_round_and_the_commit(team
     # the report adds up
     run = runs.pop()
     rep = json.loads((team_repo / ".git/storm/team" / run / "report.json").read_text())
-    assert rep["phase"] == "landed" and rep["landed"]["commit"] == git(team_repo, "rev-parse", "main").stdout.decode().strip()
+    main = git(team_repo, "rev-parse", "main").stdout.decode().strip()
+    assert rep["phase"] == "landed" and rep["landed"]["commit"] == main
     e = {x["agent"]: x for x in rep["engineers"]}
     assert e["engineer_2"]["reasons"] == {"direct_conflict": 1, "stale_dependency": 1}
     assert e["engineer_2"]["replans"] == 1 and e["engineer_3"]["fix_rounds"] == 1
     assert [x["writes"] for x in rep["engineers"]] == [2, 2, 2]
     assert rep["conflicts"] == {"at_write": 2, "at_merge": 0, "by_tests": 1}
     assert [t["passed"] for t in rep["tests"]] == [False, True]
-    assert "| engineer_2 | s2: clamp notes | done | 2 | 2" in (team_repo / ".git/storm/team" / run / "report.md").read_text()
+    md = (team_repo / ".git/storm/team" / run / "report.md").read_text()
+    assert "| engineer_2 | s2: clamp notes | done | 2 | 2" in md
     st = json.loads(team(team_repo, "status", "--json").stdout)
     assert [(x["agent"], x["subtask"], x["state"]) for x in st["engineers"]] == \
         [("engineer_1", "s1", "done"), ("engineer_2", "s2", "done"), ("engineer_3", "s3", "done")]

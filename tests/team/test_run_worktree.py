@@ -27,8 +27,10 @@ def test_worktree_mode_merges_in_order_hands_back_a_conflict_once_and_fixes_a_te
                                    "> src/util.py && git add src/util.py && git commit -q --no-edit"}]},
         # engineer_3 starts from engineer_1's branch; its first version fails the gate
         "s3": {"work": [{"sh": "grep -q 'TIMEOUT = 10' src/api.py"},
-                        {"read": ["src/client.py"]}, {"put": "src/client.py", "text": "def load(url):\n    return url + '?'\n"}],
-               "fix": [{"read": ["src/client.py"]}, {"put": "src/client.py", "text": "def load(url):\n    return url + '!'\n"},
+                        {"read": ["src/client.py"]},
+                        {"put": "src/client.py", "text": "def load(url):\n    return url + '?'\n"}],
+               "fix": [{"read": ["src/client.py"]},
+                       {"put": "src/client.py", "text": "def load(url):\n    return url + '!'\n"},
                        {"sh": "git add -A && git commit -q -m 'client: no question mark'"}]},
     }
     sc = tmp_path / "scenario.json"
