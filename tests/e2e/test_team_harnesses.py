@@ -169,3 +169,34 @@ def test_the_manager_session_makes_the_plan_and_cannot_write(harness_bin, world,
     denied = script.outputs("plan")[1]
     assert "team_planner is read-only here: it may read, not write" in denied, denied  # storm's hook said no
     assert git(repo, "config", "--get-all", "storm.readOnly", check=False).stdout == b""
+
+
+def test_run_a_task_the_manager_plans_it_then_the_engineers_do_it(harness_bin, world, tmp_path):
+    repo, home, log = world
+    util, api = str(repo / "src/util.py"), str(repo / "src/api.py")
+    answer = {"task": "defaults", "subtasks": [
+        {"id": "s1", "title": "defaults", "brief": "[[e1]] clamp defaults", "files": ["src/util.py"]},
+        {"id": "s2", "title": "fetch", "brief": "[[e2]] a timeout", "files": ["src/api.py"], "depends_on": ["s1"]}]}
+    script = Script({
+        "plan": [{"text": "```json\n" + json.dumps(answer) + "\n```"}],
+        "e1": [{"tool": "Read", "input": {"file_path": util}},
+               {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
+                                          "new_string": "def clamp(x, lo=0, hi=1):"}}],
+        "e2": [{"tool": "Read", "input": {"file_path": api}},
+               {"tool": "Edit", "input": {"file_path": api, "old_string": "def fetch(url):",
+                                          "new_string": "def fetch(url, timeout=10):"}}]})
+    server, port = serve(script)
+    try:
+        r = run_team(repo, env_for(home, log, port, harness_bin), "run", "[[plan]] give things defaults",
+                     "--agents", "2", "--harness", "claude")
+    finally:
+        server.shutdown()
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    evs = events(r.stdout)
+    assert evs[0]["event"] == "planned"
+    started = [(e["agent"], e["subtask"]) for e in evs if e["event"] == "started"]
+    assert started == [("engineer_1", "s1"), ("engineer_2", "s2")]  # s2 after s1, as planned
+    assert set(hx.writers(log, "src/util.py")) == {"engineer_1"} and set(hx.writers(log, "src/api.py")) == \
+        {"engineer_2"}
+    assert b"timeout=10" in git(repo, "show", "main:src/api.py").stdout
+    assert b"lo=0" in git(repo, "show", "main:src/util.py").stdout
