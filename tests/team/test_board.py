@@ -3,6 +3,8 @@ reservation (and whose), ``team watch`` follows the run's events until it ends."
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -65,3 +67,21 @@ def test_status_shows_a_wait_on_a_reservation_and_watch_follows_to_the_end(team_
     assert any(" landed " in x for x in lines) and lines[-1].endswith(": landed")
     # team run's own output, not a terminal: the same lines, then its summary on stdout
     assert any(" engineer_2 done after " in x for x in out.splitlines()) and "landed; report:" in out
+
+
+def test_on_a_terminal_the_board_is_a_table_redrawn_in_place(team_repo, tmp_path):
+    log = tmp_path / "log"
+    log.mkdir()
+    sc = tmp_path / "scenario.json"
+    sc.write_text(json.dumps({"a": {"work": [{"read": ["src/api.py"]}, {"sleep": 3},
+                                             {"put": "src/api.py", "text": "TIMEOUT = 3\n"}]},
+                              "b": {"work": [{"sleep": 3}]}}))
+    cmd = (f"{sys.executable} -m storm_git team run --plan {plan_file(tmp_path, PLAN2)} "
+           f"--harness-cmd '{agent_cmd(sc, log)}'")
+    r = subprocess.run(["script", "-qfec", cmd, "/dev/null"], cwd=team_repo, capture_output=True, text=True,
+                       timeout=180, env={**os.environ, "TERM": "xterm"}, check=False)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert len(re.findall(r"\x1b\[\d+F", r.stdout)) >= 2, r.stdout[-2000:]  # redrawn over the last frame
+    last = r.stdout[r.stdout.rindex("  storm mode  "):]  # the last frame
+    assert "engineer    subtask" in last and "✓ engineer_1  a" in last and "✓ engineer_2  b" in last
+    assert "landed" in last

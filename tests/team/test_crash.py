@@ -103,3 +103,31 @@ def test_resume_waits_for_a_session_that_outlived_its_run(team_repo, tmp_path):
     assert [e["agent"] for e in events if e["event"] == "adopted"] == ["engineer_1"]
     assert sorted(p.stem for p in log.glob("*.json")) == ["engineer_1.work", "engineer_2.work", "engineer_3.work"]
     assert show(team_repo, "main", "README.md") == b"# service\n- util\n- api\n"
+
+
+def test_stop_asks_a_live_run_to_stop_it_ends_its_sessions_and_reports(team_repo, tmp_path):
+    log = tmp_path / "log"
+    log.mkdir()
+    sc = tmp_path / "scenario.json"
+    sc.write_text(json.dumps({"s1": {"work": [{"sh": f"touch {log}/e1.up"}, {"sleep": 600}]},
+                              "s2": {"work": [{"sleep": 600}]}}))
+    proc = subprocess.Popen([sys.executable, "-m", "storm_git", "team", "run", "--plan", str(plan_file(tmp_path)),
+                             "--harness-cmd", agent_cmd(sc, log), "--json"], cwd=team_repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (log / "e1.up").exists():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    run = sorted((team_repo / ".git/storm/team").iterdir())[0].name
+    pids = [e["pid"] for e in json.loads(team(team_repo, "status", run, "--json").stdout)["engineers"][:2]]
+    r = team(team_repo, "stop", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["asked_runner"] is True
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or " Z " in Path(f"/proc/{pid}/stat").read_text()
+    evs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert {e["agent"] for e in evs if e["event"] == "stopped_session"} >= {"engineer_1", "engineer_2"}
+    rep = json.loads((team_repo / ".git/storm/team" / run / "report.json").read_text())
+    assert rep["phase"] == "stopped" and [e["state"] for e in rep["engineers"]] == ["stopped", "stopped", "queued"]
