@@ -84,6 +84,8 @@ def parse_text(text: str, where: str = "the plan") -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise PlanError([f"not JSON: {exc}"], where) from None
+    except RecursionError:
+        raise PlanError(["not a plan: JSON nested too deeply"], where) from None
 
 
 def load_file(path: str) -> Any:

@@ -521,7 +521,9 @@ class Team:
                 return self.finish("failed", f"the tests fail on the shared head after {rounds} fix round(s)")
         message = self.commit_message()
         data = landing.manager_commit(self.store.main_workdir, message, self.manager, self.test_env())
-        self.st.landed = {"commit": data.get("commit"), "branch": data.get("branch"), "agents": data.get("agents"),
+        # a resumed run whose commit had landed before it was killed: nothing new to commit, the tip has it
+        tip = data.get("commit") or str(self.store.ref_target("refs/heads/" + self.st.branch))
+        self.st.landed = {"commit": tip, "branch": data.get("branch") or self.st.branch, "agents": data.get("agents"),
                           "writes": data.get("writes"), "paths": data.get("paths")}
         self.emit("landed", **self.st.landed)
         return self.finish("landed", "")

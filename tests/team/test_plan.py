@@ -50,6 +50,7 @@ def test_a_bad_plan_gets_one_line_per_problem_exit_2_and_changes_nothing(team_re
     ("{not json", "not JSON"),
     ("[]", "the plan must be a JSON object with 'task' and 'subtasks'"),
     ('{"task": "t", "subtasks": []}', "'subtasks' must be a non-empty list"),
+    ("[" * 100000 + "]" * 100000, "not a plan: JSON nested too deeply"),
     ('{"task": "t", "subtasks": [{"id": "a b", "title": "t", "brief": "b", "files": "src/api.py"}]}',
      "subtask 1: 'id' must be 1-40 letters, digits, _ . - (got 'a b')"),
 ])
