@@ -258,7 +258,7 @@ def team_status(run: str | None, all_: bool, as_json: bool) -> None:
 
     store = open_store_here()
     if all_:
-        from storm_git.team.runner import orphaned
+        from storm_git.team.stop import orphaned
 
         left = orphaned(store.commondir)
         rows: list[dict[str, Any]] = []
@@ -345,8 +345,8 @@ def team_stop(run: str | None, as_json: bool) -> None:
       git storm team stop
       git storm team stop 20261201-101500-ab12 --json
     """
-    from storm_git.team.runner import stop_run
     from storm_git.team.state import RunDir
+    from storm_git.team.stop import stop_run
 
     store = open_store_here()
     rid = _which(store, run)
