@@ -48,6 +48,14 @@ ASSIGNMENTS_REF = "refs/storm/assignments"
 RESTRICTED_KEY = "storm.restricted"
 OUTSIDE_ASSIGNMENT = "outside_assignment"
 RESTRICTED = "restricted"
+READ_ONLY_KEY = "storm.readOnly"
+
+
+class ReadOnlyAgent(UsageError):
+    """A write by an agent that ``storm.readOnly`` names (a planning session): refused
+    before anything is validated or changed."""
+
+    kind = "read_only_agent"
 
 
 # -- patterns ------------------------------------------------------------------
@@ -135,6 +143,14 @@ def config_list(store: Store, key: str) -> list[str]:
 
 def restricted_globs(store: Store) -> list[str]:
     return config_list(store, RESTRICTED_KEY)
+
+
+def check_writable(store: Store, agent: str) -> None:
+    """Refuse any write by an agent ``storm.readOnly`` names (``git storm team plan``'s
+    manager session reads the repository and must change nothing)."""
+    if agent in config_list(store, READ_ONLY_KEY):
+        raise ReadOnlyAgent(f"{agent} is read-only here: it may read, not write",
+                            hint=f"{READ_ONLY_KEY} names it (git config --unset-all {READ_ONLY_KEY} to lift it)")
 
 
 def restricted_paths(store: Store, paths: Iterable[str]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, readsets, reservations
+from ..core import assignments, events, readsets, reservations
 from ..core.errors import BadPath
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, Rejection
 from ..core.readsets import ReadEntry
@@ -157,7 +157,9 @@ def check(store: Store, agent: str, paths: list[str], now: float, judge: Callabl
           *, ignore: Callable[[Reservation], bool] | None = None) -> Check:
     """Under the workspace lock: another agent's reservation on a target stops the
     write (``ignore`` may pass over one, a harness lease whose edit never ran);
-    otherwise ``judge`` gives the verdict at the locked head."""
+    otherwise ``judge`` gives the verdict at the locked head. A read-only agent
+    (``storm.readOnly``) is refused outright."""
+    assignments.check_writable(store, agent)
     live = reservations.live_on(store, paths, now)  # one ref lookup for the batch
     held = []
     for p in paths:
