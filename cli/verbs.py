@@ -537,9 +537,9 @@ def _table(rows: list[list[str]], width: int) -> str:
     widths = [first] + [other] * (len(rows[0]) - 1)
     out = []
     for i, row in enumerate(rows):
-        cells = [textwrap.wrap(c, w) or [""] for c, w in zip(row, widths)]
+        cells = [textwrap.wrap(c, w) or [""] for c, w in zip(row, widths, strict=False)]
         for parts in itertools.zip_longest(*cells, fillvalue=""):
-            out.append(" | ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip())
+            out.append(" | ".join(p.ljust(w) for p, w in zip(parts, widths, strict=False)).rstrip())
         if i == 0:
             out.append("-+-".join("-" * w for w in widths))
     return "\n".join(out)

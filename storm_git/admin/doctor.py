@@ -337,7 +337,8 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
             expired.append(r.path)
         elif r.skewed(now, ahead):
             skewed.append(Finding("skewed_reservation", r.path,
-                                  f"held by {r.holder} until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
+                                  f"held by {r.holder} until "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
                                   f" UTC, {(r.expires - now) / 3600:.0f}h ahead (more than {ahead:.0f}s: a skewed"
                                   f" clock); writers ignore it, the fix removes it", True))
     out.extend(unreadable)
@@ -554,7 +555,8 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
             return
         names = ", ".join(behind[:5]) + (" …" if len(behind) > 5 else "")
         f = Finding("disk_behind", names, f"{len(behind)} file(s) on disk are older than the shared head "
-                    "(a writer died before its disk write, or the disk refused it); any storm command brings them forward", True)
+                    "(a writer died before its disk write, or the disk refused it); "
+                    "any storm command brings them forward", True)
         out.append(f)
         if fix:
             res = disk_sync.sync_locked(store, behind, full=True)

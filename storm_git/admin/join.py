@@ -159,7 +159,8 @@ def _check_out_unborn(store: Store, remote: str, name: str) -> None:
 
     src, tracking = f"refs/heads/{name}", f"refs/remotes/{remote}/{name}"
     if not transport.fetch_branch(store, remote, src, tracking):
-        raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
+        raise RepoStateError(f"{remote} lost its branch {name} while joining",
+                             hint=f"run git storm join {remote} again")
     tip = store.ref_target(tracking)
     if store.ref_target(src) not in (None, tip):
         raise RepoStateError(f"{src} appeared while joining", hint=f"run git storm join {remote} again")

@@ -71,16 +71,16 @@ def unintegrated(store: Store, mode: str, target: str) -> list[str]:
                 out.append(f"{WORKSPACE_REF} ({str(ws)[:10]}) differs from {target} in "
                            f"{', '.join(paths)}{' …' if len(paths) == 5 else ''}")
         return out
-    for agent, branch in storm_branches(store).items():
-        tip = store.ref_target("refs/heads/" + branch)
+    for agent, name in storm_branches(store).items():
+        tip = store.ref_target("refs/heads/" + name)
         ahead, _ = ahead_behind(store, str(tip), target_oid)
         if ahead:
-            out.append(f"{branch}: {ahead} commit(s) not merged into {target}")
+            out.append(f"{name}: {ahead} commit(s) not merged into {target}")
         w = agent_worktree(store, agent)
         if w is not None and not w.prunable and not w.main:
             dirty = dirty_paths(store, w.path)
             if dirty:
-                out.append(f"{branch}: {len(dirty)} uncommitted change(s) in {w.path} ({', '.join(dirty[:3])})")
+                out.append(f"{name}: {len(dirty)} uncommitted change(s) in {w.path} ({', '.join(dirty[:3])})")
     return out
 
 

@@ -281,7 +281,8 @@ class Conversions:
         if r.returncode != 0:
             msg = (r.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             raise ConversionFailed(f"git's filter for {path} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}",
-                                   hint="check the filter driver that .gitattributes names (git check-attr filter -- PATH)")
+                                   hint="check the filter driver that .gitattributes names "
+                                        "(git check-attr filter -- PATH)")
         return r
 
 

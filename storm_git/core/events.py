@@ -8,7 +8,8 @@ made under the workspace lock.
 
 Event types (``type``; every event also has ``agent``, ``time`` and, when read,
 ``summary`` and ``id``): ``rejection`` (storm_git.storm.write), ``release``,
-``boundary`` (storm_git.core.assignments), ``intent_overwritten`` (storm_git.core.intents), ``assign``, ``mode`` (storm_git.admin.modes),
+``boundary`` (storm_git.core.assignments), ``intent_overwritten``
+(storm_git.core.intents), ``assign``, ``mode`` (storm_git.admin.modes),
 ``commit`` (storm_git.storm.manager, and storm_git.worktree.isolated in worktree mode),
 ``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
 ``cleanup`` (storm_git.worktree.worktrees). ``storm_git.core.render.log_entry`` renders each; a type

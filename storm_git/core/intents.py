@@ -113,8 +113,8 @@ def _git(store: Store, args: list[str]) -> subprocess.CompletedProcess:
 def _candidates(store: Store, paths: list[str], rev: str) -> dict[str, list[tuple[int, str]]]:
     """{path: [(line, text)]} of lines that look like annotations, by ``git grep``
     on ``rev``'s tree (no checkout, no reading of files without a hit)."""
-    r = _git(store, ["grep", "-I", "-n", "-z", "-E", r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]",
-                     rev, "--", *paths])
+    r = _git(store, ["grep", "-I", "-n", "-z", "-E",
+                     r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]", rev, "--", *paths])
     if r.returncode not in (0, 1):
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RepoStateError(f"git grep failed: {err[-1] if err else r.returncode}", hint="run git storm doctor")

@@ -19,7 +19,8 @@ def short(oid: str | None) -> str:
 def _change_line(c: Any, label: str) -> str:
     who = ", ".join(c.changed_by) or "unknown"
     behind = "" if c.versions_behind is None else f", {c.versions_behind} version(s) behind"
-    return f"  {label} {quoted(c.path)}: read {short(c.read_version)}, now {short(c.current_version)} (changed by {who}{behind})"
+    return (f"  {label} {quoted(c.path)}: read {short(c.read_version)}, now {short(c.current_version)}"
+            f" (changed by {who}{behind})")
 
 
 def _changed(c: Any) -> bool:

@@ -208,7 +208,8 @@ def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None,
     path = record_path(store)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     # a fresh token: a cached parse can tell this file from an earlier one with the same inode
-    body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii") + (encode("s", oid=synced) if synced else b"")
+    body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii")
+    body += encode("s", oid=synced) if synced else b""
     body += b"".join(encode("w", p, e) for p, e in (pending or {}).items())
     replace_file(path, body, tmp=f"{path}.{os.getpid()}")
 

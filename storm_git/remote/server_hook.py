@@ -10,7 +10,8 @@ parent and agreeing with the parent's tree: every path of the read set it names
 has, in the parent, the blob it recorded. The read set is resolved from the
 agent's notes ref as pushed in the same push (or already there): the read-set
 note blob plus the first reads of the journal folded under that blob's key (the
-client folds before it queues a write, so both travel with it). An agent's notes ref only moves forward (its journals are never rewritten). A client
+client folds before it queues a write, so both travel with it). An agent's
+notes ref only moves forward (its journals are never rewritten). A client
 that skips validation, rewrites history or pushes a hand-made commit is refused.
 
 Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
@@ -343,7 +344,8 @@ def render(python: str) -> str:
             '    fi ;;\n'
             'esac\n'
             "# only pushes that move storm's refs (but for the inbox) pay for the interpreter\n"
-            f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}" | grep -q " refs/storm/\\| refs/notes/storm/"; then\n'
+            f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}"'
+            ' | grep -q " refs/storm/\\| refs/notes/storm/"; then\n'
             '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1\n'
             'fi\n'
             'if [ -x "$0.storm-chained" ]; then\n'

@@ -155,10 +155,11 @@ def serve(gitdir: str, commands: list[Command]) -> Outcome:
             targets.append(target_of(c.ref))
             if c.new == ZERO:
                 raise Refused(f"{c.ref}: deleting an inbox ref is not a write (inbox refs are never created)")
-        queues = [c for c, (_clone, t) in zip(commands, targets) if t == WORKSPACE_REF]
+        queues = [c for c, (_clone, t) in zip(commands, targets, strict=True) if t == WORKSPACE_REF]
         if len(queues) > 1:
             raise Refused("one queue per push: push one refs/storm/inbox/<clone>/workspace")
-        notes = {t[len(AGENTS_PREFIX):]: c for c, (_clone, t) in zip(commands, targets) if t != WORKSPACE_REF}
+        notes = {t[len(AGENTS_PREFIX):]: c
+                 for c, (_clone, t) in zip(commands, targets, strict=True) if t != WORKSPACE_REF}
         who = targets[0][0] if targets else "?"
         repo = open_repo(gitdir)
         checked = _precheck(repo, queues[0] if queues else None, notes)
@@ -299,7 +300,7 @@ def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post
     for _q, now in mv.moved:
         _check(repo, queue, repo[now], post)
     updates = []
-    for q, now in mv.landed + mv.placed:
+    for _q, now in mv.landed + mv.placed:
         c = repo[now]
         updates.append((WORKSPACE_REF, str(c.parent_ids[0]), str(now)))
     for q, _paths in mv.dropped:

@@ -116,7 +116,8 @@ def _commit_msg(store: Store, text: str) -> str:
         r = _hook(store, "commit-msg", path)
         if r.returncode != 0:
             said = (r.stderr or r.stdout).decode("utf-8", "replace").strip().splitlines()
-            raise HookRefused(f"the commit-msg hook refused the commit: {said[-1] if said else 'exit ' + str(r.returncode)}",
+            raise HookRefused("the commit-msg hook refused the commit: "
+                              + (said[-1] if said else f"exit {r.returncode}"),
                               hint="fix the message (-m), or commit without the hooks: git storm commit --no-verify")
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             return fh.read()

@@ -469,7 +469,8 @@ def _refuse_case_twins(store: Store, tree: pygit2.Tree, created: list[str], dele
             meant = twin + p[len(twin):]  # the path as the file system already spells it
             raise BadPath(f"{p!r} is {meant!r} on this case-insensitive file system (core.ignoreCase=true): "
                           f"{twin!r} is already there",
-                          hint=f"write {meant!r} instead" + ("" if meant != twin else ", or delete it in the same change"))
+                          hint=f"write {meant!r} instead"
+                          + ("" if meant != twin else ", or delete it in the same change"))
 
 
 def _mode(current: Entry | None) -> int:

@@ -68,7 +68,8 @@ def dependencies(store: Store, agents: list[str], target: pygit2.Oid) -> dict[st
             info[a] = _changed(store, tip, target)
 
     def owners(path: str) -> set[str]:
-        return {b for b in agents if (b in assigned and assigned[b].covers(path)) or path in info.get(b, (None, set()))[1]}
+        return {b for b in agents
+                if (b in assigned and assigned[b].covers(path)) or path in info.get(b, (None, set()))[1]}
 
     deps: dict[str, list[str]] = {}
     for a, (tree, changed) in info.items():

@@ -178,7 +178,8 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
         if other not in own_changes:
             tip = tips[other]
             fork = _base(store, tip, target) if target is not None else None
-            own_changes[other] = (fork, set() if fork == tip else _changed(store, _tree(store, fork), _tree(store, tip)))
+            own_changes[other] = (fork, set() if fork == tip
+                                  else _changed(store, _tree(store, fork), _tree(store, tip)))
         return own_changes[other]
 
     hits: list[RadarHit] = []
@@ -201,7 +202,8 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
             _, changed = changes_of(other)
             if changed & mine:
                 sources.append((other, branch, "agent", tips[other], changed & mine))
-        if target is not None and target_name is not None and target != tip and not store.repo.descendant_of(tip, target):
+        if (target is not None and target_name is not None and target != tip
+                and not store.repo.descendant_of(tip, target)):
             fork = _base(store, tip, target)
             gained = _changed(store, _tree(store, fork), _tree(store, target)) & mine
             if gained:
@@ -235,10 +237,12 @@ def render_hit(h: dict[str, Any], max_lines: int | None = None) -> list[str]:
     body = [f"    {line}" for line in diff.rstrip("\n").split("\n")] if diff else []
     for hk in h.get("hunks") or []:
         body.append(f"    conflict @@ line {hk['ours_line']}")
-        for label, key in (("ancestor", "ancestor"), (f"ours ({h['agent']})", "ours"), (f"theirs ({h['other']})", "theirs")):
+        for label, key in (("ancestor", "ancestor"), (f"ours ({h['agent']})", "ours"),
+                           (f"theirs ({h['other']})", "theirs")):
             text = hk.get(key)
             body.append(f"      {label}:")
-            body.extend(f"        {line}" for line in (text if text is not None else "(binary)").rstrip("\n").split("\n"))
+            shown = text if text is not None else "(binary)"
+            body.extend(f"        {line}" for line in shown.rstrip("\n").split("\n"))
     if max_lines is not None and len(body) > max_lines:
         body = body[:max_lines] + [f"    ... ({len(body) - max_lines} more line(s): git storm radar {h['agent']})"]
     return out + body

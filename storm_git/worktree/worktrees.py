@@ -435,7 +435,8 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                 ahead, _ = ahead_behind(store, str(tip), target)
                 wt = next((w for w in wts if w.branch == branch), None)
                 if wt is not None and wt.main:
-                    res.kept.append({"agent": agent, "branch": branch, "reason": "checked out in the main working tree"})
+                    res.kept.append({"agent": agent, "branch": branch,
+                                     "reason": "checked out in the main working tree"})
                     continue
                 dirty = dirty_paths(store, wt.path) if wt else []
                 if not all_:
