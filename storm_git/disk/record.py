@@ -59,7 +59,7 @@ class Record:
             return self.overlay[path]
         return entry_or_none(store, store.repo[self.base], path)
 
-    def is_storms(self, store: Store, path: str, have: "DiskState") -> bool:
+    def is_storms(self, store: Store, path: str, have: DiskState) -> bool:
         """Whether the disk state ``have`` of ``path`` is one storm put there: the
         recorded version, or the one a write left pending."""
         return same(have, self.get(store, path)) or (path in self.pending and same(have, self.pending[path]))

@@ -145,7 +145,7 @@ def _settle_many(store: Store, top: str, candidates: list[str], wants: dict[str,
                 dirs.close()  # the directories changed: later reads open them afresh
 
 
-def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskState", rec: Record,
+def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: DiskState, rec: Record,
                 contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None],
                 conv: Conversions) -> bool:
     """Bring one path from ``have`` to ``want`` unless someone else edited it;
@@ -182,7 +182,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     return True
 
 
-def _still(have: "DiskState", path: str, conv: Conversions) -> Expect:
+def _still(have: DiskState, path: str, conv: Conversions) -> Expect:
     """The check a disk write repeats on the file it displaces: still ``have``, the
     state the caller found to be storm's own version of ``path``."""
     return lambda dfd, name: state_at(dfd, name, conv, path) == have
