@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import UsageError
-from .store import EVENTS_REF, Store
+from .store import EVENTS_REF, Store, ref_oid
 
 
 def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, Any]) -> None:
@@ -36,7 +36,7 @@ def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, An
     empty = store.empty_tree()
     while True:
         ref = store.ref(EVENTS_REF)
-        commit = store.make_commit(empty, [ref.target] if ref else [], agent, message)
+        commit = store.make_commit(empty, [ref_oid(ref)] if ref else [], agent, message)
         if store.cas(ref, EVENTS_REF, commit, f"storm {kind}"):
             return
 

@@ -232,7 +232,7 @@ def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.T
         found = tree_rules.refusals(repo, c.tree)
     else:
         changed = [(d.new_file.raw_path.decode("utf-8", "surrogateescape"), d.new_file.id, d.new_file.mode)
-                   for d in repo.diff(parent, c.tree).deltas if d.status_char() != "D"]
+                   for d in parent.diff_to_tree(c.tree).deltas if d.status_char() != "D"]
         found = tree_rules.refusals(repo, c.tree, changed, _server_limit(repo))
     why = next(found, None)
     if why is not None:
@@ -248,7 +248,7 @@ def _server_limit(repo: pygit2.Repository) -> int:
 
 
 def _changed(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
-    diff = repo.diff(a, b)
+    diff = a.diff_to_tree(b)
     out = []
     for d in diff.deltas:
         out += [d.old_file.path, d.new_file.path]

@@ -26,7 +26,7 @@ from ..core.agents import validate_agent
 from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
-from ..core.store import Store, git_env, signature
+from ..core.store import Store, git_env, ref_oid, signature
 from . import branch, index
 from .tracking import adopt, unmediated
 from .writer import ValidatedWriter
@@ -185,9 +185,9 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
             if branch.news(store, branch_ref, head) is not None:  # moved again since it was merged in
                 raise RepoStateError(f"{branch_ref.shorthand} moved outside storm while committing; nothing "
                                      "was committed", hint="run git storm commit again")
-            parent = store.commit(branch_ref.target)
+            parent = store.commit(ref_oid(branch_ref))
             committed = store.ref(COMMITTED_REF)
-            since = committed.target if committed is not None else None
+            since = ref_oid(committed) if committed is not None else None
             writes = writes_since(store, head, since)
             agents = sorted({trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0] for c in writes})
             paths = sorted({p for c in writes for p in trailers.parse(c.message).get("Storm-Path", [])})
