@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pygit2
@@ -52,7 +53,7 @@ class SyncResult:
     record_error: str | None = None
 
 
-def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
+def sync_locked(store: Store, paths: Sequence[str] = (), *, full: bool = False,
                 contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
                 entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
@@ -84,7 +85,7 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
             wants = {p: entry_or_none(store, htree, p) for p in candidates}
     else:
         htree = store.commit(head).tree
-        since = store.repo[rec.base] if full or rec.synced is None else store.commit(rec.synced).tree
+        since = store.tree(rec.base) if full or rec.synced is None else store.commit(rec.synced).tree
         # the record is exactly ``since`` (journal folded): the candidates below are then every
         # path where the record and the head differ
         clean = not rec.overlay and rec.base == since.id
@@ -265,7 +266,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
         return None
 
 
-def sync(store: Store, paths: list[str] = (), *, full: bool = False,
+def sync(store: Store, paths: Sequence[str] = (), *, full: bool = False,
          contents: dict[pygit2.Oid, bytes] | None = None,
          step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
          entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
@@ -295,7 +296,7 @@ def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:
     """The record folded into one tree (caller holds the worktree lock)."""
     rec = fold(store, load(store))
-    return store.repo[rec.base], rec
+    return store.tree(rec.base), rec
 
 
 def restore(store: Store, paths: list[str]) -> dict[str, str]:

@@ -34,7 +34,7 @@ from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
-from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF
+from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF, blob_at
 from ..core.trailers import parse as parse_trailers, provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 from ..storm.validate import moved
@@ -59,7 +59,7 @@ class _Repo:
         self.repo = repo
 
     def blob_bytes(self, oid: pygit2.Oid) -> bytes:
-        return self.repo[oid].data  # a server's blob is there (or the push is refused)
+        return blob_at(self.repo, oid).data  # a server's blob is there (or the push is refused)
 
 
 def open_repo(path: str) -> pygit2.Repository:
