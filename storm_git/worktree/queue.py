@@ -136,7 +136,7 @@ def remove_scratch(store: Store, path: str) -> None:
 def remove_leftovers(store: Store) -> list[str]:
     """Scratch worktrees of storm processes that are gone (killed with SIGKILL)."""
     root = scratch_root(store)
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(root)
     except FileNotFoundError:

@@ -444,7 +444,7 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                         res.kept.append({"agent": agent, "branch": branch,
                                          "reason": f"{ahead} commit(s) not merged into {target_name}"})
                         continue
-                    if dirty:
+                    if wt is not None and dirty:
                         res.kept.append({"agent": agent, "branch": branch,
                                          "reason": f"{len(dirty)} uncommitted change(s) in {wt.path}"})
                         continue
