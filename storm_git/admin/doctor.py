@@ -105,6 +105,7 @@ from ..core.store import (
     WORKSPACE_REF,
     Store,
     git_env,
+    ref_oid,
 )
 from ..remote.state_files import FILES as REMOTE_FILES
 from ..storm import index as git_index
@@ -324,7 +325,7 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     ref = store.ref(RESERVATIONS_REF)
     if ref is None:
         return
-    tree = store.commit(ref.target).tree
+    tree = store.commit(ref_oid(ref)).tree
     now, ahead = reservations.clock(), reservations.max_ahead(store)
     expired, skewed, unreadable = [], [], []
     for e in tree:
@@ -540,7 +541,7 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
         head = store.ref_target(WORKSPACE_REF)
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
+        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.tree(rec.base), htree), *rec.overlay,
                                     *rec.pending])
         behind = []
         conv = Conversions(store)

@@ -87,7 +87,7 @@ def _size(n: int | None) -> str:
     return f", {n} byte{'s' if n != 1 else ''}" + (" (now empty)" if n == 0 else "")
 
 
-def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
+def write_result(res: Any, sizes: dict[str, int | None] | None = None) -> str:
     """One line for an accepted write (paths, versions, sizes, where, waits); the payload otherwise."""
     if not res.accepted:
         return rejection(res.rejection)
