@@ -244,14 +244,16 @@ class StormTools:
         if isinstance(ws, SharedWorkspace):
             tree = self._head_tree(ws)
             root = tree[p] if p else tree
+            assert isinstance(root, pygit2.Tree), "a listing is asked of a directory"
             for e in root:
-                if e.name.startswith("."):
+                name = str(e.name)
+                if name.startswith("."):
                     continue
                 is_dir = isinstance(e, pygit2.Tree)
-                entries.append((e.name, is_dir))
-                if is_dir:
-                    entries.extend((f"{e.name}/{s.name}", isinstance(s, pygit2.Tree))
-                                   for s in e if not s.name.startswith("."))
+                entries.append((name, is_dir))
+                if isinstance(e, pygit2.Tree):
+                    entries.extend((f"{name}/{s.name}", isinstance(s, pygit2.Tree))
+                                   for s in e if not str(s.name).startswith("."))
         else:
             base = os.path.join(self._top(ws), p)
             for name in os.listdir(base):
