@@ -535,10 +535,13 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
             out.append(f)
             if fix:  # what is on disk now is taken as what storm put there; differences show as edits
                 head = store.ref_target(WORKSPACE_REF)
-                record.reset(store, store.commit(head).tree.id, head)
-                f.fixed = True
+                if head is not None:  # the caller saw it; gone since, there is nothing to reset to
+                    record.reset(store, store.commit(head).tree.id, head)
+                    f.fixed = True
             return
         head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            return  # gone since the caller saw it: no shared head to compare the disk with
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
         candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.tree(rec.base), htree), *rec.overlay,

@@ -120,6 +120,9 @@ def switch(store: Store, new: str, *, force: bool = False, by: str = "manager",
 def _sync_workspace(store: Store, target: str, by: str) -> str | None:
     """Bring the shared head to the target's tree (workspace lock held)."""
     tip = store.ref_target("refs/heads/" + target)
+    if tip is None:
+        raise RepoStateError(f"the target branch {target} does not exist",
+                             hint="pass --into BRANCH naming an existing branch")
     ref = store.ref(WORKSPACE_REF)
     branch.record(store, tip)  # the shared workspace holds the target's tip from here on
     if ref is None:
