@@ -523,10 +523,13 @@ class StormTools:
         from ..core.store import WORKSPACE_REF
         from ..worktree.worktrees import target_branch
 
-        if self.store.config_get("storm.mode") == "storm" and self.store.ref_target(WORKSPACE_REF) is not None:
-            return self.store.commit(self.store.ref_target(WORKSPACE_REF)).tree_id
+        if self.store.config_get("storm.mode") == "storm":
+            head = self.store.ref_target(WORKSPACE_REF)
+            if head is not None:
+                return self.store.commit(head).tree_id
         try:
-            return self.store.commit(self.store.ref_target("refs/heads/" + target_branch(self.store))).tree_id
+            tip = self.store.ref_target("refs/heads/" + target_branch(self.store))
+            return None if tip is None else self.store.commit(tip).tree_id
         except StormError:
             return None
 
