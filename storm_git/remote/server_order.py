@@ -269,7 +269,7 @@ def _plan(repo: pygit2.Repository, queue: Command | None, notes: dict[str, Comma
 
 
 def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post: dict[str, str],
-                 not_forward: set[str], checked: set[pygit2.Oid], out: Outcome) -> tuple[Report, str | None, set[str]]:
+                 not_forward: set[str], checked: set[pygit2.Oid], out: Outcome) -> tuple[Report, str, set[str]]:
     """The queue's report, the new head, and the agents with a write not applied."""
     if head is None:
         raise Refused(f"the server has no shared workspace ({WORKSPACE_REF}): a clone creates it with "

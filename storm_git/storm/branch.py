@@ -82,6 +82,8 @@ def news(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid | None = N
     """What the branch gained outside storm since the shared workspace last held it
     (None: nothing, or nothing storm can tell: unrelated histories, see ``unrelated``)."""
     head = head if head is not None else store.ref_target(WORKSPACE_REF)
+    if head is None:
+        return None  # no shared head: nothing the shared workspace held
     tip = ref_oid(branch_ref)
     x = known(store, head, tip)
     if x is None or x == tip:
