@@ -9,7 +9,7 @@ import pygit2
 
 from ..core import tree_rules
 from ..core.convert import ConversionFailed, Conversions
-from ..core.errors import CorruptState
+from ..core.errors import CorruptState, NotInitialised
 from ..core.files import reason, stamp
 from ..core.locks import flocked
 from ..core.paths import tree_entry_refusal
@@ -304,6 +304,8 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
     the one place storm discards an unmediated edit, on the user's explicit word."""
     with flocked(store.commondir, "worktree"):
         head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
         htree = store.commit(head).tree
         rec = load(store)
         out, new = {}, {}
