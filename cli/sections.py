@@ -35,7 +35,7 @@ def sectioned(group: click.Group, ctx: click.Context) -> list[tuple[str, str, li
         cmd = group.get_command(ctx, name)
         if cmd is not None and not cmd.hidden:
             commands[name] = cmd
-    out, placed = [], set()
+    out, placed = [], set[str]()
     for title, purpose, names in SECTIONS:
         rows = [(n, commands[n]) for n in names if n in commands]
         placed.update(n for n, _ in rows)

@@ -88,7 +88,8 @@ def verdict(store: Store, tree: pygit2.Tree, paths: list[str], reads: dict[str, 
     current = {p: target_entry(store, tree, p, changes or {}) for p in paths}
     conflicts, unread = [], []
     for p in paths:
-        cur = hex_(current[p].oid) if current[p] else None
+        entry = current[p]
+        cur = hex_(entry.oid) if entry else None
         exp = expected.get(p, AS_WRITTEN) if expected is not None else AS_WRITTEN
         if exp != AS_WRITTEN:
             if exp != cur:
@@ -225,4 +226,4 @@ def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:
         if isinstance(e, pygit2.Tree):
             yield from _files(e, f"{prefix}{e.name}/")
         else:
-            yield prefix + e.name
+            yield prefix + str(e.name)

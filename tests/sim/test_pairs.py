@@ -6,7 +6,8 @@ A synthetic pairs directory (one task, four features on one base commit of a rea
 repository): features 1 and 2 change one file where git merges them cleanly, but
 feature 1 renames what feature 2's new code calls (a semantic conflict its test
 finds); feature 3 changes feature 1's line differently (a conflict) and a second
-file both change where git merges them; feature 4 changes another file (disjoint). The long variant runs one real click pair."""
+file both change where git merges them; feature 4 changes another file
+(disjoint). The long variant runs one real click pair."""
 from __future__ import annotations
 
 import json
@@ -256,6 +257,6 @@ def test_the_pairs_plot_does_not_show_a_catch_at_write_whose_result_failed_as_cl
     labels = left.get_legend_handles_labels()[1]
     assert "at write, result then failed its tests" in labels, labels
     heights = {lab: sum(p.get_height() for p in h.patches)
-               for h, lab in zip(*left.get_legend_handles_labels())}
+               for h, lab in zip(*left.get_legend_handles_labels(), strict=True)}
     assert heights["at write"] == 1 and heights["at write, result then failed its tests"] == 1, heights
     plt.close(saved[0])
