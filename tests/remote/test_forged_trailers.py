@@ -116,17 +116,16 @@ def test_mcp_intent_holding_storm_moved_from_is_applied_as_itself(site) -> None:
     async def main() -> str:
         params = StdioServerParameters(command="git", args=["storm", "mcp", "--agent", "al"], cwd=str(a),
                                        env=mcp_env())
-        async with stdio_client(params) as (r, w):
-            async with ClientSession(r, w) as s:
-                await s.initialize()
-                res = await s.call_tool("read", {"paths": ["README.md"]})
-                assert not res.is_error
-                other = land_elsewhere(b)
-                line_holder["line"] = f"Storm-Moved-From: {other}"
-                res = await s.call_tool("write", {"path": "README.md", "content": "# al\n",
-                                                  "intent": f"al's fix\n{line_holder['line']}"})
-                assert not res.is_error, res
-                return other
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            res = await s.call_tool("read", {"paths": ["README.md"]})
+            assert not res.is_error
+            other = land_elsewhere(b)
+            line_holder["line"] = f"Storm-Moved-From: {other}"
+            res = await s.call_tool("write", {"path": "README.md", "content": "# al\n",
+                                              "intent": f"al's fix\n{line_holder['line']}"})
+            assert not res.is_error, res
+            return other
 
     other = anyio.run(main)
     assert_own_write_landed(srv, line_holder["line"], other)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -267,20 +268,26 @@ def test_a_lease_push_beside_the_inbox_is_never_overwritten(site) -> None:
 
 
 def test_a_held_ref_lock_makes_the_server_answer_busy_and_change_nothing(site) -> None:
-    """``refs/storm/workspace.lock`` held on the server (a push leased on it, stuck):
+    """``refs/storm/workspace.lock`` held on the server (a push leased on it, stuck; kept
+    as young as a live update's lock, or it would be taken for a dead one's after 2 s):
     the hook's transaction cannot take it, it tries again a few times, then answers
-    "busy" (the clone pushes again); nothing moved."""
+    "busy" naming the lock (the clone pushes again); nothing moved."""
     srv, _a, b, _c = site
     st, q, notes = queue(b, "bob", "README.md", "# bob\n")
     head = rev(srv, WS)
     lock = srv / "refs" / "storm" / "workspace.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(head + "\n")
+    done = threading.Event()
+    fresh = threading.Thread(target=lambda: [os.utime(lock) for _ in iter(lambda: done.wait(0.3), True)])
+    fresh.start()
     try:
         ans = inbox.push(st, "origin", q, {"bob": notes})
     finally:
+        done.set()
+        fresh.join()
         lock.unlink()
-    assert ans.busy and not ans.landed, ans
+    assert ans.busy and not ans.landed and "workspace.lock" in ans.busy, ans
     assert rev(srv, WS) == head
     ans = inbox.push(st, "origin", q, {"bob": notes})
     assert [n for _o, n in ans.landed] == [q]
