@@ -26,14 +26,20 @@ lock:
 4. moves ``refs/storm/workspace`` and the agents' notes refs in one ``git
    update-ref --stdin`` transaction, each leased on the value it read: a clone
    that pushes to the workspace with a lease beside the inbox is never
-   overwritten (the transaction fails, and the hook plans again on the new head);
+   overwritten (the transaction fails, and the hook plans again on the new head).
+   A transaction that dies part way (the ``git update-ref`` killed between two of
+   its renames) leaves its locks and some refs moved: the hook removes the locks it
+   left and plans again on the refs as they are, so a write the workspace took is
+   answered landed (:func:`_commit`, :mod:`.ref_locks`);
 5. notes the push in ``storm/order/log`` and answers each update: one ``ok``
    per landed write (``option refname refs/storm/workspace``, ``old-oid`` the
    head it went on, ``new-oid`` the commit it landed as), ``ng`` with why for a
    queue of which nothing landed, and the reasons of the others on stderr.
 
-A hook killed before step 4 has changed no ref (the objects it wrote are
-unreferenced); killed after it, the writes are landed and the clone, whose push
+Step 1's checks run in the pre-receive hook too (:func:`prepare`,
+:mod:`.inbox_check`), while git still holds the push's objects in quarantine: a
+push refused there leaves none behind. A hook killed before step 4 has changed no
+ref (the objects it wrote are unreferenced); killed after it, the writes are landed and the clone, whose push
 failed, pushes the same queue again and hears "landed" (step 2). Any error before
 step 4 refuses the push: a hook that cannot check does not apply.
 """

@@ -19,11 +19,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import claude_event, decision, git, hook, make_repo, read_as, rev, show, storm, write_as
-from servers import bare
+from helpers import claude_event, decision, git, hook, read_as, rev, show, storm, write_as
+from servers import ordered_site, queue
 
-from storm_git.core import readsets, trailers
-from storm_git.core.store import Store
+from storm_git.core import trailers
 from storm_git.remote import inbox
 from storm_git.remote.transport import read_push
 
@@ -34,18 +33,7 @@ NOTES = "refs/notes/storm/agents/"
 @pytest.fixture
 def site(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(server that orders writes, clone a, clone b), over file://."""
-    srv = bare(tmp_path / "proj.git")
-    assert storm(srv, "server-hook", "install", str(srv)).returncode == 0
-    url = f"file://{srv}"
-    a = make_repo(tmp_path / "a", init_storm=False)
-    git(a, "remote", "add", "origin", url)
-    git(a, "push", "-q", "origin", "main")
-    assert storm(a, "init", "--remote", "origin").returncode == 0
-    git(tmp_path, "clone", "-q", url, "b")
-    b = tmp_path / "b"
-    r = storm(b, "join", "origin")
-    assert r.returncode == 0, r.stderr
-    return srv, a, b
+    return ordered_site(tmp_path)
 
 
 def mcp_env() -> dict[str, str]:
@@ -150,21 +138,6 @@ def test_bash_command_line_holding_storm_validated_at_does_not_break_the_move(si
 
 
 # -- pushes made by hand -------------------------------------------------------------------------
-def queued_write(c: Path, agent: str, path: str, content: str) -> tuple[pygit2.Oid, pygit2.Oid]:
-    """A valid write of ``agent`` queued in clone ``c`` (local mode on its copy of the
-    server's head, the journal folded): (commit, notes)."""
-    read_as(c, agent, path)
-    git(c, "config", "--unset", "storm.remote")
-    try:
-        code, out = write_as(c, path, content, agent=agent)
-        assert code == 0, out
-    finally:
-        git(c, "config", "storm.remote", "origin")
-    st = Store(pygit2.Repository(str(c)))
-    readsets.fold(st, agent)
-    return st.ref_target(WS), st.ref_target(NOTES + agent)
-
-
 def reword(c: Path, commit: pygit2.Oid, message: str) -> str:
     """``commit`` with another message, made with plain git (same tree, parent, author)."""
     fmt = git(c, "log", "-1", "--format=%an%n%ae%n%ad%n%P%n%T", "--date=raw", str(commit)).stdout.decode().split("\n")
@@ -187,7 +160,7 @@ def test_a_push_by_hand_cannot_borrow_a_landed_writes_identity(site, where: str)
     (a forged move). The server applies it as the write it is, and its answer names
     the commit it became, never ``L``."""
     srv, a, b = site
-    q, notes = queued_write(a, "al", "README.md", "# al\n")
+    _st, q, notes = queue(a, "al", "README.md", "# al\n")
     other = land_elsewhere(b)
     msg = git(a, "log", "-1", "--format=%B", str(q)).stdout.decode()
     head_text, _sep, last = msg.rstrip("\n").rpartition("\n\n")

@@ -17,10 +17,8 @@ import pytest
 
 import forge
 from helpers import git, make_repo, read_as, rev, storm, write_as
-from servers import bare, served
+from servers import bare, queue, served
 
-from storm_git.core import readsets
-from storm_git.core.store import Store
 from storm_git.remote import inbox
 from storm_git.remote.arrival import lock_path, order_dir
 from storm_git.remote.transport import read_push
@@ -46,22 +44,6 @@ def site(request, tmp_path: Path):
         assert r.returncode == 0, r.stderr
         clones.append(tmp_path / name)
     return srv, *clones
-
-
-def queue(c: Path, agent: str, path: str, content: str) -> tuple[Store, pygit2.Oid, pygit2.Oid]:
-    """A write of ``agent`` validated in clone ``c`` and queued there, not pushed: made
-    in local mode on the clone's copy of the server's head (then the journal folded
-    into the agent's notes, as a clone does before it pushes). (store, commit, notes)."""
-    read_as(c, agent, path)
-    git(c, "config", "--unset", "storm.remote")
-    try:
-        code, out = write_as(c, path, content, agent=agent)
-        assert code == 0, out
-    finally:
-        git(c, "config", "storm.remote", "origin")
-    st = Store(pygit2.Repository(str(c)))
-    readsets.fold(st, agent)
-    return st, st.ref_target(WS), st.ref_target(NOTES + agent)
 
 
 def plain_push(c: Path, commit: pygit2.Oid, agent: str, clone: str = "x1") -> subprocess.Popen:

@@ -15,7 +15,7 @@ import pytest
 
 import server_faults
 from helpers import git, make_repo, read_as, rev, show, storm
-from servers import bare
+from servers import bare, ordered_site
 
 WS = "refs/storm/workspace"
 NOTES = "refs/notes/storm/agents/"
@@ -27,16 +27,7 @@ pytestmark = pytest.mark.skipif(not server_faults.available(), reason="needs str
 def site(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
     """(server that orders writes over file://, clone a, clone b, the environment of a
     push whose server-side update can be killed)."""
-    srv = bare(tmp_path / "proj.git")
-    assert storm(srv, "server-hook", "install", str(srv)).returncode == 0
-    url = f"file://{srv}"
-    a = make_repo(tmp_path / "a", init_storm=False)
-    git(a, "remote", "add", "origin", url)
-    git(a, "push", "-q", "origin", "main")
-    assert storm(a, "init", "--remote", "origin").returncode == 0
-    git(tmp_path, "clone", "-q", url, "b")
-    b = tmp_path / "b"
-    assert storm(b, "join", "origin").returncode == 0
+    srv, a, b = ordered_site(tmp_path)
     for c in (a, b):
         git(c, "config", "storm.remoteRetrySeconds", "5")  # a wedged server fails a write in 5 s, not 120
     return srv, a, b, server_faults.exec_path(tmp_path)
@@ -126,3 +117,22 @@ def test_a_fresh_lock_held_by_a_live_update_is_waited_for_and_named(site) -> Non
         lock.unlink()
     assert code == 3, res
     assert "refs/storm/workspace.lock" in json.dumps(res) and "kept moving" not in json.dumps(res), res
+
+
+def test_a_stale_lock_on_a_server_without_ordering_is_cleared_by_the_guard(tmp_path: Path) -> None:
+    """Clones push to the workspace with a lease (``install --no-order``): git itself
+    would refuse every push for a lock nobody holds; the guard removes a stale one
+    before git locks the ref."""
+    srv = bare(tmp_path / "proj.git")
+    assert storm(srv, "server-hook", "install", "--no-order", str(srv)).returncode == 0
+    a = make_repo(tmp_path / "a", init_storm=False)
+    git(a, "remote", "add", "origin", f"file://{srv}")
+    git(a, "push", "-q", "origin", "main")
+    assert storm(a, "init", "--remote", "origin").returncode == 0
+    git(a, "config", "storm.remoteRetrySeconds", "5")
+    lock = srv / "refs" / "storm" / "workspace.lock"
+    lock.write_text(rev(srv, "main") + "\n")
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    code, res = write(a, "al", "README.md", "# al\n")
+    assert code == 0 and res["accepted"], res
+    assert not lock.exists() and show(srv, WS, "README.md") == b"# al\n"
