@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import pygit2
 
 from ..core import trailers
-from ..core.tree_diff import changed_paths
 from ..core.errors import StormError
 from ..core.reservations import held_by_others
 from ..core.store import odb_retry, tree_with
+from ..core.tree_diff import changed_paths
 
 MOVED_FROM = "Storm-Moved-From"
 _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")

@@ -21,7 +21,6 @@ import pytest
 
 from helpers import claude_event, decision, git, hook, read_as, rev, show, storm, write_as
 from servers import ordered_site, queue
-
 from storm_git.core import trailers
 from storm_git.remote import inbox
 from storm_git.remote.transport import read_push

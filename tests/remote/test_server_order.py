@@ -18,7 +18,6 @@ import pytest
 import forge
 from helpers import git, make_repo, read_as, rev, storm, write_as
 from servers import bare, queue, served
-
 from storm_git.remote import inbox
 from storm_git.remote.arrival import lock_path, order_dir
 from storm_git.remote.transport import read_push

@@ -11,7 +11,6 @@ from pathlib import Path
 import pygit2
 
 from helpers import git, make_repo, read_as, storm, write_as
-
 from storm_git.core import readsets
 from storm_git.core.store import Store
 
