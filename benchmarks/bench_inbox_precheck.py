@@ -5,7 +5,9 @@ hook checks what the push carries, storm_git.remote.inbox_check, then the
 proc-receive hook orders it) beside the same push with the pre-receive hook's
 inbox check left out (the proc-receive hook alone checks and orders), and a plain
 ``git push`` of a new commit to a branch (no hook runs). Interleaved rounds on one
-server; medians and the ratio. Not a test: it prints figures.
+server; medians of the wall time and of the CPU of the push's processes (both
+sides: over ``file://`` the server's are the push's children), and the ratios. Not
+a test: it prints figures.
 
     python3 benchmarks/bench_inbox_precheck.py [--rounds 15] [--json]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,6 +58,13 @@ def queued(c: Path, n: int) -> tuple[Store, pygit2.Oid, pygit2.Oid]:
     return st, st.ref_target(WS), st.ref_target("refs/notes/storm/agents/al")
 
 
+def _children_cpu() -> float:
+    """User + system seconds of this process's reaped descendants (the push, and over
+    file:// the server's receive-pack and hooks, its children)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
@@ -82,29 +92,35 @@ def main() -> int:
         storm(c, "init", "--remote", "origin")
         times: dict[str, list[float]] = {"with the pre-receive check": [], "proc-receive alone": [],
                                           "plain push": []}
+        cpu: dict[str, list[float]] = {k: [] for k in times}  # user + system of the push's processes
         for n in range(args.rounds):
             for name, script in (("with the pre-receive check", with_check), ("proc-receive alone", without)):
                 hook.write_text(script)
                 st, q, notes = queued(c, 2 * n + (name == "proc-receive alone"))
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), _children_cpu()
                 ans = inbox.push(st, "origin", q, {"al": notes})
                 times[name].append(time.perf_counter() - t0)
+                cpu[name].append(_children_cpu() - c0)
                 assert ans.landed, ans
             commit = git(c, "commit-tree", "-m", f"plain {n}", "HEAD^{tree}").strip()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _children_cpu()
             git(c, "push", "-q", "origin", f"{commit}:refs/heads/plain-{n}")
             times["plain push"].append(time.perf_counter() - t0)
+            cpu["plain push"].append(_children_cpu() - c0)
         hook.write_text(with_check)
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) * 1000 for k, v in cpu.items()}
     load = os.getloadavg()[0]
-    out = {"rounds": args.rounds, "median_ms": med, "load_1min": load,
-           "ratio_check_vs_alone": med["with the pre-receive check"] / med["proc-receive alone"]}
+    out = {"rounds": args.rounds, "median_ms": med, "median_cpu_ms": med_cpu, "load_1min": load,
+           "ratio_check_vs_alone": med["with the pre-receive check"] / med["proc-receive alone"],
+           "cpu_ratio_check_vs_alone": med_cpu["with the pre-receive check"] / med_cpu["proc-receive alone"]}
     if args.json:
         print(json.dumps(out, indent=2))
+    where = sys.stderr if args.json else sys.stdout
     for k, v in med.items():
-        print(f"{k:>28}: {v:7.1f} ms (median of {args.rounds})", file=sys.stderr if args.json else sys.stdout)
-    print(f"{'ratio':>28}: {out['ratio_check_vs_alone']:.2f} x   (1-minute load {load:.1f})",
-          file=sys.stderr if args.json else sys.stdout)
+        print(f"{k:>28}: {v:7.1f} ms wall, {med_cpu[k]:7.1f} ms CPU (medians of {args.rounds})", file=where)
+    print(f"{'ratio':>28}: {out['ratio_check_vs_alone']:.2f} x wall, {out['cpu_ratio_check_vs_alone']:.2f} x CPU"
+          f"   (1-minute load {load:.1f})", file=where)
     return 0
 
 

@@ -135,7 +135,7 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
     out = Move(onto)
     for c in writes:
         ident = identity(c)
-        there = next((n for n in landed.get(ident, ()) if same_write(repo, c, repo[n])), None)
+        there = next((n for n in landed.get(ident, ()) if same_write(repo, c, repo[n].peel(pygit2.Commit))), None)
         if there is not None:
             out.landed.append((c.id, there))
             continue

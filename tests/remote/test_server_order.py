@@ -293,7 +293,7 @@ def test_what_the_guard_refuses_is_refused_in_an_inbox(site) -> None:
     }
     for oid, why in cases.items():
         r = git(b, "push", "--porcelain", "origin", f"{oid}:refs/storm/inbox/x/workspace", check=False)
-        out = r.stdout.decode()
+        out = r.stdout.decode() + r.stderr.decode()  # refused by the pre-receive hook: its reason is on stderr
         assert r.returncode == 1 and "git storm guard: refused" in out and why in out, out
         assert rev(srv, WS) == head
     fine = forge.commit(b, head, {b"big.bin": (forge.FILE, b"x" * 1024)})  # the guard's limit, not a bug
