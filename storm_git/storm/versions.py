@@ -436,3 +436,10 @@ def current_version(store: Store, path: str, head: str | pygit2.Oid, blob: str) 
     n = number(store, path, head, blob)
     v = lookup(store, path, n)
     return v if v is not None else Version(n, blob, "")
+
+
+def begin(store: Store) -> None:
+    """Start the table at the shared head if it has none: what is there now is
+    version 1, and every later change is numbered from it (a harness's first command
+    changes files from version 1 to 2, as the reference manager counts)."""
+    _current(store)
