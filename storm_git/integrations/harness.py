@@ -622,7 +622,8 @@ def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult
     data["edited"] = {p: _encode_state(v) for p, v in edited.items()}
     _save_pending(_pending_file(store, agent, event, []), data)
     # the files the command shows are read, as they are now (before it runs): the safe side
-    reads = shell_reads.read_paths(event.tool_input.get("command"), event.cwd, lambda raw, cwd: repo_path(store, raw, cwd))
+    reads = shell_reads.read_paths(event.tool_input.get("command"), event.cwd,
+                                   lambda raw, cwd: repo_path(store, raw, cwd))
     if reads:
         post_read(ws, agent, event, reads)
     return HookResult(PASS, event, "snapshot-taken", agent)

@@ -6,7 +6,8 @@ later write is validated against what it saw.
 Only what a command shows of a file's content counts: a file that is there, named as
 an argument of a reader or as an input redirection. A file only listed or searched for
 (``ls``, ``find``, ``grep -r PAT DIR``, ``rg PAT`` with no file, ``grep -l``) is not a
-read, nor is a name that is no file (a directory, a missing file). Pipelines, lists (``&&``, ``||``, ``;``), subshells, command substitutions,
+read, nor is a name that is no file (a directory, a missing file).
+Pipelines, lists (``&&``, ``||``, ``;``), subshells, command substitutions,
 ``bash -c``/``sh -c`` scripts and input redirections (``< f``) are followed; a plain
 ``cd DIR`` moves the directory later words resolve from. A word bash would expand from
 the environment (``$F``, ``$(…)``) is skipped; a glob is expanded as bash would.

@@ -454,7 +454,7 @@ def _file_states(ws: SharedWorkspace) -> dict[str, FileState]:
     for p, oid in _files_under(tree, ""):
         if base and not p.startswith(base + "/"):
             continue
-        v = versions.current_version(store, p, head, hex_(oid))
+        v = versions.current_version(store, p, head, str(oid))
         commit = _commit_of(store, v.commit)
         by = author_of(commit) if commit is not None and v.number > 1 else last_author(ws, p, head)
         shown = _relative(store, p)
@@ -464,9 +464,10 @@ def _file_states(ws: SharedWorkspace) -> dict[str, FileState]:
 
 def _files_under(tree: pygit2.Tree, base: str) -> Iterator[tuple[str, pygit2.Oid]]:
     for e in tree:
-        if e.name.startswith("."):
+        part = e.name or ""
+        if part.startswith("."):
             continue
-        name = f"{base}/{e.name}" if base else e.name
+        name = f"{base}/{part}" if base else part
         if isinstance(e, pygit2.Tree):
             yield from _files_under(e, name)
         elif e.filemode in (pygit2.GIT_FILEMODE_BLOB, pygit2.GIT_FILEMODE_BLOB_EXECUTABLE):

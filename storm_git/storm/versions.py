@@ -282,7 +282,7 @@ def _persist_locked(store: Store) -> _Table:
             and t.synced != str(handed) and _commit_or_none(store, str(handed)) is not None
             and _linear(store, t.synced, handed, MAX_WALK) is not None):
         notes.update_notes(store, VERSIONS_REF, _advance(store, t, handed), agent=_AGENT,
-                           message=f"storm: versions up to {str(handed)[:12]} (handed out; the shared ref moved off it)")
+                           message=f"storm: versions up to {str(handed)[:12]} (handed out there; the ref moved off)")
         t = _Table(store)
     if t.synced != str(head):
         notes.update_notes(store, VERSIONS_REF, _advance(store, t, head), agent=_AGENT,

@@ -168,7 +168,7 @@ SCENARIOS = {"threads": threads, "sed": sed, "shell_files": shell_files, "commit
 
 def main() -> None:
     args = sys.argv[2:]
-    for name, repo in zip(args[::2], args[1::2]):
+    for name, repo in zip(args[::2], args[1::2], strict=True):
         try:
             result = SCENARIOS[name](Path(repo))
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it

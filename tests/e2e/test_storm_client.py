@@ -64,7 +64,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     shutil.copytree(src / "multiagent_sync", copy / "multiagent_sync")
     for p in copy.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
-    assert (copy / "multiagent_sync" / "mgr_tools.py").read_bytes() == (src / "multiagent_sync" / "mgr_tools.py").read_bytes()
+    verbatim = (src / "multiagent_sync" / "mgr_tools.py").read_bytes()
+    assert (copy / "multiagent_sync" / "mgr_tools.py").read_bytes() == verbatim
     (copy / "multiagent_sync" / "manager.py").write_text(
         "from storm_git.integrations.storm_manager import Manager  # noqa: F401 - the harness's one change\n")
     return python, copy

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import helpers
-
 from helpers import git, release, rev, start_write, storm, storm_json
 from manager_agent import Agent
 from servers import WS, bare, clone, seed
@@ -93,7 +92,8 @@ def test_a_dropped_queued_write_keeps_its_number_in_the_remote_clone(tmp_path: P
     the file first, the server drops a's write and a's ref is put back on the server's
     head. The content there must not be version 2 too: the reader's write made on
     version 2 is a conflict, not accepted over clone b's write. The writer is stopped
-    (SIGSTOP) once its commit is queued, before its push: reads fetch meanwhile."""
+    (SIGSTOP) once its commit is queued, while it waits for the clone's remote lock
+    holding no other: reads fetch meanwhile, and its push comes after clone b's write."""
     srv = bare(tmp_path / "proj.git")
     assert storm(srv, "server-hook", "install", str(srv)).returncode == 0
     a = seed(tmp_path, f"file://{srv}")
@@ -101,14 +101,17 @@ def test_a_dropped_queued_write_keeps_its_number_in_the_remote_clone(tmp_path: P
     m = Manager(a, reservation_wait=1)
     assert run(m.read_file("eng_x", UTIL)).version == 1
     assert storm(b, "read", UTIL, agent="eng_z").returncode == 0
-    holder = helpers.hold(a, "remote-landing")
+    holder = helpers.hold(a, "remote", seconds=300)
     try:
         px = start_write(a, "eng_x", UTIL, "queued\n", "--json")
-        deadline = time.monotonic() + 60
-        while git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() != "1":
+        deadline = time.monotonic() + 120
+        lock = a / ".git/storm/locks/remote"
+        while git(a, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip() != "1" \
+                or helpers.flock_waiters(lock, px.pid) == 0:
             assert time.monotonic() < deadline and px.poll() is None, "the write never queued"
             time.sleep(0.02)
-        os.kill(px.pid, signal.SIGSTOP)  # queued, stopped before its push: reads fetch meanwhile
+        # queued, waiting for the remote lock and holding none: stopped there, reads fetch meanwhile
+        os.kill(px.pid, signal.SIGSTOP)
     finally:
         release(holder)
     try:

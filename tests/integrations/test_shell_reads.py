@@ -12,7 +12,6 @@ import pytest
 from helpers import claude_event, codex_event, decision, hook, storm
 from storm_git.integrations.shell_reads import MAX_COMMAND_CHARS, raw_reads, read_paths
 
-
 NAMES = ["src/api.py", "src/util.py", "README.md", "log.txt", "a.py", "b.py", "a file.py", "b file.py", "-odd.py",
          "out.txt"]
 
@@ -141,4 +140,5 @@ def test_a_hostile_or_outside_path_in_a_command_records_nothing_and_the_hook_pas
 
     assert readsets.load(Store.discover(str(repo)), "engineer_9") == {}
     broken = {"command": "cat 'unterminated", "description": "x"}
-    assert decision(hook(repo, claude_event(repo, "s9", "PreToolUse", "Bash", broken, "b10"), "-a", "engineer_9")) is None
+    e = claude_event(repo, "s9", "PreToolUse", "Bash", broken, "b10")
+    assert decision(hook(repo, e, "-a", "engineer_9")) is None
