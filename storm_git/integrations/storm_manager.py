@@ -49,7 +49,7 @@ from ..core.payloads import RESERVED, STALE_DEPENDENCY, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.store import Store, hex_
 from ..storm import versions
-from ..storm.rejection import author_of, last_author
+from ..storm.rejection import author_of, last_author, last_authors
 from ..storm.workspace import SharedWorkspace
 from .manager_payloads import CommandRecord, CommandResponse, FileState
 
@@ -451,14 +451,19 @@ def _file_states(ws: SharedWorkspace) -> dict[str, FileState]:
     out: dict[str, FileState] = {}
     tree = store.commit(head).tree
     base = store.prefix
+    found: list[tuple[str, pygit2.Oid, versions.Version, str | None]] = []
     for p, oid in _files_under(tree, ""):
         if base and not p.startswith(base + "/"):
             continue
         v = versions.current_version(store, p, head, str(oid))
         commit = _commit_of(store, v.commit)
-        by = author_of(commit) if commit is not None and v.number > 1 else last_author(ws, p, head)
+        found.append((p, oid, v, author_of(commit) if commit is not None and v.number > 1 else None))
+    # a file unchanged since the table began: who made it, for all of them in one walk
+    older = last_authors(ws, {p for p, _, _, by in found if by is None}, head)
+    for p, oid, v, by in found:
         shown = _relative(store, p)
-        out[shown] = FileState(shown, v.number, hashlib.md5(store.blob_bytes(oid)).hexdigest(), by or "")
+        out[shown] = FileState(shown, v.number, hashlib.md5(store.blob_bytes(oid)).hexdigest(),
+                               by or older.get(p, ""))
     return out
 
 
