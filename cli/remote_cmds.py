@@ -178,27 +178,34 @@ def server_hook() -> None:
 
 @server_hook.command("check", context_settings=CONTEXT)
 @click.argument("path", required=False, default=".", metavar="[BARE_REPO]")
+@click.option("--fix", is_flag=True, help="Remove a storm ref's lock left by a git update that died mid-commit.")
 @json_option
-def server_hook_check(path: str, as_json: bool) -> None:
+def server_hook_check(path: str, fix: bool, as_json: bool) -> None:
     """Whether git will run storm's guard on the next push to BARE_REPO (default: .).
 
     Exit 0 when storm's pre-receive hook is where git runs the repository's hooks
     (hooks/, or core.hooksPath), executable, and its interpreter imports git storm;
     exit 3 saying which is not. A guard stops running without a word when
     core.hooksPath is set after install, and refuses every push to storm's refs
-    when its virtualenv is removed: run this after changing the server.
+    when its virtualenv is removed: run this after changing the server. A lock
+    of a storm ref (refs/storm/workspace.lock) left by a git update killed
+    mid-commit fails every push that moves that ref: exit 3 naming it; --fix
+    removes it.
 
     \b
     Example:
       git storm server-hook check /srv/git/project.git
+      git storm server-hook check --fix /srv/git/project.git
     """
     from storm_git.remote.server_hook import check_installed
 
-    res = check_installed(path)
+    res = check_installed(path, fix=fix)
     if as_json:
         emit_json(res.to_dict())
     else:
         click.echo(f"storm's guard is active: {res.hook} (runs {res.python})")
+        for lock in res.removed_locks:
+            click.echo(f"removed {lock} (left by a git update that died mid-commit)")
         click.echo("clones' writes are ordered here (refs/storm/inbox/, proc-receive)" if res.ordering else
                    "clones' writes are not ordered here: they push to refs/storm/workspace with a lease")
 

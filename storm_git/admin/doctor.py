@@ -14,6 +14,10 @@ What it looks for:
   holder's flock), and only when older than ``STALE_REF_LOCK_SECONDS`` (git's own
   ``pack-refs``/``gc`` hold ref locks for moments). Writers clear such locks
   themselves too (``Store.cas``); doctor is for when no writer comes by.
+* ``server_stale_ref_lock``: the same on the server of a remote workspace, when the
+  server is on this machine (``file://`` or a path): a storm ref's lock left there by
+  a git update killed mid-commit (storm_git.remote.ref_locks). The fix removes it;
+  on the server, ``git storm server-hook check`` reports it for any transport.
 * ``stale_temp_file``: a ``*.storm-tmp-<pid>`` file in the working tree left by
   a writer killed while materialising a file, removed under the worktree flock
   when process ``<pid>`` no longer runs.
@@ -107,6 +111,7 @@ from ..core.store import (
     git_env,
     ref_oid,
 )
+from ..remote import ref_locks
 from ..remote.state_files import FILES as REMOTE_FILES
 from ..storm import index as git_index
 from . import harness_install
@@ -188,6 +193,22 @@ def _one_ref_lock(store: Store, ref: str, full: str, guard: str | None, fix: boo
         return
     with flocked(store.commondir, guard):
         f.fixed = store.clear_stale_ref_lock(ref)
+
+
+def _server_ref_locks(store: Store, fix: bool, out: list[Finding]) -> None:
+    """``server_stale_ref_lock``: a storm ref's lock on the server, left by an update that
+    died mid-commit (storm_git.remote.ref_locks), when the server is on this machine."""
+    remote = store.config_get("storm.remote")
+    url = store.config_get(f"remote.{remote}.url") if remote else None
+    gitdir = ref_locks.local_server(str(url)) if url else None
+    if gitdir is None:
+        return
+    for lock in ref_locks.stale(gitdir):
+        f = Finding("server_stale_ref_lock", lock.ref, f"on {remote}: {lock.describe()}; every push that moves "
+                    f"it fails until it goes", True)
+        out.append(f)
+        if fix:
+            f.fixed = bool(ref_locks.clear_stale(gitdir, [lock.ref]))
 
 
 def _unused_remote_state(store: Store) -> tuple[list[str], list[str]]:
@@ -450,6 +471,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     if not rep.ok:  # the other checks open these paths: they would fail on them, not report
         return rep
     _ref_locks(store, fix, rep.findings)
+    _server_ref_locks(store, fix, rep.findings)
     leftovers = _unused_remote_state(store)
     _broken_refs(store, rep.findings, frozenset(leftovers[0]))
     _unused_remote(store, leftovers, fix, rep.findings)

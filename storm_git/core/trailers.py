@@ -86,24 +86,34 @@ def _check_fields(agent: str, op: str, paths: list[str]) -> None:
                              hint="storm refuses it: it would forge a commit trailer")
 
 
-def _safe_intent(intent: str | None) -> str | None:
-    """The intent, with lines git takes for a patch divider ("---") indented by one
-    space: git interpret-trailers stops reading the message at such a line, so an
-    intent holding one could hide storm's trailers behind its own."""
+# A line of an intent that git or a reader could take for one of storm's trailers
+# (any ``Storm-*:`` key, in any case, as git compares keys) or for a patch divider
+# (``---``: git interpret-trailers stops reading the message there, so an intent
+# holding one could hide storm's trailers behind its own).
+_LOOKS_OURS = re.compile(r"(?im)^(?=---(?:\s|$)|storm-[a-z0-9-]*[ \t]*:)")
+
+
+def safe_intent(intent: str | None) -> str | None:
+    """The intent, with every line that looks like storm's own trailer or like a
+    patch divider indented by one space. Storm's readers take trailers only from the
+    message's last paragraph (:func:`parse`), which is always storm's own; the
+    indent keeps an intent's text from passing for one anywhere else as well (git
+    log --grep, a reader that scans the whole message). Escaped, not refused: the
+    Bash door's intent is a command line that already ran."""
     if intent is None:
         return None
     try:
         intent.encode("utf-8")
     except UnicodeEncodeError:
         raise UsageError("the intent is not valid UTF-8", hint="pass the message as UTF-8 text") from None
-    return re.sub(r"(?m)^(?=---(?:\s|$))", " ", intent)
+    return _LOOKS_OURS.sub(" ", intent)
 
 
 def format_message(intent: str | None, agent: str, op: str, paths: list[str],
                    provenance: Provenance | None = None) -> str:
     """The commit message: the intent as subject, then the trailers (module docstring)."""
     _check_fields(agent, op, paths + list(provenance.deps or ()) if provenance else paths)
-    intent = _safe_intent(intent)
+    intent = safe_intent(intent)
     subject = (intent or "").strip() or f"storm: {agent} {op} {', '.join(paths[:3])}"
     lines = [subject, "", f"Storm-Agent: {agent}", f"Storm-Op: {op}"]
     lines += [f"Storm-Path: {p}" for p in paths]
@@ -113,15 +123,37 @@ def format_message(intent: str | None, agent: str, op: str, paths: list[str],
     return "\n".join(lines) + "\n"
 
 
+def split(message: str) -> tuple[str, list[str]]:
+    """(the message before its trailer block, the block's lines). The block is the
+    last paragraph: storm writes its trailers there, after the intent and a blank
+    line, so no line of the intent is ever in it. Every reader of storm's trailers
+    (the guard, the queue's move, history) reads them from here and nowhere else."""
+    text = message.rstrip("\n")
+    head, sep, para = text.rpartition("\n\n")
+    return (head if sep else ""), para.splitlines()
+
+
 def parse(message: str) -> dict[str, list[str]]:
     """Trailers of the last paragraph, as {key: [values]}."""
     out: dict[str, list[str]] = {}
-    para = message.rstrip("\n").rsplit("\n\n", 1)[-1]
-    for line in para.splitlines():
+    for line in split(message)[1]:
         key, sep, value = line.partition(": ")
         if sep and key and " " not in key:
             out.setdefault(key, []).append(value)
     return out
+
+
+def rewrite(message: str, replace: dict[str, str], add: dict[str, str]) -> str:
+    """``message`` with the trailer block's ``replace`` keys given their new value and
+    the ``add`` keys it lacks appended; the text before the block is kept as it is."""
+    head, block = split(message)
+    lines = []
+    for line in block:
+        key, sep, _value = line.partition(": ")
+        lines.append(f"{key}: {replace[key]}" if sep and key in replace else line)
+    have = {ln.partition(": ")[0] for ln in block}
+    lines += [f"{k}: {v}" for k, v in add.items() if k not in have]
+    return (head + "\n\n" if head else "") + "\n".join(lines) + "\n"
 
 
 def precise_time(message: str, fallback: float) -> float:

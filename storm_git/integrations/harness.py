@@ -52,6 +52,7 @@ from ..core.reservations import Reservation
 from ..core.store import Store, hex_
 from ..disk import record, safe_fs, sync as disk_sync
 from ..storm import rejection as rejection_payload, tracking, validate
+from . import shell_reads
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storm.workspace import SharedWorkspace
@@ -651,6 +652,11 @@ def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult
         edited = (before or tracking.snapshot(store)).dirty
     data["edited"] = {p: _encode_state(v) for p, v in edited.items()}
     _save_pending(_pending_file(store, agent, event, []), data)
+    # the files the command shows are read, as they are now (before it runs): the safe side
+    reads = shell_reads.read_paths(event.tool_input.get("command"), event.cwd,
+                                   lambda raw, cwd: repo_path(store, raw, cwd))
+    if reads:
+        post_read(ws, agent, event, reads)
     return HookResult(PASS, event, "snapshot-taken", agent)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import os
 import tempfile
 import threading
@@ -44,15 +45,18 @@ from ..core.diffs import unified
 from ..core.errors import BadPath, RepoStateError
 from ..core.files import read_own
 from ..core.paths import normalize
-from ..core.payloads import RESERVED, Rejection, WriteResult
+from ..core.payloads import RESERVED, STALE_DEPENDENCY, Rejection, WriteResult
 from ..core.readsets import ReadEntry
-from ..core.store import Store
+from ..core.store import Store, hex_
 from ..storm import versions
+from ..storm.rejection import author_of, last_author, last_authors
 from ..storm.workspace import SharedWorkspace
+from .manager_payloads import CommandRecord, CommandResponse, FileState
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation
 POLL_SECONDS = 0.1  # how often a waiting writer looks whether the reservation is gone
 DEFAULT_COMMAND_TIMEOUT = 600.0
+EXECUTE_TIMEOUT = 30.0  # execute_command's limit, the reference manager's (it raises TimeoutError past it)
 MAX_OUTPUT_CHARS = 16_000  # a command's output returned (its tail)
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # bytes that are not UTF-8 survive a read -> write round trip
@@ -100,6 +104,8 @@ class CommandResult:
     versions: dict[str, int]  # path (relative to the workspace) -> its version after the command; 0: deleted
     rejected: WriteResponse | None = None  # the changes were not recorded: why (they stay on disk)
     commit: str | None = None  # the commit that recorded them
+    stderr: str = ""  # execute_command keeps the two apart; run_command merges them into output
+    affected: list[str] = field(default_factory=list)  # the paths it changed, recorded or not
 
 
 @dataclass
@@ -120,6 +126,14 @@ class Manager:
         self._handles: dict[str, _Handle] = {}
         self._guard = threading.Lock()
         self._reader = self._open()  # refuses a repository that is not in storm mode, now
+        versions.begin(self._reader.ws.store)  # the files as they are now are version 1
+        # the reference manager's command tracking: every execute_command, in order, kept
+        # by this manager (commands of other doors are writes in storm's log, not here)
+        self.command_log: list[CommandRecord] = []
+        self.command_seq = 0
+        self.agent_last_cmd_seq: dict[str, int] = {}
+        self._commands = threading.Lock()
+        self._contexts: dict[str, Any] = {}
 
     # -- handles --------------------------------------------------------------------
     def _open(self) -> _Handle:
@@ -149,10 +163,18 @@ class Manager:
 
     # -- the paper's interface ----------------------------------------------------------
     @property
-    def files(self) -> dict[str, int]:
-        """{path: version} of every present file a version was handed out for (read from git)."""
+    def files(self) -> dict[str, FileState]:
+        """{path: FileState} of every file of the shared head (not under a hidden
+        directory, as the reference manager scans the workspace): its version, the md5
+        of its content and who made it (read from git, the same for every process)."""
         with self._any() as ws:
-            return versions.numbered(ws.store)
+            return _file_states(ws)
+
+    def register_context(self, agent_id: str, ctx: Any) -> None:
+        """Keep the agent's context (the paper's AgentContext: ``file_views`` and
+        ``invalidate_file``) to tell it when another agent's write through this manager
+        changes a file it holds."""
+        self._contexts[validate_agent(agent_id)] = ctx
 
     async def read_file(self, agent_id: str, path: str) -> ReadResponse:
         """The file at the shared head and its version; the read is recorded in the agent's read set."""
@@ -184,6 +206,34 @@ class Manager:
     async def release_reservation(self, agent_id: str, path: str) -> bool:
         """End the agent's reservation on ``path``; False when it held none."""
         return await asyncio.to_thread(self._release, agent_id, path)
+
+    async def execute_command(self, agent_id: str, command: str) -> CommandResponse:
+        """The reference manager's terminal: the commands other agents ran through this
+        manager since this agent's last one, then the command itself through storm's
+        ``exec`` (its changes one validated write by the agent), logged with the files it
+        changed. Past EXECUTE_TIMEOUT the command is killed and TimeoutError raised."""
+        agent = validate_agent(agent_id)
+        with self._commands:
+            missed = [r for r in self.command_log if r.seq > self.agent_last_cmd_seq.get(agent, 0)]
+        res = await asyncio.to_thread(self._run, agent, command, EXECUTE_TIMEOUT, split=True)
+        affected = sorted(res.versions) if res.rejected is None else res.affected
+        with self._commands:
+            self.command_seq += 1
+            self.command_log.append(CommandRecord(self.command_seq, agent, command, res.output, res.stderr,
+                                                  res.exit_code, affected_files=affected))
+            self.agent_last_cmd_seq[agent] = self.command_seq
+        for path, n in res.versions.items():
+            self._notify(path, n, agent)
+        if res.timed_out:
+            raise TimeoutError(f"the command ran past {EXECUTE_TIMEOUT:.0f}s and was killed: {command[:100]}")
+        return CommandResponse(res.output, res.stderr, res.exit_code, missed, affected, res.rejected)
+
+    def _notify(self, path: str, version: int, changed_by: str) -> None:
+        """Tell every other registered context holding ``path`` that it changed."""
+        for aid, ctx in list(self._contexts.items()):
+            views = getattr(ctx, "file_views", {})
+            if aid != changed_by and path in views:
+                ctx.invalidate_file(path, version, changed_by)
 
     async def run_command(self, agent_id: str, command: str, *,
                           timeout: float | None = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
@@ -241,8 +291,12 @@ class Manager:
         with self._agent(agent_id) as ws:
             store = ws.store
             p = _file(ws, path, for_write=True)
-            target = _version(store, p, expected_version, path)
             shown = {p: path}
+            too_old: list[tuple[str, int]] = []
+            found = _version(store, p, expected_version, path)
+            if found is None:
+                too_old.append((p, expected_version))
+            target = found or versions.ABSENT
             snap: dict[str, tuple[int, versions.Version]] | None = None
             if snapshot is not None:
                 snap = {}
@@ -252,7 +306,13 @@ class Manager:
                     q = ws.path(raw)
                     shown.setdefault(q, raw)
                     if q != p:  # the target is validated at expected_version
-                        snap[q] = (n, _version(store, q, n, raw))
+                        v = _version(store, q, n, raw)
+                        if v is None:
+                            too_old.append((q, n))
+                        else:
+                            snap[q] = (n, v)
+            if too_old:
+                return _stale_read(ws, agent_id, p, too_old, shown, base_content)
             # the versions this write was made on become the agent's read set for it
             made_on = [ReadEntry(p, target.blob, target.commit)]
             made_on += [ReadEntry(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
@@ -262,6 +322,7 @@ class Manager:
                            deps=None if snap is None else sorted(snap), wait=False)
             if res.accepted:
                 n = versions.number(store, p, res.commit or res.head, res.versions[p])
+                self._notify(shown[p], n, agent_id)
                 return WriteResponse(True, new_version=n, current_version=n)
             return self._rejected(store, agent_id, res, shown, snap, before, base_content)
 
@@ -302,24 +363,29 @@ class Manager:
                 return False
             return ws.release(p, agent=agent_id) is not None
 
-    def _run(self, agent_id: str, command: str, timeout: float | None) -> CommandResult:
+    def _run(self, agent_id: str, command: str, timeout: float | None, *, split: bool = False) -> CommandResult:
         if not isinstance(command, str) or not command.strip():
             raise ValueError("no command given")
         with self._agent(agent_id) as ws:
             fd, out = tempfile.mkstemp(prefix="storm-command-", suffix=".out")  # outside the working tree
             os.close(fd)
+            fd, err = tempfile.mkstemp(prefix="storm-command-", suffix=".err")
+            os.close(fd)
             try:
-                # the command's output goes to the file, not to this process's stdout
-                argv = ["sh", "-c", 'exec >"$1" 2>&1 </dev/null; exec sh -c "$2"', "sh", out, command]
+                # the command's output goes to the files, not to this process's stdout
+                redirect = 'exec >"$1" 2>"$2" </dev/null' if split else 'exec >"$1" 2>&1 </dev/null'
+                argv = ["sh", "-c", redirect + '; exec sh -c "$3"', "sh", out, err, command]
                 res = ws.exec(argv, agent=agent_id, intent=f"{agent_id} terminal: {command[:100]}",
                               timeout=timeout)
                 output = (read_own(out) or b"").decode(ENCODING, "replace")
+                errors = (read_own(err) or b"").decode(ENCODING, "replace")
             finally:
                 os.unlink(out)
-            if len(output) > MAX_OUTPUT_CHARS:
-                output = "<output clipped: its last part follows>\n" + output[-MAX_OUTPUT_CHARS:]
+                os.unlink(err)
+            output, errors = _clip(output), _clip(errors)
             store = ws.store
-            result = CommandResult(output, res.returncode, res.timed_out, {})
+            result = CommandResult(output, res.returncode, res.timed_out, {}, stderr=errors,
+                                   affected=sorted(_relative(store, q) for q in res.paths))
             w = res.write
             if w is None:
                 return result
@@ -333,14 +399,97 @@ class Manager:
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _version(store: Store, path: str, n: Any, shown: str) -> versions.Version:
-    """The state version ``n`` of ``path`` names; a number never handed out is refused."""
+def _version(store: Store, path: str, n: Any, shown: str) -> versions.Version | None:
+    """The state version ``n`` of ``path`` names; None: a number handed out once but
+    older than the versions kept (a stale read); a number never handed out is refused."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"version of {shown} must be an integer >= 0, not {n!r}")
     v = versions.lookup(store, path, n)
     if v is None:
+        if n <= versions.highest(store, path):
+            return None
         raise ValueError(f"{shown} has no version {n}: read it again (read_file) for its current version")
     return v
+
+
+def _stale_read(ws: SharedWorkspace, agent: str, target: str, old: list[tuple[str, int]], shown: dict[str, str],
+                base_content: str | None) -> WriteResponse:
+    """A write made on versions older than those kept: rejected as a stale read, each
+    such file named with its current version and author, the target's content attached."""
+    store = ws.store
+    head = ws.head()
+    stale = []
+    for q, n in old:
+        blob = _blob_at(store, head, q)
+        stale.append(StaleFile(shown.get(q, q), n, versions.number(store, q, head, blob),
+                               last_author(ws, q, head)))
+    blob = _blob_at(store, head, target)
+    content = store.blob_bytes(pygit2.Oid(hex=blob)) if blob else None
+    current = versions.number(store, target, head, blob)
+    diff = unified(target, base_content.encode(ENCODING, ERRORS), content) \
+        if base_content is not None and content is not None else ""
+    names = ", ".join(f"{shown.get(q, q)} (version {n})" for q, n in old)
+    return WriteResponse(
+        False, current_version=current, changed_by=last_author(ws, target, head), diff=diff,
+        current_content=content.decode(ENCODING, ERRORS) if content is not None else None,
+        stale_files=stale, reason=STALE_DEPENDENCY,
+        message=f"{agent} made this write on {names}, older than the {versions.KEEP} versions kept of a file: "
+                "read the file again (view) and redo the edit")
+
+
+def _blob_at(store: Store, head: pygit2.Oid, path: str) -> str | None:
+    try:
+        e = store.entry(store.commit(head).tree, path)
+    except BadPath:
+        return None
+    return hex_(e.oid) if e is not None else None
+
+
+def _file_states(ws: SharedWorkspace) -> dict[str, FileState]:
+    store = ws.store
+    head = ws.head()
+    out: dict[str, FileState] = {}
+    tree = store.commit(head).tree
+    base = store.prefix
+    found: list[tuple[str, pygit2.Oid, versions.Version, str | None]] = []
+    for p, oid in _files_under(tree, ""):
+        if base and not p.startswith(base + "/"):
+            continue
+        v = versions.current_version(store, p, head, str(oid))
+        commit = _commit_of(store, v.commit)
+        found.append((p, oid, v, author_of(commit) if commit is not None and v.number > 1 else None))
+    # a file unchanged since the table began: who made it, for all of them in one walk
+    older = last_authors(ws, {p for p, _, _, by in found if by is None}, head)
+    for p, oid, v, by in found:
+        shown = _relative(store, p)
+        out[shown] = FileState(shown, v.number, hashlib.md5(store.blob_bytes(oid)).hexdigest(),
+                               by or older.get(p, ""))
+    return out
+
+
+def _files_under(tree: pygit2.Tree, base: str) -> Iterator[tuple[str, pygit2.Oid]]:
+    for e in tree:
+        part = e.name or ""
+        if part.startswith("."):
+            continue
+        name = f"{base}/{part}" if base else part
+        if isinstance(e, pygit2.Tree):
+            yield from _files_under(e, name)
+        elif e.filemode in (pygit2.GIT_FILEMODE_BLOB, pygit2.GIT_FILEMODE_BLOB_EXECUTABLE):
+            yield name, e.id
+
+
+def _commit_of(store: Store, hexid: str) -> pygit2.Commit | None:
+    try:
+        return store.commit(pygit2.Oid(hex=hexid)) if hexid else None
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
+def _clip(text: str) -> str:
+    if len(text) > MAX_OUTPUT_CHARS:
+        return "<output clipped: its last part follows>\n" + text[-MAX_OUTPUT_CHARS:]
+    return text
 
 
 def _blob(store: Store, hexid: str) -> bytes | None:

@@ -38,8 +38,7 @@ from ..core.store import odb_retry, tree_with
 from ..core.tree_diff import changed_paths
 
 MOVED_FROM = "Storm-Moved-From"
-_VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)
-_MOVED_FROM = re.compile(rf"^{MOVED_FROM}: ([0-9a-f]{{40}}|[0-9a-f]{{64}})$", re.MULTILINE)
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 # (a queued write, its provenance) -> the paths of the whole read set it was validated
 # against (asked only for a write that names no Storm-Dep): a clone resolves them from
@@ -55,17 +54,57 @@ class _Objects:
 
 
 def identity(c: pygit2.Commit) -> pygit2.Oid:
-    """The commit a write was first queued as: its ``Storm-Moved-From``, or itself."""
-    m = _MOVED_FROM.search(c.message)
-    return pygit2.Oid(hex=m.group(1)) if m else c.id
+    """The commit a write was first queued as: its ``Storm-Moved-From`` (read from its
+    trailer block only, as every trailer: an intent's line is never one), or itself."""
+    named = trailers.parse(c.message).get(MOVED_FROM, [])
+    return pygit2.Oid(hex=named[0]) if len(named) == 1 and _HEX.fullmatch(named[0]) else c.id
 
 
-def landed_since(repo: pygit2.Repository, head: pygit2.Oid, old: pygit2.Oid | None) -> dict[pygit2.Oid, pygit2.Oid]:
-    """The writes on ``head`` above ``old``: identity -> the commit it landed as."""
+def landed_since(repo: pygit2.Repository, head: pygit2.Oid,
+                 old: pygit2.Oid | None) -> dict[pygit2.Oid, list[pygit2.Oid]]:
+    """The writes on ``head`` above ``old``: identity -> the commits that name it (one,
+    but for a commit whose trailers claim another's identity: :func:`same_write` decides)."""
     walker = repo.walk(head, pygit2.enums.SortMode.NONE)
     if old is not None:
         walker.hide(old)
-    return {identity(c): c.id for c in walker}
+    out: dict[pygit2.Oid, list[pygit2.Oid]] = {}
+    for c in walker:
+        out.setdefault(identity(c), []).append(c.id)
+    return out
+
+
+def same_write(repo: pygit2.Repository, queued: pygit2.Commit, landed: pygit2.Commit) -> bool:
+    """Whether ``landed`` is ``queued`` as it was applied (itself, or rebuilt on a newer
+    head): the same author and committer, the same message but for the two trailers a
+    move rewrites, and the same content at every path it names. A write that names
+    another's identity in its ``Storm-Moved-From`` (a push made by hand) is not taken
+    for that one: it is answered for what it is."""
+    if queued.id == landed.id:
+        return True
+    if _signed(queued.author) != _signed(landed.author) or _signed(queued.committer) != _signed(landed.committer):
+        return False
+    if _unmoved(queued.message) != _unmoved(landed.message):
+        return False
+    return all(_entry(queued.tree, p) == _entry(landed.tree, p)
+               for p in trailers.parse(queued.message).get("Storm-Path", []))
+
+
+def _signed(sig: pygit2.Signature) -> tuple[bytes, bytes, int, int]:
+    return sig.raw_name, sig.raw_email, sig.time, sig.offset
+
+
+def _unmoved(message: str) -> tuple[str, list[str]]:
+    """The message without what a move rewrites (in storm's trailer block only)."""
+    head, block = trailers.split(message)
+    return head, [ln for ln in block if ln.partition(": ")[0] not in ("Storm-Validated-At", MOVED_FROM)]
+
+
+def _entry(tree: pygit2.Tree, path: str) -> tuple[pygit2.Oid, int] | None:
+    try:
+        e = tree[path]
+    except (KeyError, ValueError):
+        return None
+    return None if e.filemode == pygit2.GIT_FILEMODE_TREE else (e.id, e.filemode)
 
 
 @dataclass
@@ -84,10 +123,10 @@ class Move:
 
 
 def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid, scope_of: ScopeOf,
-         landed: dict[pygit2.Oid, pygit2.Oid] | None = None, drop_agents: frozenset[str] = frozenset(),
+         landed: dict[pygit2.Oid, list[pygit2.Oid]] | None = None, drop_agents: frozenset[str] = frozenset(),
          reserved_ahead: float | None = None) -> Move:
     """Apply the rule (module docstring) to ``writes`` (oldest first) onto ``onto``.
-    ``landed``: identity -> commit of the writes already on ``onto`` (``landed_since``);
+    ``landed``: identity -> commits of the writes already on ``onto`` (``landed_since``);
     ``drop_agents``: agents whose writes are dropped whatever their scope;
     ``reserved_ahead`` (storm_git.core.reservations.max_ahead): the reservations in
     ``repo`` count (None: they are not looked at)."""
@@ -96,8 +135,9 @@ def move(repo: pygit2.Repository, writes: list[pygit2.Commit], onto: pygit2.Oid,
     out = Move(onto)
     for c in writes:
         ident = identity(c)
-        if ident in landed:
-            out.landed.append((c.id, landed[ident]))
+        there = next((n for n in landed.get(ident, ()) if same_write(repo, c, repo[n].peel(pygit2.Commit))), None)
+        if there is not None:
+            out.landed.append((c.id, there))
             continue
         found = trailers.parse(c.message)
         targets = set(found.get("Storm-Path", []))
@@ -141,7 +181,5 @@ def _rebuild(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.Oid, targ
         except (KeyError, ValueError):
             placed[p] = None
     tree = tree_with(repo, repo[parent].peel(pygit2.Commit).tree, placed)
-    message = _VALIDATED_AT.sub(f"Storm-Validated-At: {parent}", c.message, count=1)
-    if not _MOVED_FROM.search(message):
-        message = message.rstrip("\n") + f"\n{MOVED_FROM}: {ident}\n"
+    message = trailers.rewrite(c.message, {"Storm-Validated-At": str(parent)}, {MOVED_FROM: str(ident)})
     return odb_retry(repo.create_commit, None, c.author, c.committer, message, tree, [parent])

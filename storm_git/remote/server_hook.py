@@ -38,6 +38,7 @@ from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPAC
 from ..core.trailers import parse as parse_trailers, provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 from ..storm.validate import moved
+from . import ref_locks
 
 ZERO = "0" * 40
 MARKER = "git-storm-server-hook"
@@ -299,9 +300,13 @@ def run(stdin_text: str, path: str = ".") -> tuple[int, list[str]]:
     """The hook's verdict: (0 accepts the push, 1 refuses it; the reasons, for the pusher)."""
     try:
         repo = open_repo(path)
-        verdict = check(repo, parse_updates(stdin_text))
+        updates = parse_updates(stdin_text)
+        verdict = check(repo, updates)
     except Exception as exc:  # noqa: BLE001 - a guard that cannot check refuses
         return 1, [f"git storm guard: cannot check this push ({type(exc).__name__}: {exc}); refused"]
+    if verdict.ok:  # git locks the refs next: a lock a dead update left would refuse the push
+        ref_locks.clear_stale(path, [u.ref for u in updates if u.ref.startswith(STORM_NAMESPACES)
+                                     and not u.ref.startswith(INBOX_PREFIX)])
     return (0 if verdict.ok else 1), [f"git storm guard: refused {r}" for r in verdict.refused]
 
 
@@ -341,7 +346,10 @@ def render(python: str) -> str:
             f'    if ! git config --get-all receive.procReceiveRefs | grep -qx {INBOX_PREFIX.rstrip("/")} ||\n'
             f'       ! grep -q {MARKER} "$(dirname "$0")/{PROC_RECEIVE}" 2>/dev/null; then\n'
             f'        echo "{GUARD_NAME}: refused {INBOX_PREFIX}: {NO_ORDERING}" >&2; exit 1\n'
-            '    fi ;;\n'
+            '    fi\n'
+            "    # what the push carries is checked now, while git can still drop its objects\n"
+            f'    printf "%s\\n" "$input" | grep " {INBOX_PREFIX}" |\n'
+            '        "$STORM_PYTHON" -m storm_git.remote.inbox_check pre-receive || exit 1 ;;\n'
             'esac\n'
             "# only pushes that move storm's refs (but for the inbox) pay for the interpreter\n"
             f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}"'
@@ -433,6 +441,12 @@ class GuardInactive(RepoStateError):
     kind = "guard_inactive"
 
 
+class StaleRefLock(RepoStateError):
+    """A storm ref's ``<ref>.lock`` left on the server by an update that died."""
+
+    kind = "stale_ref_lock"
+
+
 @dataclass
 class GuardStatus:
     """Whether git will run storm's guard on the next push (``check``)."""
@@ -441,14 +455,17 @@ class GuardStatus:
     hook: str  # where git runs the pre-receive hook from
     python: str | None  # the interpreter the hook names
     ordering: bool = False  # clones' writes are ordered here (refs/storm/ordering, the proc-receive hook)
+    removed_locks: list[str] = field(default_factory=list)  # stale ref locks removed (--fix)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def check_installed(path: str) -> GuardStatus:
+def check_installed(path: str, fix: bool = False) -> GuardStatus:
     """Storm's guard is where git runs the repository's pre-receive hook, executable,
     and its interpreter imports storm; else GuardInactive (exit 3) saying what is not.
+    A storm ref's lock left by a dead update is StaleRefLock (exit 3), or with ``fix``
+    removed (:mod:`.ref_locks`).
     A hook can stop running without a word: ``core.hooksPath`` set after install, the
     interpreter's virtualenv removed (the hook then refuses every push to storm's refs)."""
     repo = _bare(path)
@@ -479,7 +496,16 @@ def check_installed(path: str) -> GuardStatus:
     if ordering and not os.access(os.path.join(hooks_dir(repo.path), PROC_RECEIVE), os.X_OK):
         raise GuardInactive(f"{os.path.join(hooks_dir(repo.path), PROC_RECEIVE)} is not executable: git cannot run it",
                             hint=hint)
-    return GuardStatus(os.path.normpath(repo.path), target, python, ordering)
+    status = GuardStatus(os.path.normpath(repo.path), target, python, ordering)
+    left = ref_locks.stale(repo.path)
+    if left and fix:
+        status.removed_locks = [s.path for s in ref_locks.clear_stale(repo.path, [s.ref for s in left])]
+    elif left:
+        raise StaleRefLock(f"{left[0].describe()}: every push that moves {left[0].ref} fails until it goes"
+                           + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""),
+                           hint=f"git storm server-hook check --fix {path} removes it (the ordering hook "
+                                "also does at the next push to an inbox)")
+    return status
 
 
 def hooks_dir(gitdir: str) -> str:

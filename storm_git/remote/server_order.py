@@ -26,14 +26,20 @@ lock:
 4. moves ``refs/storm/workspace`` and the agents' notes refs in one ``git
    update-ref --stdin`` transaction, each leased on the value it read: a clone
    that pushes to the workspace with a lease beside the inbox is never
-   overwritten (the transaction fails, and the hook plans again on the new head);
+   overwritten (the transaction fails, and the hook plans again on the new head).
+   A transaction that dies part way (the ``git update-ref`` killed between two of
+   its renames) leaves its locks and some refs moved: the hook removes the locks it
+   left and plans again on the refs as they are, so a write the workspace took is
+   answered landed (:func:`_commit`, :mod:`.ref_locks`);
 5. notes the push in ``storm/order/log`` and answers each update: one ``ok``
    per landed write (``option refname refs/storm/workspace``, ``old-oid`` the
    head it went on, ``new-oid`` the commit it landed as), ``ng`` with why for a
    queue of which nothing landed, and the reasons of the others on stderr.
 
-A hook killed before step 4 has changed no ref (the objects it wrote are
-unreferenced); killed after it, the writes are landed and the clone, whose push
+Step 1's checks run in the pre-receive hook too (:func:`prepare`,
+:mod:`.inbox_check`), while git still holds the push's objects in quarantine: a
+push refused there leaves none behind. A hook killed before step 4 has changed no
+ref (the objects it wrote are unreferenced); killed after it, the writes are landed and the clone, whose push
 failed, pushes the same queue again and hears "landed" (step 2). Any error before
 step 4 refuses the push: a hook that cannot check does not apply.
 """
@@ -55,7 +61,7 @@ from ..core.readsets import provenance_entries
 from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, commit_at
 from ..core.trailers import Provenance, parse as parse_trailers
-from . import arrival, pktline, queue_move
+from . import arrival, pktline, queue_move, ref_locks
 from .server_hook import GUARD_NAME as GUARD, INBOX_PREFIX, ZERO, Refused, check_commit, open_repo
 
 QUEUE = "workspace"
@@ -147,39 +153,75 @@ class _Plan:
     changes: list[tuple[str, str, str]]  # (ref, old, new) for the transaction; old ZERO: must not exist
 
 
+@dataclass
+class Prepared:
+    """An inbox push as checked before its turn (:func:`prepare`)."""
+
+    who: str  # the clone
+    repo: pygit2.Repository
+    queue: Command | None
+    notes: dict[str, Command]  # agent -> its notes ref's update
+    checked: set[pygit2.Oid]  # the writes the guard's checks passed
+
+
+def prepare(gitdir: str, commands: list[Command]) -> Prepared:
+    """The checks of an inbox push that depend on what it carries, not on the order:
+    its ref names, one queue, and the guard's checks of every write it brings (the
+    writes' trees, sizes, trailers and provenance, at most MAX_WRITES). Refused for
+    a push they refuse. The pre-receive hook runs them too (:mod:`.inbox_check`), so
+    that git drops what they refuse with its quarantine."""
+    targets = []
+    for c in commands:
+        targets.append(target_of(c.ref))
+        if c.new == ZERO:
+            raise Refused(f"{c.ref}: deleting an inbox ref is not a write (inbox refs are never created)")
+    queues = [c for c, (_clone, t) in zip(commands, targets, strict=True) if t == WORKSPACE_REF]
+    if len(queues) > 1:
+        raise Refused("one queue per push: push one refs/storm/inbox/<clone>/workspace")
+    notes = {t[len(AGENTS_PREFIX):]: c
+             for c, (_clone, t) in zip(commands, targets, strict=True) if t != WORKSPACE_REF}
+    repo = open_repo(gitdir)
+    for c in notes.values():
+        if not isinstance(_get(repo, c.new), pygit2.Commit):
+            raise Refused(f"{c.ref}: {c.new[:10]} is not a commit")
+    queue = queues[0] if queues else None
+    return Prepared(targets[0][0] if targets else "?", repo, queue, notes, _precheck(repo, queue, notes))
+
+
+def _get(repo: pygit2.Repository, oid: str) -> object:
+    try:
+        return repo.get(oid)
+    except ValueError:
+        return None
+
+
 def serve(gitdir: str, commands: list[Command]) -> Outcome:
     """Order one push's inbox updates (module docstring); never raises."""
     try:
-        targets = []
-        for c in commands:
-            targets.append(target_of(c.ref))
-            if c.new == ZERO:
-                raise Refused(f"{c.ref}: deleting an inbox ref is not a write (inbox refs are never created)")
-        queues = [c for c, (_clone, t) in zip(commands, targets, strict=True) if t == WORKSPACE_REF]
-        if len(queues) > 1:
-            raise Refused("one queue per push: push one refs/storm/inbox/<clone>/workspace")
-        notes = {t[len(AGENTS_PREFIX):]: c
-                 for c, (_clone, t) in zip(commands, targets, strict=True) if t != WORKSPACE_REF}
-        who = targets[0][0] if targets else "?"
-        repo = open_repo(gitdir)
-        checked = _precheck(repo, queues[0] if queues else None, notes)
+        p = prepare(gitdir, commands)
+        who, repo, notes, checked = p.who, p.repo, p.notes, p.checked
+        queues = [p.queue] if p.queue is not None else []
     except Refused as exc:
         return refuse_all(commands, f"{GUARD}: refused {exc}")
     except Exception as exc:  # noqa: BLE001 - a hook that cannot check refuses
         return refuse_all(commands, f"{GUARD}: cannot check this push ({type(exc).__name__}: {exc}); refused")
     try:
         with arrival.turn(gitdir, who) as ticket:
+            why = f"{WORKSPACE_REF} kept moving under pushes leased on it"
             for _attempt in range(ATTEMPTS):
                 try:
                     plan = _plan(repo, queues[0] if queues else None, notes, checked)
                 except Refused as exc:
                     return refuse_all(commands, f"{GUARD}: refused {exc}")
-                if plan.changes and not _commit(gitdir, plan.changes, who):
-                    time.sleep(0.02 * (_attempt + 1))  # a push leased on a ref holds its lock, or moved it
-                    continue  # plan again on what it left
+                if plan.changes:
+                    lost = _commit(repo, gitdir, plan.changes, who)
+                    if lost is not None:
+                        why = lost
+                        time.sleep(0.02 * (_attempt + 1))  # a push leased on a ref holds its lock, or moved it
+                        continue  # plan again on what it left (a write it landed is answered landed)
                 _log(gitdir, ticket, who, plan.outcome)
                 return plan.outcome
-            return refuse_all(commands, f"{BUSY}: {WORKSPACE_REF} kept moving under pushes leased on it; push again")
+            return refuse_all(commands, f"{BUSY}: {why}; push again")
     except Busy as exc:
         return refuse_all(commands, f"{BUSY}: {exc.message}; push again")
     except Exception as exc:  # noqa: BLE001 - nothing was committed: refuse
@@ -338,18 +380,34 @@ def _scopes(repo: pygit2.Repository, post: dict[str, str]) -> queue_move.ScopeOf
     return scope_of
 
 
-def _commit(gitdir: str, changes: list[tuple[str, str, str]], who: str) -> bool:
-    """Move the refs in one transaction, each leased on the value it was read at;
-    False when one had moved (a push leased on it got there first)."""
+def _commit(repo: pygit2.Repository, gitdir: str, changes: list[tuple[str, str, str]], who: str) -> str | None:
+    """Move the refs in one transaction, each leased on the value it was read at (server
+    lock held). None when they moved; else why not, and the caller plans again on the
+    refs as they are then: a ref had moved (a push leased on it got there first), its
+    lock was held, or the transaction died part way (killed: its locks stay, and some
+    refs may have moved). The locks it left are removed (:mod:`.ref_locks`), and so is
+    a stale lock of a dead writer, so that no push is refused for a lock nobody holds;
+    the plan made again then finds a write that landed on the workspace and answers it
+    landed (and moves the notes refs that did not move with it)."""
     text = "".join(f"update {ref} {new} {old}\n" for ref, old, new in changes)
     r = run_git(["update-ref", "--stdin", "-m", f"storm: writes of {who}, in arrival order"], gitdir,
                 check=False, env={"GIT_DIR": gitdir}, input=text.encode())
     if r.returncode == 0:
-        return True
-    err = r.stderr.decode("utf-8", "replace")
+        return None
+    err = _one_line(r.stderr.decode("utf-8", "replace"))
+    left = ref_locks.clear_own(gitdir, changes)
+    cleared = ref_locks.clear_stale(gitdir, [ref for ref, _old, _new in changes])
+    if r.returncode < 0 or left:
+        return f"git update-ref died (signal {-r.returncode})" if r.returncode < 0 else f"git update-ref failed: {err}"
+    if cleared:
+        return f"{', '.join(s.ref for s in cleared)}: a stale lock was removed ({cleared[0].describe()})"
     if any(m in err for m in ("cannot lock ref", "but expected", "reference already exists", "is at")):
-        return False
-    raise RuntimeError(f"git update-ref failed: {_one_line(err)}")
+        held = [ref for ref, _old, _new in changes if os.path.exists(ref_locks.lock_path(gitdir, ref))]
+        return (f"{held[0]}.lock on the server is held by another update (a push leased on it)" if held
+                else f"{WORKSPACE_REF} kept moving under pushes leased on it")
+    if any(_ref(repo, ref) != (None if old == ZERO else old) for ref, old, _new in changes):
+        return f"git update-ref failed part way: {err}"  # plan again: what moved is answered for what it is
+    raise RuntimeError(f"git update-ref failed: {err}")
 
 
 def _log(gitdir: str, ticket: int, who: str, out: Outcome) -> None:

@@ -38,7 +38,6 @@ or with ``push_reads``; validation never needs another machine's read set.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -47,7 +46,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import readsets
+from ..core import readsets, trailers
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.errors import Busy, NotInitialised, RepoStateError
 from ..core.files import read_own, replace_file
@@ -84,8 +83,6 @@ from .queue import (
     write_state,
 )
 from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
-
-_AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)
 
 
 def remote_of(store: Store) -> str | None:
@@ -142,6 +139,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._started = time.monotonic()  # when it started (bounded by storm.remoteRetrySeconds)
         self._fresh = False  # the write in progress has fetched: its verdicts are the server's
         self._queued: pygit2.Oid | None = None  # its commit, on the local ref, not yet landed
+        self._busy: str | None = None
 
     # -- keeping the local copies current ------------------------------------------
     def refresh(self, *, disk: bool = True, agent: str | None = None, notes: bool = False) -> pygit2.Oid:
@@ -287,6 +285,9 @@ class RemoteWorkspace(SharedWorkspace):
     def _check_budget(self) -> None:
         """Exit 3 for a write that kept losing leases for storm.remoteRetrySeconds."""
         if self._over_budget():
+            if self._busy and not self._stale_now:  # the server said why it could not take the write
+                raise Busy(f"{self.remote} could not take the write: {self._busy}",
+                           hint="retry the write; git storm server-hook check on the server says what stays wrong")
             lost = (f"moved {self._stale_now} times during one write" if self._stale_now else
                     f"kept moving: this clone's pushes lost {backoff.read(self.store).streak} leases in a row "
                     "while the write waited")
@@ -407,6 +408,7 @@ class RemoteWorkspace(SharedWorkspace):
                                     hint="nothing was changed; see docs/remote.md (the server's guard)")
             raise Unreachable(f"cannot push the write to {self.remote}: {ans.unreachable}",
                               hint=self._unreachable_hint())
+        self._busy = ans.busy
         if ans.busy or ans.unclear:
             # the server is busy, or the answer was lost (the server may have applied the
             # writes): the same queue is pushed again, and a write already there is
@@ -534,6 +536,7 @@ class RemoteWorkspace(SharedWorkspace):
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
         self._unclear = 0
         self._moves = 0
+        self._busy = None  # the server's last "busy" answer to this write's push, why
         self._take_snapshot(agent)
         try:
             res = super().apply(agent, changes, intent=intent, deps=deps, wait=wait, op=op, expected=expected,
@@ -679,7 +682,7 @@ def learn_writers(store: Store, remote: str) -> None:
     try:
         walker = store.repo.walk(new, pygit2.enums.SortMode.NONE)
         walker.hide(local)
-        names = {m.group(1) for c in walker for m in _AGENT_TRAILER.finditer(c.message)}
+        names = {a for c in walker for a in trailers.parse(c.message).get("Storm-Agent", [])}
     except (KeyError, ValueError, pygit2.GitError):
         return  # the local ref names a commit that is gone (a hand-made repair): nothing to learn from
     record_seen(store.commondir, names)

@@ -12,6 +12,7 @@ from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Entry, hex_
+from ..core.tree_diff import tree_changes
 from .verdict import Verdict
 from .writer import UNDO_OP, WriteHost
 
@@ -39,13 +40,60 @@ def file_history(ws: WriteHost, path: str, head: pygit2.Oid, since: str | None,
         if not since and hex_(getattr(_entry(ws, c.tree, path), "oid", None)) == base:
             return list(dict.fromkeys(by)), behind
         if not c.parent_ids:
+            if _entry(ws, c.tree, path) is not None:  # the root commit made it: its author did
+                behind += 1
+                by.append(author_of(c))
             break
         parent = ws.store.commit(c.parent_ids[0])
         if _entry(ws, c.tree, path) != _entry(ws, parent.tree, path):
             behind += 1
-            by.append(trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0])
+            by.append(author_of(c))
         c = parent
     return list(dict.fromkeys(by)), behind
+
+
+def author_of(c: pygit2.Commit) -> str:
+    """Who made a shared commit: its agent (Storm-Agent), else its git author."""
+    return trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0]
+
+
+def last_authors(ws: WriteHost, paths: set[str], head: pygit2.Oid) -> dict[str, str]:
+    """Who made each of ``paths`` as it is at ``head``, in one walk of the history
+    (HISTORY_LIMIT commits; a path not changed within them is left out)."""
+    out: dict[str, str] = {}
+    left = set(paths)
+    c = ws.store.commit(head)
+    for _ in range(HISTORY_LIMIT):
+        if not left:
+            break
+        if not c.parent_ids:
+            for p in [p for p in left if _entry(ws, c.tree, p) is not None]:
+                out[p] = author_of(c)
+            break
+        parent = ws.store.commit(c.parent_ids[0])
+        for p, _state in tree_changes(ws.store, parent.tree, c.tree):
+            if p in left:
+                out[p] = author_of(c)
+                left.discard(p)
+        c = parent
+    return out
+
+
+def last_author(ws: WriteHost, path: str, head: pygit2.Oid) -> str | None:
+    """Who made ``path`` as it is at ``head``: the author of the newest commit that
+    changed it (None: absent, or not found within HISTORY_LIMIT commits)."""
+    c = ws.store.commit(head)
+    here = _entry(ws, c.tree, path)
+    if here is None:
+        return None
+    for _ in range(HISTORY_LIMIT):
+        if not c.parent_ids:
+            return author_of(c)
+        parent = ws.store.commit(c.parent_ids[0])
+        if _entry(ws, parent.tree, path) != here:
+            return author_of(c)
+        c = parent
+    return None
 
 
 def file_change(ws: WriteHost, path: str, seen: ReadEntry | None, current: Entry | None,

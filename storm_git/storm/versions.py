@@ -23,6 +23,16 @@ table's origin and the shared head it has been written up to. The commits after
 that head are numbered by walking them (the same walk, so the same numbers, in every
 process); every PERSIST_EVERY commits the table is written up to the shared head,
 under the ``versions`` flock, by CAS. Lookups read it without a lock.
+
+A number computed by the walk and not yet written is only as good as the history it
+was walked on: the shared ref can be moved off it (reset by hand, or a remote clone's
+queued write dropped and its ref put back on the server's head), and the walk of the
+new history would give the same number to another state. So the newest shared head
+at which a number was handed out is kept in the ref ``refs/storm/versions-handed``
+(a ref update, not a table commit; it also keeps that commit from being collected).
+When the shared head does not descend from it, the table is first written up to it,
+so the states numbered there (a dropped write's among them) keep their numbers, and
+then the new head's changes are numbered above every number written.
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ from ..core.store import WORKSPACE_REF, Store, hex_
 from ..core.tree_diff import tree_changes
 
 VERSIONS_REF = "refs/notes/storm/versions"
+HANDED_REF = "refs/storm/versions-handed"  # the newest shared head a number was handed out at
 LOCK = "versions"
 KEEP = 256  # states kept per path: an agent holds a version this many changes old at most
 MAX_WALK = 100_000  # commits walked back to the last synced head before diffing trees instead
@@ -231,9 +242,15 @@ def _current(store: Store) -> _View:
     if head is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     t = _Table(store)
+    cache = store.caches.setdefault("versions", {})
+    if _moved_off(store, store.ref_target(HANDED_REF), head):
+        with flocked(store.commondir, LOCK):
+            t = _persist_locked(store)
+        view = _View(t, t.synced, {}, 0)
+        cache["view"] = view
+        return view
     if t.synced == str(head):
         return _View(t, str(head), {}, 0)
-    cache = store.caches.setdefault("versions", {})
     known: _View | None = cache.get("view")
     steps = None
     if t.ref is not None and t.synced:
@@ -254,16 +271,62 @@ def _current(store: Store) -> _View:
 
 
 def _persist_locked(store: Store) -> _Table:
-    """Write the table up to the shared head (versions lock held)."""
+    """Write the table up to the shared head (versions lock held): first up to the
+    head numbers were handed out at, when the shared ref has moved off it."""
     t = _Table(store)
     head = store.ref_target(WORKSPACE_REF)
     if head is None:
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
+    handed = store.ref_target(HANDED_REF)
+    if (handed is not None and _moved_off(store, handed, head) and t.ref is not None and t.synced
+            and t.synced != str(handed) and _commit_or_none(store, str(handed)) is not None
+            and _linear(store, t.synced, handed, MAX_WALK) is not None):
+        notes.update_notes(store, VERSIONS_REF, _advance(store, t, handed), agent=_AGENT,
+                           message=f"storm: versions up to {str(handed)[:12]} (handed out there; the ref moved off)")
+        t = _Table(store)
     if t.synced != str(head):
         notes.update_notes(store, VERSIONS_REF, _advance(store, t, head), agent=_AGENT,
                            message=f"storm: versions up to {str(head)[:12]}")
         t = _Table(store)
+    if handed != head:
+        store.force(HANDED_REF, head)
     return t
+
+
+def _moved_off(store: Store, handed: pygit2.Oid | None, head: pygit2.Oid) -> bool:
+    """Whether ``head`` is neither ``handed`` nor a descendant of it: the shared ref
+    moved off the history numbers were handed out on (or a reader raced a writer:
+    writing the table then costs a commit, nothing else)."""
+    if handed is None or handed == head:
+        return False
+    try:
+        return not store.descends(head, handed)
+    except (KeyError, ValueError, pygit2.GitError, CorruptState):
+        return True
+
+
+def _handing_out(store: Store, view: _View) -> _View:
+    """The view whose numbers may be handed out: the head they were walked at is
+    recorded first when the table does not hold them yet (see the module's note).
+    When numbers were handed out meanwhile on a history this head is not on, the
+    table is written (both histories numbered) and its view is returned instead."""
+    if view.lag == 0:
+        return view
+    head = pygit2.Oid(hex=view.head)
+    if store.ref_target(HANDED_REF) == head:
+        return view
+    with flocked(store.commondir, LOCK):
+        handed = store.ref_target(HANDED_REF)
+        if not _moved_off(store, handed, head):
+            if handed != head:
+                store.force(HANDED_REF, head)
+            return view
+        if handed is not None and not _moved_off(store, head, handed):
+            return view  # numbers were handed out at a newer head of this line: the walk agrees
+        t = _persist_locked(store)
+    out = _View(t, t.synced, {}, 0)
+    store.caches.setdefault("versions", {})["view"] = out
+    return out
 
 
 def _at_or_before(store: Store, commit: str, head: str) -> bool:
@@ -281,7 +344,7 @@ def number(store: Store, path: str, head: str | pygit2.Oid, blob: str | None) ->
     if blob is None:
         return 0
     head = str(head)
-    view = _current(store)
+    view = _handing_out(store, _current(store))
     states = view.states(path)
     if not states:
         first = view.table.origin_state(path)
@@ -339,7 +402,7 @@ def lookup(store: Store, path: str, n: int) -> Version | None:
 
 def numbered(store: Store) -> dict[str, int]:
     """{path: current number} of every file present that has been given a number."""
-    view = _current(store)
+    view = _handing_out(store, _current(store))
     out: dict[str, int] = {}
     paths = set(view.pending)
     for key, blob in notes.iter_notes(store, view.table.tree):
@@ -355,3 +418,28 @@ def numbered(store: Store) -> dict[str, int]:
         if states and states[-1].blob is not None:
             out[path] = states[-1].number
     return out
+
+
+def highest(store: Store, path: str) -> int:
+    """The newest number ``path`` has been given (0: none): a number at or below it
+    that :func:`lookup` no longer finds was handed out and has since fallen out of the
+    KEEP states kept."""
+    view = _current(store)
+    states = view.states(path)
+    if states:
+        return states[-1].number
+    return 1 if view.table.origin_state(path) is not None else 0
+
+
+def current_version(store: Store, path: str, head: str | pygit2.Oid, blob: str) -> Version:
+    """The numbered state ``blob`` of ``path`` at ``head``, with the commit that made it."""
+    n = number(store, path, head, blob)
+    v = lookup(store, path, n)
+    return v if v is not None else Version(n, blob, "")
+
+
+def begin(store: Store) -> None:
+    """Start the table at the shared head if it has none: what is there now is
+    version 1, and every later change is numbered from it (a harness's first command
+    changes files from version 1 to 2, as the reference manager counts)."""
+    _current(store)

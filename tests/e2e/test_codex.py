@@ -128,3 +128,54 @@ def test_a_stale_dependency_is_denied_with_the_diff_and_the_command_that_reads_i
     assert "return min(max(x, lo), hi)" in a[2], a[2]  # the read printed the file
     assert "Success" in a[3], a[3]
     assert b"# A" in workspace(repo, "src/api.py") and b"min(max(x, lo), hi)" in workspace(repo, "src/util.py")
+
+
+def test_a_patch_made_after_a_shell_read_is_refused_when_the_read_file_changed(harness_bin, world):
+    """Codex reads src/util.py through its shell (`sed -n`, `cat`), session B changes
+    that file, and A's later patch of src/api.py is a stale dependency: the shell read
+    is in A's read set. Without shell reads the patch was accepted on a file A never
+    saw in its current form."""
+    repo, home, log = world
+    script = play(harness_bin, repo, home, log, {
+        "A": [{"tool": "exec_command", "input": {"cmd": "sed -n '1,80p' src/util.py && cat src/api.py"}},
+              {"after": ["B", 1], "tool": "apply_patch",
+               "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url)  # A"))}],
+        "B": [{"after": ["A", 1], "tool": "apply_patch",
+               "patch": patch("src/util.py", ("    return max(lo, min(x, hi))", "    return min(max(x, lo), hi)"))}],
+    })
+    a, b = script.outputs("A"), script.outputs("B")
+    assert "def clamp(x, lo, hi):" in a[0], a[0]  # the shell showed it
+    assert "Success" in b[0], b[0]
+    assert "stale_dependency" in a[1] and "+    return min(max(x, lo), hi)" in a[1], a[1]
+    assert b"# A" not in workspace(repo, "src/api.py")
+    assert b"min(max(x, lo), hi)" in workspace(repo, "src/util.py")
+
+
+# the read commands Codex sends (its own habits: sed -n ranges, nl -ba, rg with and without files)
+READ_SESSION = [
+    ("cat README.md", ["README.md"]),
+    ("sed -n '1,200p' src/api.py", ["src/api.py"]),
+    ("nl -ba src/util.py | sed -n '1,40p'", ["src/util.py"]),
+    ("rg -n 'fetch' src/client.py src/api.py", ["src/client.py", "src/api.py"]),
+    ("rg -n 'clamp'", []),  # a search of the tree: not a read
+    ("ls -la src && head -n 20 src/client.py", ["src/client.py"]),
+    ("cd src && tail -n 5 util.py", ["src/util.py"]),
+]
+
+
+def test_how_many_of_codex_shell_reads_storm_records(harness_bin, world):
+    """The reads a Codex session makes through its shell, and how many of them are in
+    its read set afterwards (the figure in docs/agents.md and docs/performance.md)."""
+    from figures import record
+    from storm_git.core import readsets
+    from storm_git.core.store import Store
+
+    repo, home, log = world
+    play(harness_bin, repo, home, log, {"A": [{"tool": "exec_command", "input": {"cmd": c}} for c, _ in READ_SESSION]})
+    agents = {e["agent"] for e in hx.hook_log(log)}
+    assert len(agents) == 1, agents
+    shown = {p for _, ps in READ_SESSION for p in ps}
+    recorded = set(readsets.load(Store.discover(str(repo)), agents.pop()))
+    record("codex_shell_reads", commands=len(READ_SESSION), files_shown=len(shown),
+           recorded=len(shown & recorded), extra=sorted(recorded - shown))
+    assert recorded == shown, (sorted(shown), sorted(recorded))

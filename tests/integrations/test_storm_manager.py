@@ -9,6 +9,7 @@ asyncio tasks on one event loop.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from helpers import SUPPORT, git, make_repo, storm
 from manager_agent import Agent, increment
 from storm_git.core.errors import BadAgent, BadPath, RepoStateError
+from storm_git.integrations.manager_payloads import FileState
 from storm_git.integrations.storm_manager import Manager, ReadResponse, StaleFile
 
 
@@ -310,6 +312,7 @@ def test_many_agents_as_tasks_on_one_event_loop(tmp_path: Path) -> None:
     assert all(got == [2, 3] for got in results[8:])
     assert len(authors(repo, "log.txt")) == 24
     assert len(manager.files) == 9
+    assert manager.files["log.txt"].version == 25 and manager.files["own/0.txt"].version == 3
 
 
 WORKER = textwrap.dedent("""
@@ -402,7 +405,8 @@ def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> Non
     assert json.loads(out.stdout) == [3, True, 4]
     third = Manager(repo)
     assert run(third.read_file("engineer_2", "src/api.py")).version == 4
-    assert third.files == second.files == {"src/api.py": 4}
+    assert third.files["src/api.py"].version == second.files["src/api.py"].version == 4
+    assert third.files == second.files
 
 
 def test_versions_are_kept_in_git(repo: Path) -> None:
@@ -410,7 +414,7 @@ def test_versions_are_kept_in_git(repo: Path) -> None:
     run(m.write_file("engineer_1", "src/new.py", "x = 1\n", 0))
     notes = git(repo, "log", "--format=%s", "refs/notes/storm/versions").stdout.decode()
     assert "versions up to" in notes
-    assert m.files == {"src/new.py": 1}
+    assert m.files["src/new.py"] == FileState("src/new.py", 1, hashlib.md5(b"x = 1\n").hexdigest(), "engineer_1")
     # storm's own verbs move the shared ref too: their writes are numbered as well
     assert storm(repo, "write", "src/new.py", "--agent", "engineer_1", input="x = 2\n").returncode == 0
     assert run(m.read_file("engineer_1", "src/new.py")).version == 2
@@ -488,9 +492,11 @@ def test_a_reset_shared_ref_never_reuses_a_number(repo: Path) -> None:
     assert r.content == "other\n" and r.version > 2  # changed: a number never handed out for it
     with pytest.raises(FileNotFoundError):
         run(m.read_file("engineer_2", "src/util.py"))
-    # version 2 named content the shared ref no longer holds: refused, not taken for another state
-    with pytest.raises(ValueError, match="no version 2"):
-        run(m.write_file("engineer_1", "src/util.py", "again\n", 2))
+    # version 2 still names the content the shared ref no longer holds: a conflict with its removal
+    before = git(repo, "rev-parse", "refs/storm/workspace").stdout
+    gone = run(m.write_file("engineer_1", "src/util.py", "again\n", 2))
+    assert not gone.success and gone.reason == "direct_conflict" and gone.current_content is None, gone
+    assert git(repo, "rev-parse", "refs/storm/workspace").stdout == before
     res = run(m.write_file("engineer_2", "src/util.py", "again\n", 0))
     assert res.success and res.new_version > 2
     assert run(Manager(repo).read_file("engineer_3", "src/util.py")).version == res.new_version

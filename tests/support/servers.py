@@ -8,7 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import git, make_repo, storm
+import pygit2
+
+from helpers import git, make_repo, read_as, storm, write_as
+from storm_git.core import readsets
+from storm_git.core.store import Store
 
 WS = "refs/storm/workspace"
 
@@ -112,3 +116,35 @@ def served(request, tmp_path: Path, kind: str) -> tuple[Path, str]:
         return srv, d.url("proj.git")
     srv = bare(tmp_path / "proj.git")
     return srv, (f"file://{srv}" if kind == "file" else str(srv))
+
+
+def ordered_site(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(a bare server with storm's guard and ordering, served over file://; clone a,
+    which created the shared workspace; clone b, joined)."""
+    srv = bare(tmp_path / "proj.git")
+    install_guard(srv)
+    url = f"file://{srv}"
+    a = make_repo(tmp_path / "a", init_storm=False)
+    git(a, "remote", "add", "origin", url)
+    git(a, "push", "-q", "origin", "main")
+    assert storm(a, "init", "--remote", "origin").returncode == 0
+    git(tmp_path, "clone", "-q", url, "b")
+    r = storm(tmp_path / "b", "join", "origin")
+    assert r.returncode == 0, r.stderr
+    return srv, a, tmp_path / "b"
+
+
+def queue(c: Path, agent: str, path: str, content: str) -> tuple[Store, pygit2.Oid, pygit2.Oid]:
+    """A write of ``agent`` validated in clone ``c`` and queued there, not pushed: made
+    in local mode on the clone's copy of the server's head (then the journal folded
+    into the agent's notes, as a clone does before it pushes). (store, commit, notes)."""
+    read_as(c, agent, path)
+    git(c, "config", "--unset", "storm.remote")
+    try:
+        code, out = write_as(c, path, content, agent=agent)
+        assert code == 0, out
+    finally:
+        git(c, "config", "storm.remote", "origin")
+    st = Store(pygit2.Repository(str(c)))
+    readsets.fold(st, agent)
+    return st, st.ref_target(WS), st.ref_target("refs/notes/storm/agents/" + agent)
