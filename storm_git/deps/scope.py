@@ -287,7 +287,8 @@ class Resolver:
         if d not in self._dirs:
             try:
                 obj = self.tree[d] if d else self.tree
-                self._dirs[d] = frozenset(e.name for e in obj if e.name) if isinstance(obj, pygit2.Tree) else frozenset()
+                names = (e.name for e in obj if e.name) if isinstance(obj, pygit2.Tree) else ()
+                self._dirs[d] = frozenset(names)
             except (KeyError, ValueError):
                 self._dirs[d] = frozenset()
         return self._dirs[d]
