@@ -24,20 +24,18 @@ def mcp(agent: str | None, as_json: bool) -> None:
     --json only shapes an error before serving (the session is JSON-RPC).
 
     \b
-    Claude Code (project scope writes .mcp.json):
-      claude mcp add --scope project storm-engineer_1 -- git storm mcp --agent engineer_1
+    Claude Code (run in the repository; local scope: nothing written in it):
+      claude mcp add storm-engineer_1 -- "$(command -v git-storm)" mcp --agent engineer_1
     \b
-    Codex (~/.codex/config.toml, or: codex mcp add storm -- git storm mcp --agent engineer_1):
-      [mcp_servers.storm]
-      command = "git"
-      args = ["-C", "/path/to/repo", "storm", "mcp"]
-      env = { STORM_AGENT = "engineer_1" }
+    Codex (writes ~/.codex/config.toml; start codex in the repository):
+      codex mcp add storm-engineer_1 -- "$(command -v git-storm)" mcp --agent engineer_1
     \b
-    Cursor (.cursor/mcp.json in the project):
-      {"mcpServers": {"storm": {"command": "git",
-        "args": ["storm", "mcp", "--agent", "engineer_1"]}}}
+    Cursor (.cursor/mcp.json in the project; the command is what
+    command -v git-storm prints):
+      {"mcpServers": {"storm": {"command": "/venv/bin/git-storm",
+        "args": ["mcp", "--agent", "engineer_1"]}}}
     \b
-    OpenHands (config.toml):
+    OpenHands (config.toml; git -C names the repository as its servers see it):
       [mcp]
       stdio_servers = [{name = "storm", command = "git",
         args = ["-C", "/workspace", "storm", "mcp", "--agent", "engineer_1"]}]

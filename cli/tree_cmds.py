@@ -220,9 +220,7 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
     elif res.commit is None:
         click.echo(f"nothing committed on {res.branch}: {res.message}")
     else:
-        who = ", ".join(res.agents) or "no agent"
-        click.echo(f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by {who}, "
-                   f"{len(res.paths)} path(s)")
+        click.echo(f"committed {res.commit[:10]} on {res.branch}: {res.summary()}")
     news = getattr(res, "branch_news", None)
     if not as_json and news:
         changed = f"changing {len(news['paths'])} path(s)" if news["paths"] else "no file it did not have"

@@ -92,10 +92,13 @@ def read(paths: tuple[str, ...], agent: str | None, as_json: bool) -> None:
             if len(results) > 1 and not r.content.endswith(b"\n"):
                 out.write(b"\n")
         out.flush()
+        if r.offline and (len(results) == 1 or r is results[0]):
+            click.echo(f"storm: {r.offline}", err=True)
         if len(results) == 1:
             click.echo(f"storm: {quoted(r.path)} version {r.version} at {r.head[:10]}" if r.version else
-                       f"storm: {quoted(r.path)}: not found in the shared workspace (recorded as absent, "
-                       f"head {r.head[:10]})", err=True)
+                       f"storm: {quoted(r.path)}: not found in the shared workspace (head {r.head[:10]}); "
+                       f"recorded as absent: creating it is validated against its absence, so a file "
+                       f"another agent creates first is a conflict", err=True)
         elif r.content is None:
             out.write(b"(not found: recorded as absent)\n")
 
@@ -400,9 +403,14 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
       git storm forget --agent engineer_1            # new task
       git storm forget docs/notes.md --agent engineer_1
     """
-    dropped = open_workspace_here().forget(None if (all_ or not paths) else list(paths), agent=_agent(agent))
+    ws = open_workspace_here()
+    who = _agent(agent)
+    dropped = ws.forget(None if (all_ or not paths) else list(paths), agent=who)
+    known = bool(dropped) or ws.knows_agent(who)
     if as_json:
-        emit_json({"forgotten": dropped})
+        emit_json({"forgotten": dropped, "known_agent": known})
+    elif not known:
+        click.echo(f"{who} has no read set: storm has not seen this agent read or write (nothing forgotten)")
     else:
         click.echo(f"forgot {len(dropped)} path(s)" + (f": {', '.join(dropped[:10])}" if dropped else ""))
 
@@ -410,8 +418,10 @@ def forget(paths: tuple[str, ...], all_: bool, agent: str | None, as_json: bool)
 @cli.command(context_settings=CONTEXT)
 @click.option("--verbose", "-v", count=True,
               help="-v: diffs of unmediated edits to recorded files; -vv: also the content of new files.")
+@click.option("--all", "all_agents", is_flag=True,
+              help="List every agent storm has seen, also those with an empty read set (--json always does).")
 @json_option
-def status(verbose: int, as_json: bool) -> None:
+def status(verbose: int, all_agents: bool, as_json: bool) -> None:
     """Mode, shared head, agents with read-set size and stale reads, reservations,
     and the files on disk storm did not put there (unmediated edits).
 
@@ -425,6 +435,7 @@ def status(verbose: int, as_json: bool) -> None:
     Example:
       git storm status
       git storm status -v          # with diffs
+      git storm status --all       # also the idle agents
       git storm status --json
     """
     from storm_git.core import render
@@ -433,7 +444,7 @@ def status(verbose: int, as_json: bool) -> None:
     if as_json:
         emit_json(st.to_dict())
     else:
-        click.echo(render.status(st))
+        click.echo(render.status(st, all_agents=all_agents))
 
 
 @cli.command(context_settings=CONTEXT)

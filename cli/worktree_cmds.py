@@ -68,7 +68,8 @@ def mode(new: str | None, force: bool, into: str | None, agent: str | None, as_j
     else:
         forced = f" (forced past: {'; '.join(res.unintegrated)})" if res.forced else ""
         synced = f"; shared workspace continues from {res.target} ({res.synced[:10]})" if res.synced else ""
-        click.echo(f"mode: {res.previous} -> {res.mode}{forced}{synced}")
+        fresh = f"; {len(res.new_read_sets)} agent(s) start with an empty read set" if res.new_read_sets else ""
+        click.echo(f"mode: {res.previous} -> {res.mode}{forced}{synced}{fresh}")
 
 
 # -- spawn ------------------------------------------------------------------------------

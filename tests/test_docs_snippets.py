@@ -184,16 +184,20 @@ def test_parse_catches_what_was_broken():
 # -- the documented sequences, for real -----------------------------------------------------
 def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
     """Run a doc's storm commands in order in a fresh repository (DEFAULT_FILES: the
-    src/api.py the docs edit). README.md starts from scratch (its quick start runs
-    init); the reference docs in docs/ assume an initialised repository."""
-    repo = make_repo(tmp_path / "repo", init_storm=doc.name != "README.md")
+    src/api.py the docs edit), initialised: the blocks marked to run verbatim (the
+    README's quick start, which runs init itself) are tests/test_docs_run.py's."""
+    repo = make_repo(tmp_path / "repo")
     git(repo, "tag", "v1.2")
     files = tmp_path / "files"
     files.mkdir()
     env: dict[str, str] = {}
     results = []
     block = None
-    for b, n, line in _lines(doc.read_text(encoding="utf-8"), with_block=True):
+    text = doc.read_text(encoding="utf-8")
+    verbatim = _marked_blocks(text)
+    for b, n, line in _lines(text, with_block=True):
+        if b in verbatim:
+            continue  # run as written, whole, by tests/test_docs_run.py
         if b != block and doc.name in MODE_PER_BLOCK:
             # a reference doc's blocks are separate illustrations of one mode
             assert storm(repo, "mode", MODE_PER_BLOCK[doc.name], "--force").returncode == 0
@@ -221,6 +225,14 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
             r = storm(repo, *args, input=stdin, agent=e.pop("STORM_AGENT", None), env=e, timeout=120)
             results.append((f"{doc.name}:{n} git storm {shlex.join(args)}", r.returncode, r.stderr))
     return results
+
+
+def _marked_blocks(text: str) -> set[int]:
+    """The numbers (as _lines counts them) of the blocks marked ``<!-- run: NAME -->``."""
+    lines = text.splitlines()
+    fences = [i for i, ln in enumerate(lines) if ln.strip().startswith("```")]
+    opening = fences[0::2]  # fences alternate: open, close; _blocks numbers every block
+    return {k for k, i in enumerate(opening) if i > 0 and lines[i - 1].startswith("<!-- run:")}
 
 
 def _runs_here(args: list[str]) -> bool:

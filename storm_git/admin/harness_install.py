@@ -201,6 +201,10 @@ def install_user(store: Store, agent: str | None = None, env: dict[str, str] | N
     if res.action != "unchanged":
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _write(path, data)
+    if res.action != "unchanged":
+        res.warnings.append(f"{path} changed: storm's hooks now run in every Claude Code session of this user, in "
+                            "every repository (outside a storm repository they do nothing); "
+                            "git storm harness uninstall claude --user takes them out")
     if agent:
         res.warnings.append(f"every Claude Code session of this user is now agent {agent}, in every repository: "
                             "leave --agent out with --user")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events
+from ..core import events, readsets
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store, ref_oid
@@ -43,6 +43,7 @@ class ModeResult:
     target: str | None = None
     unintegrated: list[str] = field(default_factory=list)
     synced: str | None = None
+    new_read_sets: list[str] = field(default_factory=list)  # agents whose read set the switch emptied
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -114,7 +115,22 @@ def switch(store: Store, new: str, *, force: bool = False, by: str = "manager",
         events.append(store, "mode", by, f"{old} -> {new}" + (" (forced)" if pending else ""),
                       {"from": old, "to": new, "forced": bool(pending), "unintegrated": pending,
                        "target": target, "synced": synced})
-    return ModeResult(new, old, True, bool(pending), target, pending, synced)
+    fresh = _new_read_sets(store)
+    return ModeResult(new, old, True, bool(pending), target, pending, synced, fresh)
+
+
+def _new_read_sets(store: Store) -> list[str]:
+    """A mode switch ends every agent's task: reads made in one mode say nothing of
+    the other (a worktree's files are not the shared head's). Returns the agents
+    whose read set was emptied."""
+    emptied = []
+    for agent in readsets.agents(store):
+        try:
+            if readsets.forget(store, agent, None):
+                emptied.append(agent)
+        except readsets.CorruptReadSet:
+            continue  # doctor's to repair; the switch stands
+    return emptied
 
 
 def _sync_workspace(store: Store, target: str, by: str) -> str | None:

@@ -189,15 +189,30 @@ def _lost(old: list[Annotation], new_data: bytes | None, agents: set[str]) -> li
     """Annotations of ``old`` that the new content no longer holds word for word: the
     same agent and reason, on any line and beside any code (a write that changes the
     code on an annotated line keeps the intent; one that rewords or drops it does not).
-    Counted, so dropping one of two equal annotations loses one."""
+    Counted, so dropping one of two equal annotations loses one. An annotation
+    extended by a new clause (``# e1: callers hang; e2: and retry``) is kept: its
+    words are all still there, before a clause separator."""
     have = Counter((a.agent, a.why) for a in find_annotations("", new_data, agents))
     lost = []
     for a in old:
         if have[(a.agent, a.why)] > 0:
             have[(a.agent, a.why)] -= 1
+            continue
+        longer = next((k for k, n in have.items() if n > 0 and k[0] == a.agent and _extends(k[1], a.why)), None)
+        if longer is not None:
+            have[longer] -= 1
         else:
             lost.append(a)
     return lost
+
+
+_CLAUSE = re.compile(r"\s*(?:[;,.:!?]|\(|--?\s|\u2014|#|//)")
+
+
+def _extends(new_why: str, old_why: str) -> bool:
+    """``new_why`` is ``old_why`` word for word with a clause added after it (a
+    separator, not more words run on: "keep a positional arg" rewords "keep a positional")."""
+    return new_why.startswith(old_why) and _CLAUSE.match(new_why, len(old_why)) is not None
 
 
 def _plain(store: Store) -> dict:

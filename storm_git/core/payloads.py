@@ -38,13 +38,16 @@ class ReadResult:
     head: str
     content: bytes | None
     mode: int | None = None
+    offline: str | None = None  # remote mode, server unreachable: why, and how old the local head is
 
     @property
     def exists(self) -> bool:
         return self.version is not None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"path": self.path, "version": self.version, "exists": self.exists, "head": self.head}
+        d: dict[str, Any] = {"path": self.path, "version": self.version, "exists": self.exists, "head": self.head}
+        if self.offline:
+            d["offline"] = self.offline
         d.update(content_fields(self.content))
         return d
 
@@ -215,9 +218,21 @@ class CommitResult:
     radar: list[dict[str, Any]] = field(default_factory=list)  # worktree mode: storm_git.worktree.radar hits
     # storm mode: commits the branch gained outside storm, merged into the shared workspace first
     branch_news: dict[str, Any] | None = None
+    from_target: list[str] = field(default_factory=list)  # worktree mode: paths a sync's merge brought in
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def summary(self) -> str:
+        """What the commit holds, in words: storm writes when there were any, the paths,
+        and those a sync brought from the target (not the agent's own work)."""
+        who = ", ".join(self.agents) or "no agent"
+        own = len(self.paths) - len(self.from_target)
+        parts = [f"{self.writes} write(s) by {who}, {len(self.paths)} path(s)" if self.writes else
+                 f"{len(self.paths)} path(s) by {who}" if own else f"{len(self.paths)} path(s)"]
+        if self.from_target:
+            parts.append(f"{len(self.from_target)} of them from the target branch (concluding a sync)")
+        return "; ".join(parts)
 
 
 @dataclass

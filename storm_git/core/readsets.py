@@ -483,7 +483,10 @@ def fold_all(store: Store) -> list[str]:
 
 def forget(store: Store, agent: str, paths: Iterable[str] | None) -> list[str]:
     """Drop ``paths`` (all when None) from the read set; returns what was dropped.
-    The folded journals stay: past writes' provenance points into them, the audit trail."""
+    The folded journals stay: past writes' provenance points into them, the audit trail.
+    An agent storm has never seen has nothing to drop, and nothing is created for it."""
+    if not known(store, agent):
+        return []
     with flocked(store.commondir, agent_lock(agent)):
         try:
             current = dict(_line_map(store, agent))
@@ -522,6 +525,32 @@ def _reset_unreadable(store: Store, agent: str) -> list[str]:
     _start_journal(store, agent, str(pygit2.hash(empty)))
     _cache(store).pop(agent, None)
     return [f.removeprefix("r ").split(" ", 2)[-1] for f in found] or ["(unreadable read set)"]
+
+
+def _task_file(store: Store, agent: str) -> str:
+    return os.path.join(store.commondir, "storm", "tasks", agent)
+
+
+def begin_task(store: Store, agent: str, task: str) -> list[str]:
+    """A read set belongs to one task (STORM keeps one per task): when ``agent`` starts
+    a task other than the one it last worked on (a new harness session, a new team
+    subtask), its read set is emptied first. Returns what was dropped; the same task
+    again drops nothing and costs one small file read."""
+    file = _task_file(store, agent)
+    try:
+        if read_own(file) == task.encode("utf-8", "surrogateescape"):
+            return []
+    except OSError:
+        pass
+    dropped = forget(store, agent, None)
+    os.makedirs(os.path.dirname(file), exist_ok=True)
+    replace_file(file, task.encode("utf-8", "surrogateescape"), tmp=f"{file}.{os.getpid()}")
+    return dropped
+
+
+def known(store: Store, agent: str) -> bool:
+    """Whether storm has seen ``agent``: a notes ref or a journal of its own."""
+    return store.ref_target(AGENTS_PREFIX + agent) is not None or os.path.exists(journal_path(store, agent))
 
 
 def agents(store: Store) -> list[str]:

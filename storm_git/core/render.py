@@ -125,13 +125,22 @@ def waiting(r: Any) -> str:
             f"waiting at most {math.ceil(r.remaining())}s (--no-wait: be rejected at once)")
 
 
-def status(st: Any) -> str:
+def status(st: Any, *, all_agents: bool = False) -> str:
+    """``git storm status``: agents with an empty read set and no reservation (done,
+    or forgotten) are counted, not listed, unless ``all_agents``."""
     out = [f"mode: {st.mode}", f"shared head: {short(st.head)}"]
-    if st.agents:
+    holders = {r.holder for r in st.reservations}
+    shown = [a for a in st.agents if all_agents or a.reads or a.agent in holders]
+    idle = len(st.agents) - len(shown)
+    if shown:
         out.append("agents:")
-        for a in st.agents:
+        for a in shown:
             stale = f", {len(a.stale)} stale: {', '.join(map(quoted, a.stale[:5]))}" if a.stale else ", all fresh"
             out.append(f"  {a.agent}: {a.reads} read(s){stale}")
+        if idle:
+            out.append(f"  (+{idle} idle: an empty read set; --all lists them)")
+    elif idle:
+        out.append(f"agents: {idle} idle (an empty read set; --all lists them)")
     else:
         out.append("agents: none yet")
     if st.reservations:

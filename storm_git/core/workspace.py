@@ -47,6 +47,16 @@ class BaseWorkspace:
         norm = None if paths is None else [normalize(p, self.store.prefix, self.store.top) for p in paths]
         return readsets.forget(self.store, agent, norm)
 
+    def begin_task(self, agent: str | None, task: str) -> list[str]:
+        """Start ``task`` for the agent: a task other than its last one (a new harness
+        session, a new team subtask) starts with an empty read set."""
+        return readsets.begin_task(self.store, validate_agent(agent), task)
+
+    def knows_agent(self, agent: str | None) -> bool:
+        """Whether storm has seen ``agent`` (it has read or written): a forget or an
+        agent filter naming one it has not is most likely a typo."""
+        return readsets.known(self.store, validate_agent(agent))
+
 
 def replace_once(base: bytes, old: str, new: str, where: str) -> bytes:
     """``base`` with the one occurrence of ``old`` replaced by ``new`` (an ``edit``, in

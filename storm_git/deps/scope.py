@@ -146,6 +146,7 @@ def parse(source: bytes) -> ModuleInfo | None:
     bound: set[str] = set()
     loaded: set[str] = set()
     Name, Attribute, arg, Load = ast.Name, ast.Attribute, ast.arg, ast.Load
+    node: Any  # dispatched on its exact type below, which mypy does not narrow (isinstance would be slower)
     for node in _nodes(tree):
         t = type(node)  # the most frequent node types first
         if t is Name:
@@ -286,7 +287,8 @@ class Resolver:
         if d not in self._dirs:
             try:
                 obj = self.tree[d] if d else self.tree
-                self._dirs[d] = frozenset(e.name for e in obj) if isinstance(obj, pygit2.Tree) else frozenset()
+                names = (e.name for e in obj if e.name) if isinstance(obj, pygit2.Tree) else ()
+                self._dirs[d] = frozenset(names)
             except (KeyError, ValueError):
                 self._dirs[d] = frozenset()
         return self._dirs[d]
@@ -325,7 +327,7 @@ def own_writes(store: Store, agent: str, reads: dict[str, ReadEntry]) -> set[str
         if e.head not in heads:
             try:
                 t = trailers.parse(store.commit(pygit2.Oid(hex=e.head)).message)
-                heads[e.head] = ((t.get("Storm-Agent") or [None])[0], set(t.get("Storm-Path", [])))
+                heads[e.head] = (next(iter(t.get("Storm-Agent") or []), None), set(t.get("Storm-Path", [])))
             except (KeyError, ValueError):
                 heads[e.head] = (None, set())
         who, paths = heads[e.head]

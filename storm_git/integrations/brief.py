@@ -28,7 +28,10 @@ file and every file you read are unchanged since you read them.
   git storm write PATH -m 'why' < new_content, or git storm rm PATH.
 * Run formatters, generators, builds: git storm exec -- CMD ARGS; every file
   the command changed becomes one write of yours, validated the same way.
-* A new task starts with a fresh read set: git storm forget.
+* A new task starts with a fresh read set: run git storm forget when you start
+  work unrelated to what you read so far (an old read that has since changed
+  otherwise refuses your writes as stale). A new harness session of yours
+  starts a fresh read set by itself.
 * If your harness has the storm MCP server, its tools view, create,
   str_replace, insert and undo_edit do the same (view records the read, every
   edit is a validated write). If it has storm's harness hooks, your own

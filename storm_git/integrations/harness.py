@@ -242,14 +242,19 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def tool_paths(store: Store, event: HookEvent) -> list[str]:
-    """The managed paths a file tool names."""
+def _raw_paths(event: HookEvent) -> list[str]:
+    """The file names a file tool's input holds, as given."""
     inp = event.tool_input
     if event.tool in PATCH_TOOLS:
         text = next((v for k in ("command", "patch", "input") if isinstance(v := inp.get(k), str)), "")
-        raws = patch_paths(text)
-    else:
-        raws = [inp.get("file_path") or inp.get("notebook_path") or inp.get("path")]
+        return patch_paths(text)
+    raw = inp.get("file_path") or inp.get("notebook_path") or inp.get("path")
+    return [raw] if isinstance(raw, str) and raw else []
+
+
+def tool_paths(store: Store, event: HookEvent) -> list[str]:
+    """The managed paths a file tool names."""
+    raws = _raw_paths(event)
     write = event.tool not in READ_TOOLS
     return list(dict.fromkeys(p for p in (repo_path(store, r, event.cwd, for_write=write) for r in raws) if p))
 
@@ -313,9 +318,12 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
     except (NotARepository, NotInitialised):
         return HookResult(PASS, event, "not-a-storm-repository")
     if not isinstance(ws, SharedWorkspace):
-        # worktree mode: the agent works alone in its worktree; isolation is the protection
-        return HookResult(PASS, event, "worktree-mode")
+        # worktree mode: the agent works alone in its worktree; isolation is the protection,
+        # and the radar tells it, once, of another branch's change to a file it just used
+        return _radar_note(ws, event, kind, agent, env)
     who = agent_for(event, agent, env)
+    if event.session_id and (agent or (env if env is not None else os.environ).get(ENV_VAR)):
+        ws.begin_task(who, f"{event.harness} session {event.session_id}")  # a named agent's new session
     if kind == "shell":
         return pre_shell(ws, who, event) if event.pre else post_shell(ws, who, event)
     paths = tool_paths(ws.store, event)
@@ -331,6 +339,29 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
         _take_pending(_pending_file(ws.store, who, event, paths))
         return HookResult(PASS, event, "released-after-a-failed-tool", who, paths)
     return post_write(ws, who, event, paths)
+
+
+def _radar_note(ws: Any, event: HookEvent, kind: str, agent: str | None, env: dict[str, str] | None) -> HookResult:
+    """Worktree mode: after a read or an edit, the radar's news about those files."""
+    from ..worktree import radar
+    from ..worktree.worktrees import agent_of_worktree
+
+    if event.pre or kind == "shell":
+        return HookResult(PASS, event, "worktree-mode")
+    store = ws.store
+    who = agent_of_worktree(store) or (agent_for(event, agent, env) if (agent or (env or os.environ).get(ENV_VAR))
+                                       else None)
+    if not who:
+        return HookResult(PASS, event, "worktree-mode")
+    top = os.path.realpath(store.top)
+    paths = []
+    for raw in _raw_paths(event):
+        full = os.path.realpath(os.path.join(event.cwd or top, raw))
+        rel = os.path.relpath(full, top)
+        if not rel.startswith(".."):
+            paths.append(rel.replace(os.sep, "/"))
+    note = radar.hook_note(store, who, paths) if paths else ""
+    return HookResult(NOTE if note else PASS, event, "radar" if note else "worktree-mode", who, paths, message=note)
 
 
 def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:

@@ -221,7 +221,8 @@ class StormTools:
         if r.content is None:
             return ToolOutcome(f"Error: The path {path} does not exist. Please provide a valid path.\n"
                                f"[storm] recorded as read while absent: create it with create.", data, True)
-        footer = f"[storm] {p} version {r.version[:12] if r.version else '?'} (recorded as read)"
+        footer = f"[storm] {p} version {r.version[:12] if r.version else '?'} (recorded as read)" + \
+            (f"\n[storm] {r.offline}" if r.offline else "")
         if editor.is_binary(r.content):
             return ToolOutcome(f"{path} is a binary file ({len(r.content)} bytes).\n{footer}", data)
         text = r.content.decode("utf-8", "replace")
@@ -377,6 +378,8 @@ class StormTools:
             else:
                 body = r.content.decode("utf-8", "replace")
             parts.append(f"==> {r.path} @ {version} <==\n{body}")
+        if results[0].offline:
+            parts.append(f"[storm] {results[0].offline}")
         return ToolOutcome(editor.clip("\n".join(parts)),
                            {"head": results[0].head, "files": [r.to_dict() for r in results]})
 
@@ -483,8 +486,8 @@ class StormTools:
     # -- the manager's verbs --------------------------------------------------------------
     def commit(self, message: str, adopt: bool = False) -> ToolOutcome:
         res = self.workspace().commit(message, agent=self.agent, adopt=adopt)
-        text = (f"committed {res.commit[:10]} on {res.branch}: {res.writes} write(s) by "
-                f"{', '.join(res.agents) or 'nobody'}" if res.commit else f"nothing to commit on {res.branch}")
+        text = (f"committed {res.commit[:10]} on {res.branch}: {res.summary()}" if res.commit
+                else f"nothing to commit on {res.branch}")
         if res.unmediated:
             text += f"\nleft on disk, not committed: {', '.join(u.get('path', '?') for u in res.unmediated[:10])}"
         return ToolOutcome(text, res.to_dict())

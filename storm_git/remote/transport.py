@@ -94,9 +94,16 @@ def _git(store: Store, args: list[str], timeout: float, pre: list[str] | None = 
 
 
 def _first_line(raw: bytes) -> str:
+    """git's first error, on one line: a message git wraps over several lines
+    ("fatal: unable to connect to 127.0.0.1:" then the address and errno) is joined."""
     lines = [ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    return (fatal or lines or ["no output"])[0]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith(("fatal:", "error:"))), 0)
+    out = lines[at:at + 1] or ["no output"]
+    for ln in lines[at + 1:at + 3]:
+        if not out[-1].endswith(":") or ln.startswith(("fatal:", "error:", "hint:", "warning:")):
+            break
+        out.append(ln)
+    return " ".join(out)
 
 
 # The refs storm defines on a server besides the agents' notes: a clone copies them.

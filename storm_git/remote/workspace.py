@@ -613,7 +613,17 @@ class RemoteWorkspace(SharedWorkspace):
 
     # -- reads and reports see the remote's head -------------------------------------
     def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
-        self.refresh(agent=agent)
+        """The server's head; with the server out of reach, the last head this clone
+        fetched, each result saying so and how old that head is (as git reads offline).
+        A write made on such a read is validated by the server as usual."""
+        try:
+            self.refresh(agent=agent)
+        except Unreachable as e:
+            results = super().read(paths, agent=agent)
+            note = offline_note(self.store, self.head(), e.message)
+            for r in results:
+                r.offline = note
+            return results
         return super().read(paths, agent=agent)
 
     def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
@@ -626,6 +636,14 @@ class RemoteWorkspace(SharedWorkspace):
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         self.refresh(disk=False, notes=True)  # the provenance of every agent's writes
         return super().log(limit)
+
+
+def offline_note(store: Store, head: pygit2.Oid, why: str) -> str:
+    """What an offline read tells its reader: the head it read and its age."""
+    age = max(0, int(time.time()) - store.commit(head).commit_time)
+    when = f"{age // 86400} day(s)" if age >= 86400 else f"{age // 3600} h" if age >= 3600 else \
+        f"{age // 60} min" if age >= 60 else f"{age} s"
+    return f"offline ({why}): read at the last head fetched, {str(head)[:10]}, written {when} ago"
 
 
 def write_lock(agent: str) -> str:

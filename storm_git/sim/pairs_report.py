@@ -17,7 +17,8 @@ CAUGHT = [("caught_write", "at write", "#2a9d8f"), ("caught_merge", "at merge", 
 
 KEYS = ("pairs", "caught_write", "caught_merge", "caught_tests", "caught_never", "caught_none", "rejections",
         "rebased_accepted", "rebased_refused", "lost_updates", "semantic", "tests_failed", "agent_calls", "wall_s",
-        "errors", "clean_pairs", "clean_pairs_calls", "clean_pairs_rejections", "clean_pairs_cleared")
+        "errors", "clean_pairs", "clean_pairs_calls", "clean_pairs_rejections", "clean_pairs_cleared",
+        "caught_write_then_failed", "caught_merge_then_failed")
 
 
 def merges_cleanly(pair: dict[str, Any]) -> bool:
@@ -40,6 +41,8 @@ def totals(pairs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             for k in ("rejections", "rebased_accepted", "rebased_refused", "lost_updates", "agent_calls", "wall_s"):
                 t[k] += r[k]
             t["semantic"] += int(r["semantic"])
+            if r["caught"] in ("write", "merge") and any(v is False for v in r["tests"].values()):
+                t[f"caught_{r['caught']}_then_failed"] += 1  # caught early, yet the result failed its tests
             t["tests_failed"] += int(any(v is False for v in r["tests"].values()))
             t["errors"] += int(bool(r["errors"]))
             if merges_cleanly(p):
@@ -165,14 +168,20 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None, "matplotlib is not installed: plot skipped (pip install 'git-storm[sim]')"
+        return None, "matplotlib is not installed: plot skipped (pip install matplotlib)"
     modes = list(data["totals"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
     bottom = [0.0] * len(modes)
     for key, name, color in CAUGHT:
         vals = [data["totals"][m][key] for m in modes]
-        left.bar(modes, vals, bottom=bottom, color=color, edgecolor="black", linewidth=0.4, label=name)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        failed = [data["totals"][m].get(f"{key}_then_failed", 0) for m in modes]
+        clean = [v - f for v, f in zip(vals, failed, strict=True)]
+        left.bar(modes, clean, bottom=bottom, color=color, edgecolor="black", linewidth=0.4, label=name)
+        bottom = [b + v for b, v in zip(bottom, clean, strict=True)]
+        if any(failed):  # caught early, yet the result failed its tests: not a clean catch
+            left.bar(modes, failed, bottom=bottom, color=color, hatch="xx", edgecolor="black", linewidth=0.4,
+                     label=f"{name}, result then failed its tests")
+            bottom = [b + v for b, v in zip(bottom, failed, strict=True)]
     left.set_ylabel("pairs")
     left.set_title("How each mode caught the pairs", fontsize=10)
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)

@@ -221,6 +221,10 @@ def last_commits(repo: str, n: int) -> str:
     what ``--repo`` replays without ``--range``."""
     if not os.path.isdir(repo):
         raise UsageError(f"--repo {repo}: no such directory")
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True).returncode:
+        raise UsageError(f"--repo {repo}: HEAD is unborn (no branch checked out, as in a clone of a bundle)",
+                         hint=f"check out a branch (git -C {repo} checkout BRANCH) or name the commits with "
+                              "--range A..B")
     count = int(_git(repo, "rev-list", "--first-parent", "--count", "HEAD").decode().strip() or 0)
     take = min(n, count - 1)
     if take < 1:

@@ -33,6 +33,21 @@ from ..core.store import Store, git_env
 MARKERS = (b"<<<<<<< ", b"=======", b">>>>>>> ")
 
 
+class Edited(bytes):
+    """An ``edit``'s new content that remembers the replacement it made: its rebased
+    offer is the replacement made again on the current version, when ``old`` still
+    occurs there exactly once (a line-based merge would see a neighbour's change as
+    crossing it)."""
+
+    old: bytes
+    new: bytes
+
+    def __new__(cls, content: bytes, old: bytes, new: bytes) -> Edited:
+        obj = super().__new__(cls, content)
+        obj.old, obj.new = old, new
+        return obj
+
+
 @dataclass
 class Rebased:
     """The agent's change merged onto the current version of ``path``."""
@@ -63,10 +78,15 @@ def _text(data: bytes | None) -> bool:
 
 def merge(path: str, base: bytes, mine: bytes, current: bytes, *, read_version: str | None,
           current_version: str | None) -> Rebased | None:
-    """``current`` plus the change ``base`` -> ``mine`` (git merge-file); None for
-    binary or non-UTF-8 content, or when the agent changed nothing."""
+    """``current`` plus the change ``base`` -> ``mine`` (an edit's replacement made
+    again, else git merge-file); None for binary or non-UTF-8 content, or when the
+    agent changed nothing."""
     if not (_text(base) and _text(mine) and _text(current)) or base == mine:
         return None
+    if isinstance(mine, Edited) and current.count(mine.old) == 1:
+        again = current.replace(mine.old, mine.new, 1)
+        return Rebased(path, True, again, 0, read_version, current_version,
+                       crossed(path, base, mine, current))
     with tempfile.TemporaryDirectory(prefix="storm-rebase-") as d:
         files = []
         for name, data in (("current", current), ("read", base), ("yours", mine)):

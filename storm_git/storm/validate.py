@@ -177,9 +177,11 @@ def check(store: Store, agent: str, paths: list[str], now: float, judge: Callabl
 def refuse(store: Store, agent: str, op: str, paths: list[str], found: Verdict, head: pygit2.Oid,
            now: float, secs: float) -> Reservation | None:
     """Under the workspace lock: log the rejection and, for a conflict to re-plan around
-    (RESERVING_REASONS, or stale files), grant the rejected agent its reservation."""
+    (RESERVING_REASONS, or stale files), grant the rejected agent its reservation. A
+    target absent at the head is not reserved: it holds nobody's work to re-plan
+    around, and another agent creating it would only wait for nothing."""
     target = found.conflicts[0] if found.conflicts else paths[0]
-    replan = found.reason in RESERVING_REASONS or bool(found.stale)
+    replan = (found.reason in RESERVING_REASONS or bool(found.stale)) and found.current.get(target) is not None
     granted = Reservation(target, agent, now + secs, now) if replan else None
     if granted is not None and secs > 0:
         reservations.update(store, {target: granted}, agent=agent,

@@ -148,7 +148,8 @@ class SharedWorkspace(BaseWorkspace):
             return self.apply(agent, {p: MUST_REJECT}, intent=intent, deps=deps, wait=wait, op="edit",
                               on_wait=on_wait)
         base = self.agent_content(p, pygit2.Oid(hex=seen.blob))
-        content = replace_once(base, old, new, f"the version of {p} that {agent} last read ({seen.blob[:12]})")
+        content = rebased.Edited(replace_once(base, old, new, f"the version of {p} that {agent} last read "
+                                                             f"({seen.blob[:12]})"), old.encode(), new.encode())
         self.check_size(p, content)
         return self.apply(agent, {p: content}, intent=intent, deps=deps, wait=wait, op="edit", on_wait=on_wait)
 

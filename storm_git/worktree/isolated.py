@@ -285,7 +285,7 @@ class WorktreeWorkspace(BaseWorkspace):
             events.append(self.store, "commit", agent, f"{agent} committed {len(paths)} path(s) to {w.branch}",
                           {"commit": oid, "branch": w.branch, "paths": paths, "writes": writes, "mode": "worktree"})
         return CommitResult(oid, w.branch or branch, [agent], writes, paths, subject,
-                            radar=radar.safe_hits(self.store, agent))
+                            radar=radar.safe_hits(self.store, agent), from_target=sorted(theirs))
 
     def _log_refusal(self, agent: str, paths: list[str], problems: list[str]) -> None:
         with flocked(self.store.commondir, "workspace"):

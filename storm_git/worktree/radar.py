@@ -11,12 +11,15 @@ other side's diff from the merge base, and whether an in-memory three-way merge
 of the two trees (pygit2 ``merge_trees``: no index, no working tree) conflicts
 on that path, with the conflict hunks (ancestor / ours / theirs).
 
-It is advisory: nothing is merged, moved or refused. It shows at three places:
+It is advisory: nothing is merged, moved or refused. It shows at four places:
 A's commit (the pre-commit guard and ``git storm commit`` print it), ``git
-storm status`` (a short ``radar`` section) and ``git storm radar [AGENT]``.
+storm status`` (a short ``radar`` section), ``git storm radar [AGENT]``, and the
+context of a hooked harness agent right after it reads or edits such a file
+(:func:`hook_note`, once per file and other side's tip).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -163,11 +166,12 @@ def _interest(store: Store, agent: str, tip: pygit2.Oid, target: pygit2.Oid | No
 
 def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid | None = None,
          staged: set[str] | None = None, diffs: bool = True,
-         dirty: dict[str, list[str]] | None = None) -> RadarReport:
+         dirty: dict[str, list[str]] | None = None, also: set[str] | None = None) -> RadarReport:
     """Radar hits for ``agents`` (default: every agent with a branch). ``ours_tree`` and
     ``staged``: one agent's commit about to be made (its staged tree and paths).
     ``diffs`` False leaves out the other side's diff (status: the costly part);
-    ``dirty``: each agent's uncommitted paths when the caller has them already."""
+    ``dirty``: each agent's uncommitted paths when the caller has them already;
+    ``also``: paths to count as read besides the read set (a hooked tool's files)."""
     branches = storm_branches(store)
     try:
         target_name: str | None = target_branch(store)
@@ -195,7 +199,7 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
             continue
         known_dirty = set(dirty[agent]) if dirty is not None and agent in dirty else None
         reads, wrote = _interest(store, agent, tip, target, staged if staged is not None else known_dirty)
-        mine = reads | wrote
+        mine = reads | wrote | (also or set())
         if not mine:
             continue
         ours = ours_tree if ours_tree is not None else _tree(store, tip)
@@ -299,3 +303,52 @@ def safe_hits(store: Store, agent: str) -> list[dict[str, Any]]:
         return [h.to_dict() for h in scan(store, [agent]).hits]
     except Exception:  # noqa: BLE001 - the commit is made; the radar must not turn it into an error
         return []
+
+
+# -- in a hooked agent's context -----------------------------------------------------------------
+def _told_file(store: Store, agent: str) -> str:
+    return os.path.join(store.commondir, "storm", "radar-told", f"{agent}.json")
+
+
+def hook_note(store: Store, agent: str, paths: list[str]) -> str:
+    """The radar's hits on ``paths`` for ``agent``, as the note a harness hook puts in
+    the agent's context after it read or edited them ("" when none is new): each hit
+    is told once per other side's tip, so an agent editing a file ten times hears of
+    another agent's change once. Never raises: advisory, like every radar."""
+    try:
+        hits = [h for h in scan(store, [agent], also=set(paths)).hits if h.path in set(paths)]
+        if not hits:
+            return ""
+        file = _told_file(store, agent)
+        try:
+            with open(file, encoding="utf-8") as fh:
+                told = json.load(fh)
+        except (OSError, ValueError):
+            told = {}
+        if not isinstance(told, dict):
+            told = {}
+        tips = {a: str(store.ref_target("refs/heads/" + b)) for a, b in storm_branches(store).items()}
+        target = target_branch(store)
+        fresh = []
+        for h in hits:
+            key = f"{h.path}\0{h.other}"
+            tip = tips.get(h.other) or str(store.ref_target("refs/heads/" + target))
+            if told.get(key) != tip:
+                told[key] = tip
+                fresh.append(h)
+        if not fresh:
+            return ""
+        os.makedirs(os.path.dirname(file), exist_ok=True)
+        tmp = f"{file}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(told, fh)
+        os.replace(tmp, file)
+    except Exception:  # noqa: BLE001 - advisory: the tool call goes on whatever happens here
+        return ""
+    lines = [f"git storm radar: another agent changed {len(fresh)} file(s) you just used, on its own branch "
+             "(you work in isolation; the two changes meet at git storm merge):"]
+    for h in fresh:
+        lines.extend(render_hit(h.to_dict(), MAX_SHOWN_LINES))
+    lines.append(f"  Agree with {', '.join(sorted({h.other for h in fresh}))} now, or expect this file at merge "
+                 f"(git storm radar {agent} shows it again).")
+    return "\n".join(lines)

@@ -331,7 +331,22 @@ def test_exec_conflict_on_a_file_never_read_shows_its_content_not_a_diff_from_no
 def test_read_of_a_missing_file_says_not_found_on_stderr(repo):
     r = storm(repo, "read", "nope.txt", agent="e1")
     assert r.returncode == 0 and r.stdout == ""
-    assert "nope.txt: not found in the shared workspace (recorded as absent" in r.stderr
+    assert "nope.txt: not found in the shared workspace" in r.stderr
+    # why the absence is recorded: creating it is validated against it
+    assert "recorded as absent: creating it is validated against its absence" in r.stderr
+
+
+def test_forget_for_an_agent_storm_never_saw_says_so_and_creates_nothing(repo):
+    locks = repo / ".git" / "storm" / "locks"
+    before = sorted(os.listdir(locks)) if locks.exists() else []
+    r = storm(repo, "forget", agent="nobody")
+    assert r.returncode == 0 and "nobody has no read set: storm has not seen this agent" in r.stdout, r.stdout
+    assert (sorted(os.listdir(locks)) if locks.exists() else []) == before
+    code, out = storm_json(repo, "forget", agent="nobody")
+    assert code == 0 and out == {"forgotten": [], "known_agent": False}
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    r = storm(repo, "forget", agent="e1")
+    assert r.returncode == 0 and r.stdout.startswith("forgot 1 path(s): src/api.py"), r.stdout
 
 
 def test_write_refuses_an_interactive_terminal_on_stdin(repo):

@@ -115,3 +115,19 @@ def test_annotation_rule(text, agent):
 
     hit = parse_line(text, {"engineer_1", "manager"})
     assert (hit[0] if hit else None) == agent
+
+
+@pytest.mark.parametrize("extended, flagged", [
+    ("callers hang; engineer_2: and retry", False),
+    ("callers hang (engineer_2: 30 s for uploads)", False),
+    ("callers hang, engineer_2 agrees", False),
+    ("callers hang  # engineer_2: retries too", False),
+    ("callers hang -- engineer_2: measured", False),
+    ("callers hang forever", True),  # words run on: a rewording
+    ("callers stall; engineer_2: and retry", True),
+])
+def test_extending_another_agents_annotation_with_a_clause_keeps_it(repo, ws, extended, flagged):
+    annotated = "def fetch(url, timeout=10):  # engineer_1: callers hang\n    return http_get(url)\n"
+    assert _write(ws, "engineer_1", "src/api.py", annotated).accepted
+    res = _write(ws, "engineer_2", "src/api.py", annotated.replace("callers hang", extended))
+    assert res.accepted and res.flags == (["intent_overwritten"] if flagged else []), res.flags

@@ -1,7 +1,7 @@
 """The MCP configuration docs/agents.md gives, used by the real Claude Code: the
-server entry ``claude mcp add --scope project`` writes (the absolute path of
-``git-storm``), started by Claude Code itself, its tools called by the scripted
-model. Run with ``pytest -m harness tests/e2e``."""
+server entry the documented ``claude mcp add`` writes (local scope, the absolute
+path of ``git-storm``), started by Claude Code itself, its tools called by the
+scripted model. Run with ``pytest -m harness tests/e2e``."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from helpers import storm  # noqa: E402
 
 pytestmark = pytest.mark.harness
+# docs/agents.md's and the README's line, word for word
+DOCUMENTED = 'claude mcp add storm-engineer_1 -- "$(command -v git-storm)" mcp --agent engineer_1'
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 pytest.importorskip("mcp", reason="the MCP server needs the mcp extra (pip install '.[mcp]')")
 
@@ -28,13 +31,18 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     assert git_storm and Path(git_storm).is_absolute()
     env = hx.base_env(home, log)
     env.update(CLAUDE_CONFIG_DIR=str(home / ".claude"))
-    # the documented command, run by the real claude binary
-    r = subprocess.run([str(harness_bin / "claude"), "mcp", "add", "--scope", "project", "storm-engineer_1", "--",
-                        git_storm, "mcp", "--agent", "engineer_1"], cwd=repo, env=env, capture_output=True,
-                       text=True, timeout=60)
+    # the documented command, as written, run by the real claude binary
+    env["PATH"] = f"{harness_bin}:{Path(git_storm).parent}:{env.get('PATH', '')}"
+    r = subprocess.run(["bash", "-e", "-c", DOCUMENTED], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 0, r.stderr
-    entry = json.loads((repo / ".mcp.json").read_text())["mcpServers"]["storm-engineer_1"]
-    assert entry["command"] == git_storm and entry["args"] == ["mcp", "--agent", "engineer_1"]
+    # local scope: nothing in the shared tree (no .mcp.json for status to list), no approval pending
+    assert not (repo / ".mcp.json").exists()
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    assert st["unmediated"] == [], st["unmediated"]
+    r = subprocess.run([str(harness_bin / "claude"), "mcp", "get", "storm-engineer_1"], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and git_storm in r.stdout and "pending" not in r.stdout.lower(), r.stdout + r.stderr
     api = str(repo / "src/api.py")
     tool = "mcp__storm-engineer_1__"
     other = ("git storm read src/api.py --agent engineer_2 >/dev/null && "
@@ -43,6 +51,7 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     script = Script({"A": [
         # Claude Code does not wait for MCP servers before the first turn; its tool for it:
         {"tool": "WaitForMcpServers", "input": {}},
+        {"tool": "WaitForMcpServers", "input": {}},  # a loaded machine starts the server slowly: wait again
         {"tool": tool + "view", "input": {"path": api}},
         {"tool": "Bash", "input": {"command": other}},  # another agent writes meanwhile
         {"tool": tool + "str_replace", "input": {"path": api, "old_str": "def fetch(url):",
@@ -53,7 +62,7 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     server, port = serve(script)
     run = hx.claude(harness_bin, repo, "[[A]] do the task", port, home, log)
     hx.finish([run], server, script)
-    out = script.outputs("A")[1:]
+    out = script.outputs("A")[2:]
     assert "accepted" in out[1], out[1]
     # what the model saw: the file, then the rejection with the diff and its author
     assert "def fetch(url):" in out[0] and "return http_get(url)" in out[0], out[0]
@@ -64,3 +73,10 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     writes = [e for e in json.loads(storm(repo, "log", "--json").stdout) if e.get("type") == "write"]
     assert [e.get("agent") for e in writes[:2]] == ["engineer_1", "engineer_2"], writes[:2]
 
+
+
+def test_the_documented_mcp_line_is_the_one_in_the_docs_and_the_help():
+    for where in (ROOT / "README.md", ROOT / "docs" / "agents.md"):
+        assert DOCUMENTED in where.read_text(), where
+    r = storm(ROOT, "mcp", "-h")
+    assert DOCUMENTED in r.stdout, r.stdout

@@ -387,3 +387,67 @@ def test_file_tools_on_a_symbolic_link_act_on_the_file_it_names(repo):
     spec = out["hookSpecificOutput"]
     assert spec["permissionDecision"] == "deny" and "AGENTS.md" in spec["permissionDecisionReason"]
     assert "changed by claude-sessA" in spec["permissionDecisionReason"]
+
+
+def test_a_named_agents_new_session_starts_a_new_read_set(repo):
+    """A read set belongs to one task: engineer_1's old session read util.py, which has
+    changed since; its new session (same STORM_AGENT, another session id) knows nothing
+    of that read, and its edit is not refused as built on it. The same session keeps it."""
+    env = {"STORM_AGENT": "engineer_1"}
+    util, api = str(repo / "src/util.py"), str(repo / "src/api.py")
+    assert decision(hook(repo, claude_event(repo, "old", "PostToolUse", "Read", {"file_path": util}, "r1"),
+                         env=env)) is None
+    assert storm(repo, "read", "src/util.py", agent="other").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="changed = 1\n", agent="other").returncode == 0
+    edit = {"file_path": api, "old_string": "def fetch(url):", "new_string": "def fetch(url, t=1):",
+            "replace_all": False}
+    # the old session: its read of util.py is stale, the edit is refused
+    assert decision(hook(repo, claude_event(repo, "old", "PostToolUse", "Read", {"file_path": api}, "r2"),
+                         env=env)) is None
+    out = decision(hook(repo, claude_event(repo, "old", "PreToolUse", "Edit", edit, "e1"), env=env))
+    assert out and out["hookSpecificOutput"]["permissionDecision"] == "deny", out
+    assert "stale" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    git(repo, "config", "storm.reservationSeconds", "0")
+    assert storm(repo, "release", "src/api.py", agent="engineer_1").returncode == 0
+    # a new session of engineer_1: a new task
+    assert decision(hook(repo, claude_event(repo, "new", "PostToolUse", "Read", {"file_path": api}, "r3"),
+                         env=env)) is None
+    st = json.loads(storm(repo, "status", "--json").stdout)
+    [me] = [a for a in st["agents"] if a["agent"] == "engineer_1"]
+    assert me["reads"] == 1 and me["stale"] == [], me
+    assert decision(hook(repo, claude_event(repo, "new", "PreToolUse", "Edit", edit, "e2"), env=env)) is None
+
+
+def test_worktree_mode_tells_a_hooked_agent_once_of_another_branchs_change_to_its_file(tmp_path):
+    """Worktree mode keeps agents apart until the merge; the radar knows earlier. Right
+    after e1's tool reads or edits a file e2 changed on its branch, e1's context gets
+    e2's hunk, once per e2 tip; nothing is refused."""
+    repo = make_repo(tmp_path / "r")
+    assert storm(repo, "mode", "worktree").returncode == 0
+    for a in ("e1", "e2"):
+        assert storm(repo, "spawn", a).returncode == 0
+    assert storm(repo, "edit", "src/api.py", "--old", "def fetch(url):", "--new", "def fetch(url, timeout=None):",
+                 agent="e2").returncode == 0
+    assert storm(repo, "commit", "-m", "timeout", agent="e2").returncode == 0
+    wt = repo / ".git" / "storm" / "worktrees" / "e1"
+    api = str(wt / "src/api.py")
+    env = {"STORM_AGENT": ""}
+    pre = claude_event(wt, "s1", "PreToolUse", "Read", {"file_path": api}, "r0")
+    assert decision(hook(wt, pre, env=env)) is None
+    out = decision(hook(wt, claude_event(wt, "s1", "PostToolUse", "Read", {"file_path": api}, "r1"), env=env))
+    ctx = out["hookSpecificOutput"]["additionalContext"]
+    assert "git storm radar: another agent changed 1 file(s) you just used" in ctx, ctx
+    assert "src/api.py" in ctx and "+def fetch(url, timeout=None):" in ctx and "e2" in ctx
+    edit = {"file_path": api, "old_string": "def fetch(url):", "new_string": "def fetch(url, retries=3):",
+            "replace_all": False}
+    assert decision(hook(wt, claude_event(wt, "s1", "PreToolUse", "Edit", edit, "e1"), env=env)) is None
+    mine = wt / "src/api.py"
+    mine.write_text(mine.read_text().replace("def fetch(url):", "def fetch(url, retries=3):"))
+    # told once: the same e2 tip is not repeated
+    assert decision(hook(wt, claude_event(wt, "s1", "PostToolUse", "Edit", edit, "e1"), env=env)) is None
+    # a new commit of e2 on that file is news again
+    assert storm(repo, "edit", "src/api.py", "--old", "return http_get(url)", "--new", "return http_get(url, 1)",
+                 agent="e2").returncode == 0
+    assert storm(repo, "commit", "-m", "more", agent="e2").returncode == 0
+    out = decision(hook(wt, claude_event(wt, "s1", "PostToolUse", "Edit", edit, "e2"), env=env))
+    assert "src/api.py" in out["hookSpecificOutput"]["additionalContext"]

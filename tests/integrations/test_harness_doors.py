@@ -255,6 +255,9 @@ def test_claude_install_names_the_subdirectory_gap_and_user_scope_closes_it(repo
     (cfg / "settings.json").write_text(json.dumps({"model": "x", "hooks": {"Stop": [{"hooks": []}]}}))
     r = storm(repo, "harness", "install", "claude", "--user", env=env)
     assert r.returncode == 0, r.stderr
+    # it says that it changed the user's settings, for every session in every repository
+    assert f"{cfg / 'settings.json'} changed" in r.stderr and "every Claude Code session of this user" in r.stderr
+    assert "every repository" in r.stderr, r.stderr
     data = json.loads((cfg / "settings.json").read_text())
     assert data["model"] == "x" and "Stop" in data["hooks"] and "PreToolUse" in data["hooks"]
     st = {s["harness"]: s for s in json.loads(storm(repo, "harness", "status", "--json", env=env).stdout)}

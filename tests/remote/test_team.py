@@ -187,7 +187,7 @@ def test_log_shows_a_write_moved_onto_a_newer_head_in_landing_order(tmp_path):
 def _doc_block(name: str) -> str:
     """The shell block docs/remote.md marks ``<!-- run: NAME -->``, as written."""
     text = (ROOT / "docs" / "remote.md").read_text()
-    after = text.split(f"<!-- run: {name} -->", 1)[1]
+    after = text.split(f"<!-- run: {name}", 1)[1].split("-->", 1)[1]
     body = after.split("```sh\n", 1)[1].split("```", 1)[0]
     return body
 
@@ -258,3 +258,15 @@ def test_sync_refuses_to_follow_a_branch_that_moved_while_it_waited(tmp_path):
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 3 and "moved while storm was following" in json.loads(out)["error"], out
     assert rev(b, "refs/heads/main") == mine
+
+
+def test_the_day_in_docs_remote_runs_on_a_project_that_already_has_its_file(tmp_path):
+    """The day's write of version.py was refused (unread_target) on a project that
+    already had one, and the commit then found nothing to commit."""
+    import subprocess
+
+    make_repo(tmp_path / "myproject", {"version.py": 'VERSION = "1"\n'}, init_storm=False)
+    for name in ("remote-setup", "remote-day"):
+        r = subprocess.run(["bash", "-e", "-c", _doc_block(name)], cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, (name, r.stdout, r.stderr)
+    assert (tmp_path / "teammate" / "version.py").read_text() == 'VERSION = "2"\n'

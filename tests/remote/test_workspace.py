@@ -891,3 +891,25 @@ def test_a_tracking_ref_locked_for_a_moment_by_git_is_waited_out(tmp_path):
         remover.wait()
     assert code == 0 and res["accepted"], res
     assert server_log(srv)[0] == res["commit"] and rev(a, tracking) == res["commit"]
+
+
+def test_with_the_server_down_a_read_serves_the_last_head_and_says_how_old(tmp_path, daemon):
+    """git reads offline; so does storm's read, saying so. A write still needs the server,
+    and its error is git's whole message, not a line cut at the address."""
+    bare(daemon.base / "proj.git")
+    url = daemon.url("proj.git")
+    a = seed(tmp_path, url)
+    head = rev(a, WS)
+    daemon.stop()
+    r = storm(a, "read", "src/util.py", agent="eng_a")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (a / "src/util.py").read_text()
+    assert "offline (cannot fetch the shared workspace from origin" in r.stderr, r.stderr
+    assert f"read at the last head fetched, {head[:10]}, written" in r.stderr and " ago" in r.stderr
+    code, res = storm_json(a, "read", "src/util.py", agent="eng_a")
+    assert code == 0 and res["files"][0]["offline"].startswith("offline (") and res["head"] == head
+    r = storm(a, "write", "src/util.py", input="A\n", agent="eng_a")
+    assert r.returncode == 3, r.stderr
+    line = r.stderr.strip().splitlines()[0]
+    assert not line.rstrip().endswith(":"), line  # "unable to connect to 127.0.0.1:" went on with the errno
+    assert "errno" in line or "refused" in line.lower(), line

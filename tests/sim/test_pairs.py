@@ -223,3 +223,40 @@ def test_click_pair_that_merges_cleanly_fails_a_features_tests(tmp_path):
     assert (rb.rejections, rb.rebased_accepted, rb.lost_updates) == (1, 1, 0)
     for r in pr.modes.values():
         assert r.lost_updates == 0 and r.semantic and r.tests == {"1": True, "2": False}
+
+
+def test_the_pairs_plot_does_not_show_a_catch_at_write_whose_result_failed_as_clean(tmp_path):
+    """Storm rejected a write of the pair (caught at write), yet the integrated result
+    failed a feature's tests: the bar for it is marked as such, not a clean 'at write'."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    def mode(caught, tests):
+        return {"caught": caught, "tests": tests, "rejections": 1, "rebased_accepted": 0, "rebased_refused": 0,
+                "lost_updates": 0, "agent_calls": 6, "wall_s": 1.0, "semantic": False, "errors": [],
+                "merge_conflicts": 0}
+
+    pair_list = [{"modes": {"storm": mode("write", {"1": True, "2": False})}, "gold_conflict": False},
+                 {"modes": {"storm": mode("write", {"1": True, "2": True})}, "gold_conflict": False}]
+    data = {"totals": pairs_report.totals(pair_list), "pairs": pair_list}
+    assert data["totals"]["storm"]["caught_write_then_failed"] == 1
+    saved = []
+    orig = plt.Figure.savefig
+
+    def keep(fig, *a, **kw):
+        saved.append(fig)
+        return orig(fig, *a, **kw)
+
+    plt.Figure.savefig = keep
+    try:
+        name, note = pairs_report.plot(data, str(tmp_path))
+    finally:
+        plt.Figure.savefig = orig
+    assert name == "pairs.png" and note is None and (tmp_path / "pairs.png").exists()
+    left = saved[0].axes[0]
+    labels = left.get_legend_handles_labels()[1]
+    assert "at write, result then failed its tests" in labels, labels
+    heights = {lab: sum(p.get_height() for p in h.patches)
+               for h, lab in zip(*left.get_legend_handles_labels(), strict=True)}
+    assert heights["at write"] == 1 and heights["at write, result then failed its tests"] == 1, heights
+    plt.close(saved[0])

@@ -177,3 +177,36 @@ def test_a_harness_deny_tells_the_model_the_exact_call(tmp_path):
     agent = call.split("--agent ", 1)[1].split(";")[0].split()[0]
     assert storm(repo, "write", "long.py", "--rebased", "--agent", agent).returncode == 0
     assert show(repo, WS, "long.py") == theirs.replace("line 12\n", "line 12 (B)\n")
+
+
+def test_an_edit_rejected_for_a_change_on_the_adjacent_line_is_offered_the_edit_made_again(tmp_path):
+    """A line merge sees A's change of line 5 as crossing B's edit of line 6, and offers
+    conflict markers; but B's --old still occurs once, so the offer is the edit re-applied."""
+    repo = _repo(tmp_path)
+    for agent in ("A", "B"):
+        assert storm(repo, "read", "long.py", agent=agent).returncode == 0
+    theirs = LINES.replace("line 5\n", "line 5 (A)\n")
+    assert storm(repo, "write", "long.py", input=theirs, agent="A").returncode == 0
+    code, res = storm_json(repo, "edit", "long.py", "--old", "line 6\n", "--new", "line 6 (B)\n", "--no-wait",
+                           agent="B")
+    assert code == 1 and res["rejection"]["reason"] == "direct_conflict", res
+    offer = res["rejection"]["rebased"]
+    assert offer["clean"] and offer["conflicts"] == 0, offer
+    assert offer["content"] == theirs.replace("line 6\n", "line 6 (B)\n")
+    code, res = storm_json(repo, "write", "long.py", "--rebased", agent="B")
+    assert code == 0 and res["accepted"], res
+    assert show(repo, WS, "long.py") == LINES.replace("line 5\n", "line 5 (A)\n").replace("line 6\n", "line 6 (B)\n")
+
+
+def test_an_edit_whose_old_text_the_other_change_took_is_offered_the_merge(tmp_path):
+    """When --old no longer occurs once (A changed those very lines), the offer is the
+    three-way merge with its conflict markers, as for a write."""
+    repo = _repo(tmp_path)
+    for agent in ("A", "B"):
+        assert storm(repo, "read", "long.py", agent=agent).returncode == 0
+    assert storm(repo, "write", "long.py", input=LINES.replace("line 6\n", "line six\n"), agent="A").returncode == 0
+    code, res = storm_json(repo, "edit", "long.py", "--old", "line 6\n", "--new", "line 6 (B)\n", "--no-wait",
+                           agent="B")
+    assert code == 1, res
+    offer = res["rejection"]["rebased"]
+    assert not offer["clean"] and offer["conflicts"] >= 1, offer

@@ -85,3 +85,21 @@ def test_refuse_reserves_for_a_replan_and_reject_counts_only_the_target_as_read(
     after = readsets.load(store, "a")
     assert after["src/api.py"].blob == str(tree["src/api.py"].id)  # shown in full: now read
     assert after["src/util.py"].blob == reads["src/util.py"].blob  # shown as a diff: still stale
+
+
+def test_a_stale_write_of_a_new_file_reserves_nothing(repo):
+    """A's old read of util.py is stale; A's write of a brand-new file is rejected for it,
+    and B, who creates that file next, is not made to wait out a reservation of a path
+    that holds nobody's work."""
+    from helpers import storm, storm_json
+
+    assert storm(repo, "read", "src/util.py", agent="a").returncode == 0
+    assert storm(repo, "read", "src/util.py", agent="c").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="changed = 1\n", agent="c").returncode == 0
+    code, res = storm_json(repo, "write", "src/brand_new.py", "--no-wait", input="x = 1\n", agent="a")
+    assert code == 1 and res["rejection"]["reason"] == "stale_dependency", res
+    assert res["rejection"].get("reservation") is None, res["rejection"]
+    code, st = storm_json(repo, "status")
+    assert st["reservations"] == [], st["reservations"]
+    code, res = storm_json(repo, "write", "src/brand_new.py", "--no-wait", input="y = 2\n", agent="b")
+    assert code == 0 and res["accepted"], res

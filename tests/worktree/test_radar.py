@@ -116,3 +116,31 @@ def test_disjoint_work_leaves_status_and_commit_silent(wrepo):
     code, out = storm_json(wrepo, "status")
     assert code == 0 and out["radar"] == []
     assert "radar: 0" in storm(wrepo, "status").stdout
+
+
+def test_reads_made_in_storm_mode_do_not_reach_the_radar_after_a_switch(tmp_path):
+    """A mode switch ends every agent's task: in worktree mode the radar never says
+    'e3 read it' of a read e3 made in the shared workspace."""
+    repo = make_repo(tmp_path / "r")
+    _ok(storm(repo, "read", "src/api.py", agent="e3"))
+    r = _ok(storm(repo, "mode", "worktree"))
+    assert "1 agent(s) start with an empty read set" in r.stdout, r.stdout
+    for a in ("e2", "e3"):
+        _ok(storm(repo, "spawn", a))
+    _e2_changes_fetch(repo)
+    code, out = storm_json(repo, "radar", "e3")
+    assert code == 0 and out["hits"] == [], out
+
+
+def test_status_counts_idle_agents_and_lists_them_with_all(tmp_path):
+    repo = make_repo(tmp_path / "r")
+    _ok(storm(repo, "read", "src/api.py", agent="busy"))
+    _ok(storm(repo, "read", "src/util.py", agent="done"))
+    _ok(storm(repo, "forget", agent="done"))
+    r = _ok(storm(repo, "status"))
+    assert "busy: 1 read(s)" in r.stdout and "done:" not in r.stdout, r.stdout
+    assert "(+1 idle: an empty read set; --all lists them)" in r.stdout
+    r = _ok(storm(repo, "status", "--all"))
+    assert "done: 0 read(s)" in r.stdout
+    code, st = storm_json(repo, "status")
+    assert {a["agent"] for a in st["agents"]} == {"busy", "done"}

@@ -135,3 +135,20 @@ def test_concluding_a_sync_counts_only_the_agents_own_changes(wrepo):
     assert c.returncode == 0, c.stderr.decode()
     code, rep = storm_json(wrepo, "merge", "b")
     assert code == 0 and rep["merged"] == ["b"], rep
+
+
+def test_a_commit_concluding_a_sync_says_what_came_from_the_target(wrepo):
+    """It said '0 write(s) by b, 2 path(s)': b wrote nothing through storm, and one of
+    the paths was the target's work brought in by the sync."""
+    _spawn(wrepo, "a")
+    wb = _spawn(wrepo, "b")
+    _edit_and_commit(wrepo, "a", "src/util.py", "return max(lo, min(x, hi))", "return min(max(x, lo), hi)")
+    _edit_and_commit(wrepo, "a", "src/api.py", "return http_get(url)", "return http_get(url, timeout=5)")
+    _edit_and_commit(wrepo, "b", "src/api.py", "return http_get(url)", "return http_get(url, retries=3)")
+    assert storm(wrepo, "merge", "a").returncode == 0
+    assert storm(wrepo, "sync", "b").returncode == 1
+    (wb / "src/api.py").write_text("def fetch(url):\n    return http_get(url, timeout=5, retries=3)\n")
+    r = storm(wrepo, "commit", "-m", "b: sync", agent="b")
+    assert r.returncode == 0, r.stderr
+    assert "2 path(s) by b; 1 of them from the target branch (concluding a sync)" in r.stdout, r.stdout
+    assert "0 write(s)" not in r.stdout
