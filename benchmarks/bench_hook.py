@@ -129,7 +129,8 @@ def daemon_socket(repo: str, env: dict[str, str]) -> str:
     from storm_git.integrations import hookd_place
 
     fp = hookd_place.fingerprint(os.path.dirname(os.path.abspath(storm_git.__file__)), storm_git.__version__)
-    return hookd_place.socket_path(os.path.join(repo, ".git"), fp, env)
+    name = hookd_place.name(fp, {os.fsencode(k): os.fsencode(v) for k, v in env.items()})
+    return hookd_place.socket_path(os.path.join(repo, ".git"), name, env)
 
 
 def daemon_pid(path: str) -> int | None:
