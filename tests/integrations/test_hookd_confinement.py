@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_helpers import GIT_STORM, daemon_env, daemons_of, event, hook, socket_of, started, stop, wait_daemon
+from daemon_helpers import GIT_STORM, daemon_env, daemons_of, event, started, stop, wait_daemon
 
 
 @pytest.fixture
