@@ -220,3 +220,36 @@ def test_a_limited_caller_is_never_served_above_its_own_limits(drepo: Path) -> N
     r = _limited(drepo, _write_1mib(drepo, "tight"), env, 64)
     assert (r.returncode, r.stdout) == (expected.returncode, expected.stdout.replace(b"alone", b"tight")), r
     assert not _landed(drepo, "big-tight.bin")
+
+
+@pytest.mark.parametrize("var", ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "GIT_CONFIG_COUNT", "GIT_EXEC_PATH",
+                                 "PYTHONPATH", "HOME", "XDG_CONFIG_HOME", "BASH_ENV", "TMPDIR"])
+def test_the_child_serves_no_caller_that_brings_its_own_programs_or_configuration(var: str) -> None:
+    """The check the call's child makes, over a real socket whose peer is this
+    process: the same confinement and environment is served; another value (or a
+    variable the daemon does not have) of any that choose programs, libraries or
+    git configuration is not; the agent id and other variables are the caller's."""
+    import socket
+    import sys
+
+    from storm_git.integrations import hookd, hookd_peer
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        mine = hookd.Peer(hookd_peer.confinement() or (), hookd_peer.exec_env(os.environb))
+        creds = a.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        caller = hookd.Caller(int.from_bytes(creds[:4], sys.byteorder), hookd_peer.boottime())
+
+        def req(env: dict[bytes, bytes]) -> hookd.Request:
+            return hookd.Request("", b"/", 0o22, [], [], [], env, b"")
+
+        env = dict(os.environb)
+        assert hookd.serves(a, mine, caller, req(env))
+        assert hookd.serves(a, mine, caller, req({**env, b"STORM_AGENT": b"someone-else", b"CLAUDE_SESSION": b"2"}))
+        assert not hookd.serves(a, mine, caller, req({**env, var.encode(): b"/tmp/the-callers-own"}))
+        assert not hookd.serves(a, hookd.Peer(mine.confinement[:-1] + (b"another label",), mine.exec_env), caller,
+                                req(env))
+        assert not hookd.serves(a, mine, hookd.Caller(0, caller.accepted), req(env))  # a pid it cannot see
+    finally:
+        a.close()
+        b.close()
