@@ -34,7 +34,9 @@ ALLOWED = {
     "api": {"core", "storm", "worktree", "remote"},
     "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
     "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
-    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
+    "team": {"core", "storm", "worktree", "admin", "integrations"},  # a manager and its engineer sessions
+    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim",
+            "team", "click"},
 }
 
 
