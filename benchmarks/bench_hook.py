@@ -129,7 +129,8 @@ def daemon_socket(repo: str, env: dict[str, str]) -> str:
     from storm_git.integrations import hookd_place
 
     fp = hookd_place.fingerprint(os.path.dirname(os.path.abspath(storm_git.__file__)), storm_git.__version__)
-    return hookd_place.socket_path(os.path.join(repo, ".git"), fp, env)
+    name = hookd_place.name(fp, {os.fsencode(k): os.fsencode(v) for k, v in env.items()})
+    return hookd_place.socket_path(os.path.join(repo, ".git"), name, env)
 
 
 def daemon_pid(path: str) -> int | None:
@@ -172,7 +173,7 @@ class CallgrindDaemon:
     def __init__(self, tmp: str, repo: str, env: dict[str, str]) -> None:
         self.dir = os.path.join(tmp, "cg")
         os.makedirs(self.dir, exist_ok=True)
-        self.path = daemon_socket(repo, env)
+        self.path = self.socket_under_valgrind(repo, env)
         code = ("import sys; del sys.path[0]; from storm_git.integrations.hookd import main; main(sys.argv[1:])")
         self.proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=yes",
                                       f"--callgrind-out-file={self.dir}/cg.%p", sys.executable, "-c", code,
@@ -180,6 +181,18 @@ class CallgrindDaemon:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.pid = wait_daemon(self.path)
         time.sleep(2)  # the child that answered that probe writes its count now, not into a call's
+
+    @staticmethod
+    def socket_under_valgrind(repo: str, env: dict[str, str]) -> str:
+        """The daemon's socket as a process under valgrind names it: valgrind sets
+        LD_* variables, which name a daemon of their own (hookd_peer), one the
+        clients under callgrind find."""
+        code = ("import os, storm_git; from storm_git.integrations import hookd_place as p; "
+                "fp = p.fingerprint(os.path.dirname(os.path.abspath(storm_git.__file__)), storm_git.__version__); "
+                "print(p.socket_path(os.sys.argv[1], p.name(fp, os.environb), os.environ))")
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code,
+                            os.path.join(repo, ".git")], env=env, cwd="/", capture_output=True, check=True)
+        return r.stdout.decode().strip()
 
     def before(self) -> set[str]:
         subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=120)

@@ -20,6 +20,7 @@ from storm_git.cli.app import (
     report_write,
     write_options,
 )
+from storm_git.cli.empty_input import holds_content
 from storm_git.core.errors import CorruptState
 from storm_git.core.paths import quoted
 from storm_git.core.payloads import WriteResult
@@ -265,10 +266,12 @@ def _sizes(ws: BaseWorkspace, res: WriteResult) -> dict[str, int | None]:
 @click.option("--rebased", is_flag=True,
               help="Write the rebased change the agent's last direct_conflict rejection of PATH offered "
                    "(its own change re-applied on the current version); no content is read.")
+@click.option("--allow-empty", is_flag=True,
+              help="Accept an empty stdin for a file that holds content (empties it); without it that is refused.")
 @agent_option
 @write_options
 @json_option
-def write(path: str, file: str | None, rebased: bool, agent: str | None, intent: str | None,
+def write(path: str, file: str | None, rebased: bool, allow_empty: bool, agent: str | None, intent: str | None,
           deps: tuple[str, ...], no_wait: bool, as_json: bool) -> None:
     """Write PATH in the shared workspace, validated against what the agent read.
 
@@ -292,7 +295,10 @@ def write(path: str, file: str | None, rebased: bool, agent: str | None, intent:
     has looked at it: a validated write like any other, rejected again if
     anything moved meanwhile; exit 2 when there is none or it has conflict
     markers. Nothing is ever merged without it. An interactive terminal on stdin
-    is refused (exit 2): give the content on stdin or with --file.
+    is refused (exit 2): give the content on stdin or with --file. So is an
+    empty stdin when PATH holds content (a forgotten ``<`` in an agent's shell,
+    whose stdin is not a terminal, would empty the file): --allow-empty says it
+    is meant (or give --file with an empty file).
 
     \b
     Example:
@@ -300,6 +306,7 @@ def write(path: str, file: str | None, rebased: bool, agent: str | None, intent:
       git storm write src/app.py --file /tmp/app.py --deps src/util.py --json
       git storm write src/app.py --deps auto < new_app.py   # only what app.py depends on
       git storm write src/app.py --rebased   # accept the offer of the last rejection
+      git storm write src/app.py --allow-empty < /dev/null   # empty the file, on purpose
     """
     from storm_git.core.errors import UsageError
 
@@ -315,6 +322,11 @@ def write(path: str, file: str | None, rebased: bool, agent: str | None, intent:
         report_write(res, as_json)
         return
     data = _content(file, ws.max_file_bytes)
+    if not data and file in (None, "-") and not allow_empty:
+        held = holds_content(ws, path, _agent(agent))
+        if held:
+            raise UsageError(f"stdin is empty and {held}: nothing was written",
+                             hint="pass --allow-empty to empty it on purpose")
     res = ws.write(path, data, agent=_agent(agent), intent=intent,
                    deps=_deps(deps), wait=not no_wait, **wait_kw(ws))
     if res.accepted and not data:

@@ -76,6 +76,12 @@ What it looks for:
   user's Codex config does not trust the project or a hook's current hash, so
   Codex silently never runs them. Not fixed here: trusting hooks is the user's
   decision (``git storm harness install codex --trust`` writes the entries).
+* ``corrupt_private_index``: storm's private index (``<git dir>/storm/exec-index``,
+  a cache of stat data for ``status``, ``exec`` and a harness's Bash door) that git
+  cannot read (truncated, garbage, a bad checksum): each of those commands
+  refuses with exit 3 naming it. The fix discards it (and its record of the tree
+  it held) under the worktree flock; the next command rebuilds it from git's own
+  index, as on first use.
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -113,7 +119,7 @@ from ..core.store import (
 )
 from ..remote import ref_locks
 from ..remote.state_files import FILES as REMOTE_FILES
-from ..storm import index as git_index
+from ..storm import index as git_index, private_index
 from . import harness_install
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))
@@ -484,6 +490,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     if not broken & {WORKSPACE_REF} and store.ref(WORKSPACE_REF) is not None \
             and store.config_get("storm.mode", "storm") == "storm":
         _disk_record(store, fix, rep.findings)
+    _private_index(store, fix, rep.findings)
     _index_lock(store, fix, rep.findings)
     _harness_hooks(store, fix, rep.findings)
     _worktrees(store, fix, rep.findings)
@@ -492,7 +499,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
 
 # storm's own paths under <git dir>/storm: what each must be when it exists
 _DIRS = ("locks", "journal")  # and every entry in them a regular file
-_FILES = ("disk-record", SEEN_FILE, *REMOTE_FILES)
+_FILES = ("disk-record", private_index.INDEX_NAME, SEEN_FILE, *REMOTE_FILES)
 MOVED_ASIDE = "storm-moved-aside"
 
 
@@ -539,6 +546,23 @@ def _layout(store: Store, fix: bool, out: list[Finding]) -> None:
             os.rename(full, dest)
             f.detail += f"; moved to {os.path.relpath(dest, store.commondir)}"
             f.fixed = True
+
+
+def _private_index(store: Store, fix: bool, out: list[Finding]) -> None:
+    """Storm's private index (a cache of stat data) that git cannot read: every
+    snapshot (status, exec, a harness's Bash) would fail on it. The fix discards
+    it under the worktree flock; the next snapshot rebuilds it."""
+    bad = private_index.problem(store)
+    if bad is None:
+        return
+    f = Finding("corrupt_private_index", f"storm/{private_index.INDEX_NAME}",
+                f"git cannot read storm's private index: {bad}", True)
+    out.append(f)
+    if fix:
+        with flocked(store.commondir, "worktree"):
+            private_index.discard(store)
+        f.detail += "; discarded (the next command rebuilds it)"
+        f.fixed = True
 
 
 def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:

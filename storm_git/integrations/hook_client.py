@@ -11,9 +11,10 @@ storm's on the fast path.
 Whatever happens the harness gets the answer a hook run here would give:
 
 * no daemon (none started yet, ``STORM_NO_DAEMON=1``, ``storm.hookDaemon``
-  false, not a storm repository, GIT_DIR set, a socket of another user, no
-  READY in time): the hook runs in this process, exactly as without a daemon,
-  and a daemon is started in the background for the next call;
+  false, not a storm repository, GIT_DIR set, a socket of another user, a
+  daemon that refuses a caller confined otherwise (:mod:`hookd_peer`), no READY
+  in time): the hook runs in this process, exactly as without a daemon, and a
+  daemon is started in the background for the next call;
 * the daemon's child died after it was told to go (killed, crashed): a refusal,
   as the hook gives for any failure -- a deny before the tool, a block after it.
 """
@@ -61,7 +62,8 @@ def off_by_config(cwd: str, gitdir: str, common: str, env: "os._Environ[str]") -
 
 
 def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
-    """(common dir, socket path) of the daemon for this call, or None: run here."""
+    """(common dir, name) of the daemon for this call, or None: run here. The name
+    is the storm's fingerprint and this process's confinement (hookd_peer)."""
     if disabled(env) or "GIT_DIR" in env or "GIT_COMMON_DIR" in env:
         return None
     found = repo_probe.git_dirs(cwd)
@@ -74,7 +76,7 @@ def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
 
     fp = hookd_place.fingerprint(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  storm_git.__version__)
-    return common, fp
+    return common, hookd_place.name(fp, os.environb)
 
 
 def _request(fp: str, cwd: str, args: list[str], data: bytes) -> bytes:

@@ -8,6 +8,9 @@ environment, umask, argv and standard streams and runs the very same
 ``hook_main.main`` a new process would, from a fresh process state: every call
 is its own process, as without the daemon, so locks, crash safety and
 concurrent calls behave the same. The daemon itself touches no repository state.
+It serves only a caller of its own user confined exactly as it is, with the same
+variables that choose programs and configuration (:mod:`hookd_peer`); any other
+caller is refused before anything runs and runs the hook in its own process.
 
 It exits when idle (``STORM_HOOKD_IDLE`` seconds, default 600), when its socket
 or lock file is gone or replaced (the git dir deleted or moved), when the storm
@@ -28,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import hookd_place, hookd_wire
+from . import hookd_peer, hookd_place, hookd_wire
 
 IDLE_SECONDS = 600.0
 TICK_SECONDS = 5.0
@@ -114,8 +117,9 @@ def loaded_files() -> dict[str, tuple[int, int]]:
 class Daemon:
     """The listening socket and the loop that forks a child per call."""
 
-    def __init__(self, common: str, path: str, fp: str, idle: float) -> None:
-        self.common, self.path, self.fp, self.idle = common, path, fp, idle
+    def __init__(self, common: str, path: str, fp: str, name: str, idle: float) -> None:
+        self.common, self.path, self.fp, self.name, self.idle = common, path, fp, name, idle
+        self.peer = Peer(hookd_peer.confinement() or (), hookd_peer.exec_env(os.environb))
         self.files = loaded_files()
         self.sock: socket.socket | None = None
         self.ident: tuple[int, int] | None = None
@@ -123,7 +127,7 @@ class Daemon:
         self.lock_ident: tuple[int, int] | None = None
 
     def take_lock(self) -> bool:
-        lock = hookd_place.lock_path(self.common, self.fp)
+        lock = hookd_place.lock_path(self.common, self.name)
         try:
             os.mkdir(os.path.dirname(lock), 0o700)
         except OSError:
@@ -168,7 +172,7 @@ class Daemon:
         """Remove the lock files (and sockets) of other versions' daemons that no
         daemon holds: each upgrade, or edit of an editable install, names a new one."""
         d = hookd_place.hookd_dir(self.common)
-        mine = os.path.basename(hookd_place.lock_path(self.common, self.fp))
+        mine = os.path.basename(hookd_place.lock_path(self.common, self.name))
         try:
             names = os.listdir(d)
         except OSError:
@@ -198,7 +202,7 @@ class Daemon:
         directory is still there (the git dir was not deleted or moved)."""
         try:
             st = os.stat(self.path)
-            lk = os.stat(hookd_place.lock_path(self.common, self.fp))
+            lk = os.stat(hookd_place.lock_path(self.common, self.name))
         except OSError:
             return False
         return ((st.st_dev, st.st_ino) == self.ident and (lk.st_dev, lk.st_ino) == self.lock_ident
@@ -226,16 +230,19 @@ class Daemon:
             last = time.monotonic()
             reap()
             conn.settimeout(None)
+            accepted = hookd_peer.boottime()
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
             if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
                 conn.close()  # another user's process: not served
                 continue
+            peer_pid = int.from_bytes(creds[0:4], sys.byteorder, signed=True)
             if changed(self.files):  # pygit2 upgraded, say (the child checks storm's own files)
                 conn.close()  # before READY: the client runs the call itself
                 return
             pid = os.fork()
             if pid == 0:
-                child(conn, self.fp, [self.sock.detach(), self.lock_fd])  # never returns
+                child(conn, self.name, self.peer, Caller(peer_pid, accepted),
+                      [self.sock.detach(), self.lock_fd])  # never returns
             conn.close()
 
     def close(self) -> None:
@@ -306,7 +313,28 @@ def run_hook(args: list[str], data: bytes) -> int:
         return 1
 
 
-def child(conn: socket.socket, fp: str, daemons_fds: list[int]) -> None:
+@dataclass(frozen=True)
+class Peer:
+    """What a caller must share with the daemon to be served (hookd_peer)."""
+    confinement: tuple[bytes, ...]
+    exec_env: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The connecting process, from the socket's credentials."""
+    pid: int
+    accepted: float  # CLOCK_BOOTTIME when its connection was accepted
+
+
+def serves(conn: socket.socket, mine: Peer, caller: Caller, req: Request) -> bool:
+    """The caller is confined as the daemon is and asks for its programs, libraries
+    and configuration: its hook would run here as in its own process."""
+    return (bool(mine.confinement) and hookd_peer.exec_env(req.env) == mine.exec_env
+            and hookd_peer.same_as_peer(conn, caller.pid, mine.confinement, caller.accepted))
+
+
+def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fds: list[int]) -> None:
     """One call, in the process forked for it. Never returns."""
     code = 0
     try:
@@ -322,8 +350,8 @@ def child(conn: socket.socket, fp: str, daemons_fds: list[int]) -> None:
         if fields is None or len(fields) != 8:
             return
         req = decode_request(fields)
-        if req.fingerprint != fp:
-            conn.sendall(hookd_wire.REFUSED)
+        if req.fingerprint != name or not serves(conn, mine, caller, req):
+            conn.sendall(hookd_wire.REFUSED)  # another storm, or a caller confined otherwise: it runs the hook itself
             return
         try:
             out, err = become(req)
@@ -364,10 +392,11 @@ def main(argv: list[str]) -> None:
 
     fp_dir = os.path.dirname(os.path.abspath(storm_git.__file__))
     fp = hookd_place.fingerprint(fp_dir, storm_git.__version__)
-    if hookd_place.socket_path(common, fp, os.environ) != path:
-        return  # this interpreter sees another storm than the client did
+    name = hookd_place.name(fp, os.environb)
+    if hookd_place.socket_path(common, name, os.environ) != path:
+        return  # this interpreter sees another storm, or another confinement, than the client did
     idle = float(os.environ.get("STORM_HOOKD_IDLE") or IDLE_SECONDS)
-    d = Daemon(common, path, fp, idle)
+    d = Daemon(common, path, fp, name, idle)
     if not d.take_lock():
         return  # another daemon of this name is starting or running
     preload()

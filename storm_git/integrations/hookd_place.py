@@ -1,8 +1,9 @@
 """Which hook daemon serves a call, and where its socket and lock live.
 
-A daemon is named by the *fingerprint* of the storm it runs: the interpreter,
+A daemon is named by the *fingerprint* of the storm it runs (the interpreter,
 storm's version and the size and modification time of every file of the
-installed package. A client computes the fingerprint of the storm it was started
+installed package) and by the confinement of the callers it serves
+(:mod:`hookd_peer`). A client computes the fingerprint of the storm it was started
 from, so after an upgrade (or an edit of an editable install) it looks for a
 daemon under another name and never reaches the old one, which exits when it
 notices its files changed or when it is idle. Standard library only: the client
@@ -52,6 +53,14 @@ def fingerprint(package_dir: str, version: str) -> str:
                 continue
             rows.append(f"{e.path} {st.st_size} {st.st_mtime_ns} {st.st_ino}")
     return "\n".join(rows)
+
+
+def name(fp: str, env: "dict[bytes, bytes] | os._Environ[bytes]") -> str:
+    """The daemon's name for callers of storm ``fp`` confined as this process is,
+    with ``env``'s programs and configuration (hookd_peer.key)."""
+    from . import hookd_peer
+
+    return fp + "\n" + hookd_peer.key(env)
 
 
 def _short(text: str) -> str:

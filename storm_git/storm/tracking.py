@@ -42,7 +42,7 @@ from ..core import trailers
 from ..core.agents import validate_agent
 from ..core.convert import ConversionFailed, Conversions
 from ..core.diffs import is_binary, unified
-from ..core.errors import BadPath, NotInitialised, TooLarge, UnmediatedEdit, UsageError
+from ..core.errors import BadPath, CorruptState, NotInitialised, TooLarge, UnmediatedEdit, UsageError
 from ..core.files import read_own, replace_file
 from ..core.gitcmd import GitFailed
 from ..core.locks import flocked
@@ -54,11 +54,10 @@ from ..core.tree_diff import changed_paths, tree_changes
 from ..disk import safe_fs, sync as disk_sync
 from ..disk.record import entry_or_none
 from ..disk.safe_fs import TEMP_PREFIX, DiskState, disk_state, same
-from . import branch
+from . import branch, private_index
+from .private_index import INDEX_NAME, STATE_NAME
 from .writer import AS_WRITTEN, OnWait, ValidatedWriter
 
-INDEX_NAME = "exec-index"
-STATE_NAME = "exec-index.tree"
 MISSING_NAME = "exec-index.missing"
 CLOCK_NAME = "exec-clock"
 CLOCK_PATIENCE_SECONDS = 0.05
@@ -123,6 +122,11 @@ def _git(store: Store, args: list[str], *, index: str | None, input: bytes | Non
     r = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=store.main_workdir,
                        env=git_env(store, index), input=input, capture_output=True)
     if r.returncode != 0:
+        if index is not None and index == private_index.index_path(store):
+            bad = private_index.problem(store)
+            if bad:
+                raise CorruptState(f"storm's private index .git/storm/{INDEX_NAME} is corrupt: {bad}",
+                                   hint=private_index.FIX_HINT)
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         sub = next(x for x in args if not x.startswith("-") and "=" not in x)
         raise GitFailed(f"git {sub} failed: {err[-1] if err else r.returncode}",

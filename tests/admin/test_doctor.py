@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 from storm_git.core import readsets
 from storm_git.core.readsets import agent_ref as reads_ref
@@ -254,3 +256,36 @@ def test_what_older_remote_clients_left_is_harmless_and_fix_deletes_it(tmp_path)
     assert not (storm_dir / "remote-clone").exists() and not (storm_dir / "relay").exists()
     assert not (storm_dir / "locks" / "relay-127.0.0.1-9418").exists()
     assert storm_json(repo, "doctor")[1]["findings"] == []
+
+
+def _corrupt_index(how: str, good: bytes) -> bytes:
+    return {"truncated": good[:10], "garbage": b"garbage\n", "empty": b"",
+            "signature": b"XIRC" + good[4:]}[how]
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "empty", "signature"])
+def test_a_corrupt_private_index_is_named_found_and_rebuilt(repo, how):
+    """Once: status exit 3 ("index file smaller than expected (run git storm doctor…)")
+    while doctor and doctor --fix both said all is well."""
+    storm(repo, "read", "src/api.py", agent="e1")
+    assert storm(repo, "write", "src/api.py", agent="e1", input=b"w\n").returncode == 0
+    (repo / "src/util.py").write_text("a person's edit\n")  # unmediated: the index must still find it
+    healthy = storm_json(repo, "status")
+    index = repo / ".git/storm/exec-index"
+    index.write_bytes(_corrupt_index(how, index.read_bytes()))
+    before = snapshot_refs(repo)
+    for argv in (["status"], ["exec", "--agent", "e1", "--", "true"]):
+        r = storm(repo, *argv)
+        assert r.returncode == 3, (argv, r.stdout, r.stderr)
+        said = [ln for ln in r.stderr.strip().splitlines() if not ln.lstrip().startswith("hint")]
+        assert len(said) == 1 and "storm's private index .git/storm/exec-index is corrupt" in said[0], r.stderr
+        assert "git storm doctor --fix" in r.stderr, r.stderr
+    d = storm(repo, "doctor", "--json")
+    assert d.returncode == 3, d.stdout + d.stderr
+    kinds = [f["kind"] for f in json.loads(d.stdout)["findings"]]
+    assert kinds == ["corrupt_private_index"], d.stdout
+    f = storm(repo, "doctor", "--fix")
+    assert f.returncode == 0 and "corrupt_private_index" in f.stdout and "[fixed]" in f.stdout, f.stdout
+    assert snapshot_refs(repo) == before
+    assert storm_json(repo, "status") == healthy  # rebuilt: the person's edit still listed
+    assert "all is well" in storm(repo, "doctor").stdout

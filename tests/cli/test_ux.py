@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -362,9 +363,41 @@ def test_write_refuses_an_interactive_terminal_on_stdin(repo):
     assert snapshot_refs(repo) == before
 
 
+@pytest.mark.parametrize("stdin", ["/dev/null", "a pipe closed at once"])
+@pytest.mark.parametrize("mode", ["storm", "worktree"])
+def test_an_empty_stdin_never_empties_a_file_that_holds_content(repo, stdin, mode):
+    """``git storm write F < /dev/null`` (or ``true | git storm write F``) on a file
+    the agent read: refused, exit 2, one line, nothing changed."""
+    if mode == "worktree":
+        _ok(storm(repo, "mode", "worktree"))
+        _ok(storm(repo, "spawn", "e1"))
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    target = repo / "src/api.py" if mode == "storm" else Path(
+        json.loads(_ok(storm(repo, "status", "--json")).stdout)["worktrees"][0]["path"]) / "src/api.py"
+    before, content = snapshot_refs(repo), target.read_bytes()
+    if stdin == "/dev/null":
+        r = _run(repo, "write", "src/api.py", stdin=subprocess.DEVNULL)
+    else:
+        r = subprocess.run(f"true | {shlex.quote(sys.executable)} -m storm_git write src/api.py", shell=True, cwd=repo,
+                           capture_output=True, text=True, env=dict(os.environ, STORM_AGENT="e1"), timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert len(r.stderr.splitlines()) == 1 and f"src/api.py holds {len(content)} bytes" in r.stderr, r.stderr
+    assert "--allow-empty" in r.stderr
+    assert snapshot_refs(repo) == before and target.read_bytes() == content and content
+
+
+def test_an_empty_stdin_creates_an_empty_new_file_and_an_empty_file_by_name_is_written(repo, tmp_path):
+    r = _ok(_run(repo, "write", "src/new.py", stdin=subprocess.DEVNULL))  # nothing to lose
+    assert (repo / "src/new.py").read_bytes() == b"" and "now empty" in r.stderr
+    _ok(storm(repo, "read", "src/api.py", agent="e1"))
+    (tmp_path / "empty").write_bytes(b"")
+    _ok(_run(repo, "write", "src/api.py", "--file", str(tmp_path / "empty"), stdin=subprocess.DEVNULL))
+    assert (repo / "src/api.py").read_bytes() == b""
+
+
 def test_write_of_empty_stdin_says_the_file_is_now_empty(repo):
     _ok(storm(repo, "read", "src/api.py", agent="e1"))
-    r = _ok(_run(repo, "write", "src/api.py", stdin=subprocess.DEVNULL))
+    r = _ok(_run(repo, "write", "src/api.py", "--allow-empty", stdin=subprocess.DEVNULL))
     assert "wrote 0 bytes to src/api.py (the file is now empty)" in r.stderr
     assert "0 bytes" in r.stdout
     assert (repo / "src" / "api.py").read_bytes() == b""

@@ -98,6 +98,7 @@ CORRUPTIONS = {
     "journal-entry-escaping-the-tree-was-logged-as-a-rejection":
         _journals(b"storm journal 1 base none\nr " + b"a" * 40 + b" " + b"b" * 40 + b" ../../etc/passwd\n"),
     "disk-record-garbage-write-landed-then-exit-3": _write_file(".git/storm/disk-record", b"garbage\n"),
+    "exec-index-truncated-doctor-said-all-is-well": _write_file(".git/storm/exec-index", b"DIRC\0\0\0\2"),
     **LAYOUT,
     "reservation-not-json-was-exit-4": lambda r: _commit_with(r, "refs/storm/reservations",
                                                               {"e" * 40: b"\x91not json\xff"}),

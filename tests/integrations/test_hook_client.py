@@ -91,11 +91,11 @@ def test_the_daemon_answers_every_call_as_the_hook_in_its_own_process(tmp_path: 
 
 
 def test_through_the_daemon_the_client_imports_neither_pygit2_nor_the_hook(drepo: Path) -> None:
-    env = daemon_env()
+    env = daemon_env(PYTHONPROFILEIMPORTTIME="1")  # (a PYTHON* variable: a daemon of callers that set it)
     started(drepo, env)
     data = event(drepo, "PostToolUse", "Read", {"file_path": str(drepo / "src/api.py")}, "r1")
-    served = hook(drepo, data, dict(env, PYTHONPROFILEIMPORTTIME="1"))
-    here = hook(drepo, data, dict(env, PYTHONPROFILEIMPORTTIME="1", STORM_NO_DAEMON="1"))
+    served = hook(drepo, data, env)
+    here = hook(drepo, data, dict(env, STORM_NO_DAEMON="1"))
     assert served.returncode == here.returncode == 0
     assert b"hook_client" in served.stderr and b"pygit2" not in served.stderr
     assert b"harness" not in served.stderr.replace(b"integrations.hook", b"")
@@ -278,20 +278,24 @@ def test_two_sessions_calls_run_at_once_through_the_daemon(drepo: Path) -> None:
     assert client.returncode == 0 and b"You had not read this file" in out, (out, err)  # its own decision, after
 
 
-def test_a_call_through_the_daemon_reads_the_git_config_of_its_own_home(drepo: Path, tmp_path: Path) -> None:
-    """libgit2 reads HOME once, when the daemon started: a call's child must look where
-    a new process with the call's environment would (here a HOME whose .gitconfig caps
-    file sizes, so a Write is refused)."""
-    env = daemon_env()
-    started(drepo, env)
+def test_a_call_with_its_own_home_is_served_by_a_daemon_that_reads_its_git_config(drepo: Path,
+                                                                                   tmp_path: Path) -> None:
+    """HOME chooses the git configuration a call reads (here a .gitconfig that caps
+    file sizes, so a Write is refused): a caller with another HOME is never served by
+    the daemon of the first; it gets one of its own, whose answer is the one a new
+    process with the call's environment gives."""
     home = tmp_path / "home2"
     home.mkdir()
     (home / ".gitconfig").write_text("[storm]\n\tmaxFileBytes = 3\n")
+    env = daemon_env(PYTHONPROFILEIMPORTTIME="1")
+    first = started(drepo, env)
     call_env = {k: v for k, v in env.items() if k != "GIT_CONFIG_GLOBAL"}
     call_env["HOME"] = str(home)
+    second = started(drepo, call_env)
+    assert second != first and sorted(daemons_of(drepo)) == sorted([first, second])
     data = event(drepo, "PreToolUse", "Write", {"file_path": str(drepo / "new.py"), "content": "too long\n"}, "w1")
-    served = hook(drepo, data, dict(call_env, PYTHONPROFILEIMPORTTIME="1"))
-    assert b"pygit2" not in served.stderr  # the daemon's child answered
+    served = hook(drepo, data, call_env)
+    assert b"pygit2" not in served.stderr  # a daemon's child answered
     here = hook(drepo, data, dict(call_env, STORM_NO_DAEMON="1"))
     assert served.returncode == here.returncode == 0
     assert served.stdout == here.stdout and b"maxFileBytes" in here.stdout, here.stdout

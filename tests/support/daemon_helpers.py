@@ -45,7 +45,8 @@ def socket_of(repo: Path, env: dict[str, str] | None = None) -> Path:
     if env and env.get("PYTHONPATH"):  # a copy of storm there, in the tests of upgrades
         package = os.path.join(env["PYTHONPATH"], "storm_git")
     fp = hookd_place.fingerprint(package, storm_git.__version__)
-    return Path(hookd_place.socket_path(str(repo / ".git"), fp, env or os.environ))
+    name = hookd_place.name(fp, {os.fsencode(k): os.fsencode(v) for k, v in (env or os.environ).items()})
+    return Path(hookd_place.socket_path(str(repo / ".git"), name, env or os.environ))
 
 
 def sockets(repo: Path, env: dict[str, str] | None = None) -> list[Path]:
