@@ -190,8 +190,9 @@ class CallgrindDaemon:
         code = ("import os, storm_git; from storm_git.integrations import hookd_place as p; "
                 "fp = p.fingerprint(os.path.dirname(os.path.abspath(storm_git.__file__)), storm_git.__version__); "
                 "print(p.socket_path(os.sys.argv[1], p.name(fp, os.environb), os.environ))")
-        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code,
-                            os.path.join(repo, ".git")], env=env, cwd="/", capture_output=True, check=True)
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code,
+                os.path.join(repo, ".git")]
+        r = subprocess.run(argv, env=env, cwd="/", capture_output=True, check=True)
         return r.stdout.decode().strip()
 
     def before(self) -> set[str]:
