@@ -424,11 +424,17 @@ def status(verbose: int, as_json: bool) -> None:
     """
     from storm_git.core import render
 
-    st = open_workspace_here().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
+    from storm_git.testwatch import report
+
+    ws = open_workspace_here()
+    st = ws.status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
-        emit_json(st.to_dict())
+        emit_json({**st.to_dict(), "tests": report.head_test_state(ws.store.commondir)})
     else:
         click.echo(render.status(st))
+        tests = report.status_text(ws.store.commondir)
+        if tests:
+            click.echo(tests)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -447,7 +453,13 @@ def log(limit: int, as_json: bool) -> None:
     """
     from storm_git.core import render
 
-    entries = open_workspace_here().log(limit)
+    from storm_git.testwatch.report import log_entries
+
+    ws = open_workspace_here()
+    entries = ws.log(limit)
+    found = log_entries(ws.store.commondir)
+    if found:
+        entries = sorted(entries + found, key=lambda e: -float(e.get("time") or 0))[:limit]
     if as_json:
         emit_json(entries)
     else:
