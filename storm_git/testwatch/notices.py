@@ -178,7 +178,10 @@ def commondir_of(cwd: str | None = None) -> str | None:
 
 def cli_text(args: list[str], cwd: str | None = None) -> str:
     """The notices for the agent a command line names (``--agent``/``-a`` or
-    $STORM_AGENT), for the CLI to print on stderr after the command."""
+    $STORM_AGENT), for the CLI to print on stderr after the command. The hook and the
+    MCP server are doors of their own: their stderr reaches no model."""
+    if args[:2] == ["harness", "hook"] or args[:1] == ["mcp"]:
+        return ""
     agent = os.environ.get("STORM_AGENT")
     for i, a in enumerate(args):
         if a in ("--agent", "-a") and i + 1 < len(args):
