@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 from storm_git.cli.app import CONTEXT, cli, emit_json, json_option, open_store_here
@@ -59,7 +60,7 @@ def watch(test_cmd: str | None, quiet_s: float | None, every: int | None, full_e
         else:
             click.echo(report.status_text(commondir) or "tests: no round yet (git storm watch --test CMD)")
         return
-    given = {"quiet_s": quiet_s, "every": every, "full_every": full_every}
+    given: dict[str, Any] = {"quiet_s": quiet_s, "every": every, "full_every": full_every}
     if tests_glob:
         given.update(tests=tuple(tests_glob.split()), universe=True)
     cfg = WatchConfig.from_git(store.repo, test_cmd, **given)

@@ -272,15 +272,20 @@ def watch_chain(repo: str, a: Feature, b: Feature, shadow: ShadowTests, cache: A
     from ..testwatch.watcher import Watcher, WatchConfig
 
     r = pygit2.Repository(repo)
-    links = blame.chain(r, r.references["refs/storm/workspace"].resolve().target)
+    top = r.references["refs/storm/workspace"].resolve().target
+    assert isinstance(top, pygit2.Oid)
+    links = blame.chain(r, top)
     feature_of = {"agent_1": a.number, "agent_2": b.number}  # runner.py's names, in the workload's order
     sig = pygit2.Signature("storm sim", "sim@storm.invalid")
-    parent, present, heads = pygit2.Oid(hex=links[0].commit), set(), []
+    parent, present = pygit2.Oid(hex=links[0].commit), set()
+    heads: list[tuple[str | None, pygit2.Oid]] = []
     for lk in links[1:]:
         present.add(feature_of.get(lk.agent or "", 0))
-        changes = {path: (r.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
-                   for n in sorted(present) for path, data in shadow.files.get(n, {}).items()}
+        changes: dict[str, tuple[pygit2.Oid, int] | None] = {
+            path: (r.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
+            for n in sorted(present) for path, data in shadow.files.get(n, {}).items()}
         c = r[pygit2.Oid(hex=lk.commit)]
+        assert isinstance(c, pygit2.Commit)
         tree = tree_with(r, c.tree, changes) if changes else c.tree_id
         parent = r.create_commit(None, c.author, sig, c.message, tree, [parent])
         heads.append((lk.agent, parent))

@@ -6,7 +6,7 @@ without importing git storm."""
 import json
 import os
 
-_RESULTS = {}
+_RESULTS: dict = {}
 
 
 def _tail(report):

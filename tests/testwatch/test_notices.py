@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import claude_event, hook, make_repo, storm
 
 FILES = {"app.py": "x = 1\n", "lib.py": "y = 2\n"}
@@ -81,7 +80,7 @@ def test_an_mcp_result_carries_the_notice_once(repo):
             await s.initialize()
             for _ in range(2):
                 res = await s.call_tool("read", {"paths": ["app.py"]})
-                assert not res.isError
+                assert not res.is_error
                 got.append("\n".join(c.text for c in res.content if c.type == "text"))
 
     anyio.run(main)
