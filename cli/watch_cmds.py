@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 import click
+
 from storm_git.cli.app import CONTEXT, cli, emit_json, json_option, open_store_here
 
 

@@ -34,8 +34,10 @@ ALLOWED = {
     "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
     "integrations": {"core", "disk", "storm", "worktree", "remote", "api", "testwatch"},
-    "sim": {"core", "disk", "storm", "worktree", "admin", "api", "testwatch"},  # drives both modes as a user would (the demo too)
-    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "testwatch", "click"},
+    # drives both modes as a user would (the demo too)
+    "sim": {"core", "disk", "storm", "worktree", "admin", "api", "testwatch"},
+    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim",
+            "testwatch", "click"},
 }
 
 

@@ -14,8 +14,8 @@ with the pip command that adds it to this installation.
 """
 import re
 import threading
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
@@ -23,7 +23,6 @@ from ..core.install_hint import pip_install, pip_install_requirement
 from ..core.paths import printable
 from ..testwatch.notices import take_text
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
-
 
 
 class MissingSDK(UsageError):

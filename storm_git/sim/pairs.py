@@ -269,7 +269,7 @@ def watch_chain(repo: str, a: Feature, b: Feature, shadow: ShadowTests, cache: A
     from ..core.store import tree_with
     from ..testwatch import blame
     from ..testwatch.run import TestCommand
-    from ..testwatch.watcher import Watcher, WatchConfig
+    from ..testwatch.watcher import WatchConfig, Watcher
 
     r = pygit2.Repository(repo)
     top = r.references["refs/storm/workspace"].resolve().target
@@ -360,7 +360,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
         kind, opts = _agent_opts(mode)
         res = ModeResult(mode, "none")
 
-        def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res) -> None:
+        def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res, kind: str = kind) -> None:
             final = {p: _show(repo, rev, p) for p in set(a.change.targets) | set(b.change.targets)}
             # in the files git merges cleanly both changes must be there, whatever the mode did
             res.lost = [x for f in (a, b) for x in survivors(f, final, [p for p in must if p in f.change.targets])]

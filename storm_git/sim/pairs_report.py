@@ -54,8 +54,9 @@ def watch_totals(pairs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             t["cpu_s"] = round(t["cpu_s"] + w["cpu_s"], 2)
             t["seconds"] = round(t["seconds"] + w["seconds"], 2)
             for f in w["found"]:
+                feats = "+f".join(map(str, f["features"]))
                 t["found"].append(f"{p['task']} f{p['f1']}+f{p['f2']}: {f['kind']} {f['test']} "
-                                  f"(f{'+f'.join(map(str, f['features']))}) after write {f['after_write']}/{w['writes']}")
+                                  f"(f{feats}) after write {f['after_write']}/{w['writes']}")
     return out
 
 
@@ -66,7 +67,8 @@ def watch_table(data: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "## Tests on the shared head before integration (git storm watch)", "",
              "| mode | pairs watched | semantic conflicts found before integration | breaks | false alarms "
-             "| test runs | test runs a pair | CPU s a pair |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| test runs | test runs a pair | CPU s a pair |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for mode, t in wt.items():
         n = t["watched"] or 1
         lines.append(f"| {mode} | {t['watched']} | {t['semantic_found']} | {t['breaks']} | {t['false_alarms']} | "

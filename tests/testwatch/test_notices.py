@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers import claude_event, hook, make_repo, storm
 
 FILES = {"app.py": "x = 1\n", "lib.py": "y = 2\n"}

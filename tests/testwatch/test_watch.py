@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers import make_repo, rev, storm
 
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -p no:cacheprovider"
@@ -58,11 +59,14 @@ def repo(tmp_path: Path) -> Path:
 def rename_and_call(repo: Path) -> tuple[str, str]:
     """alice renames greet's keyword (and its test); bob, in another file, adds a call
     with the old keyword and a test of it. Each passes alone; together bob's test fails."""
-    a = write(repo, "alice", "lib/api.py", "def greet(name, *, shout=False):\n    return name.upper() if shout else name\n")
+    a = write(repo, "alice", "lib/api.py",
+              "def greet(name, *, shout=False):\n    return name.upper() if shout else name\n")
     write(repo, "alice", "tests/test_api.py",
           "from lib.api import greet\n\n\ndef test_greet():\n    assert greet('x', shout=True) == 'X'\n")
-    write(repo, "bob", "app/use.py", "from lib.api import greet\n\n\ndef run():\n    return greet('x', loud=True)\n")
-    b = write(repo, "bob", "tests/test_use.py", "from app.use import run\n\n\ndef test_run():\n    assert run() == 'X'\n")
+    write(repo, "bob", "app/use.py",
+          "from lib.api import greet\n\n\ndef run():\n    return greet('x', loud=True)\n")
+    b = write(repo, "bob", "tests/test_use.py",
+              "from app.use import run\n\n\ndef test_run():\n    assert run() == 'X'\n")
     return a, b
 
 
