@@ -78,9 +78,9 @@ def _seed(text: str) -> int | None:
                    "shared head's writes (each feature's tests arriving with its writes), before the manager's "
                    "commit: the semantic conflicts found before integration, after which write, false alarms.")
 @json_option
-def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
-             test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str, out: str | None,
-             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
+def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None,
+             coupling: str | None, test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str,
+             out: str | None, quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
              run_tests: bool, watch: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
@@ -120,7 +120,8 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
                 seed=_seed(seed))
 
     def started(name: str, agents: int, mode: str, scope: str) -> None:
-        click.echo(f"simulate: {name}, {agents} agents, in {mode} mode" + (f" (deps {scope})" if mode == "storm" else "") + " …",
+        click.echo(f"simulate: {name}, {agents} agents, in {mode} mode"
+                   + (f" (deps {scope})" if mode == "storm" else "") + " …",
                    err=True, nl=False)
 
     def finished(m) -> None:
@@ -190,4 +191,5 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
     totals = data["totals"].values()
     _finish(data, pairs_report.write(data, out) if out else None, out, as_json,
             pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip(),
-            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)), "run(s) with agent errors")
+            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)),
+            "run(s) with agent errors")

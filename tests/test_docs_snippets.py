@@ -225,11 +225,12 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
 
 def _runs_here(args: list[str]) -> bool:
     """A documented storm command this test runs: all but `simulate` (minutes of runs)
-    and a `watch` that keeps watching (it runs until stopped); the option checks above
-    still parse their lines."""
+    and `team` (it starts Claude Code or Codex sessions; tests/team and tests/e2e run
+    it), and a `watch` that keeps watching (it runs until stopped); the option checks
+    above still parse their lines."""
     if args[:1] == ["watch"]:
         return bool({"--once", "--status"} & set(args))
-    return args[:1] != ["simulate"]
+    return args[:1] not in (["simulate"], ["team"])
 
 
 # the docs with storm commands to run; one with only `simulate` lines is parsed, not run

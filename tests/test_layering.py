@@ -36,8 +36,9 @@ ALLOWED = {
     "integrations": {"core", "disk", "storm", "worktree", "remote", "api", "testwatch"},
     # drives both modes as a user would (the demo too)
     "sim": {"core", "disk", "storm", "worktree", "admin", "api", "testwatch"},
+    "team": {"core", "storm", "worktree", "admin", "integrations", "testwatch"},  # a manager and its engineer sessions
     "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim",
-            "testwatch", "click"},
+            "team", "testwatch", "click"},
 }
 
 

@@ -39,8 +39,8 @@ def case_twin(tree: pygit2.Tree, path: str, deleted: Container[str] = ()) -> str
         for e in node:
             if e.name == part:
                 exact = e
-            elif e.name.casefold() == low:
-                twin = prefix + e.name
+            elif str(e.name).casefold() == low:
+                twin = prefix + str(e.name)
                 if isinstance(e, pygit2.Tree) or twin not in deleted:
                     return twin
         if exact is None or not isinstance(exact, pygit2.Tree):

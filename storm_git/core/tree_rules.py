@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 import pygit2
 
 from .paths import LINK_MODE, tree_entry_refusal
+from .store import blob_at, tree_at
 
 TREE_MODE = 0o040000
 
@@ -25,7 +26,7 @@ def link_text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes | 
         return None
     if entry.filemode != LINK_MODE:
         return None
-    return repo[entry.id].data
+    return blob_at(repo, entry.id).data
 
 
 def entry_refusal(repo: pygit2.Repository, tree: pygit2.Tree, path: str, oid: pygit2.Oid, mode: int,
@@ -33,7 +34,7 @@ def entry_refusal(repo: pygit2.Repository, tree: pygit2.Tree, path: str, oid: py
     """Why the entry (``path``, ``oid``, ``mode``) of ``tree`` is refused, or None.
     The size is read from the object's header: a 200 MB blob is not loaded to be refused."""
     if mode == LINK_MODE:
-        target = repo[oid].data
+        target = blob_at(repo, oid).data
         return tree_entry_refusal(path, mode, link_target=target,
                                   links=lambda p: link_text(repo, tree, p))
     size = repo.odb.read_header(oid)[1] if limit is not None else None
@@ -44,9 +45,9 @@ def walk(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Iterat
     """Every non-tree entry of ``tree``, with its full path (names as git stores them,
     decoded with surrogateescape so a name that is not UTF-8 is seen, then refused)."""
     for e in tree:
-        path = prefix + e.raw_name.decode("utf-8", "surrogateescape")
+        path = prefix + (e.raw_name or b"").decode("utf-8", "surrogateescape")
         if e.filemode == TREE_MODE:
-            yield from walk(repo, repo[e.id], path + "/")
+            yield from walk(repo, tree_at(repo, e.id), path + "/")
         else:
             yield path, e.id, e.filemode
 

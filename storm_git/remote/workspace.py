@@ -56,10 +56,13 @@ from ..core.files import read_own, replace_file
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
+from ..core.payloads import ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import agent_lock, agent_ref, journal_path
+from ..core.reservations import Reservation
 from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from ..storm.publication import Publication
 from ..storm.workspace import SharedWorkspace
+from ..storm.writer import OnWait
 from . import backoff, inbox, transport
 from .branch_follow import follow
 from .queue import (
@@ -290,7 +293,7 @@ class RemoteWorkspace(SharedWorkspace):
             raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
-    def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
+    def _after_landing(self, pushed: list[tuple[str, str, str | None]]) -> None:
         """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
         for src, dst, _lease in pushed:
             if src:
@@ -322,6 +325,7 @@ class RemoteWorkspace(SharedWorkspace):
             self.fetch_adopt()
             self._fresh = True
             return
+        assert base is not None, "a queued tip is leased on the server's head"
         for a in to_fold(store, tip, base):
             readsets.fold(store, a)  # the journal reads each queued write names travel with it
         updates = push_updates(store, self.remote, tip, base, agents)
@@ -381,6 +385,7 @@ class RemoteWorkspace(SharedWorkspace):
         write. False when it does not order writes after all: push with the lease."""
         store = self.store
         (tip, _ws, base), notes_updates = updates[0], updates[1:]
+        assert base is not None, "the shared ref's update is leased on the server's head"
         notes = {dst[len(AGENTS_PREFIX):]: pygit2.Oid(hex=src) for src, dst, _lease in notes_updates}
         ans = inbox.push(store, self.remote, pygit2.Oid(hex=tip), notes)
         self.pushes += 1
@@ -450,7 +455,7 @@ class RemoteWorkspace(SharedWorkspace):
         with flocked(self.store.commondir, "workspace"):
             tracked = tracked_head(self.store, self.remote)
             queued = tracked is not None and write_state(self.store, self.remote, commit)[0] == QUEUED
-            if queued:
+            if tracked is not None and queued:
                 force(self.store, WORKSPACE_REF, tracked)
         if queued:
             self._queued = None
@@ -510,7 +515,9 @@ class RemoteWorkspace(SharedWorkspace):
             readsets.drop_cached(store, agent)
 
     # -- verbs that change shared state ---------------------------------------------
-    def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+    def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+              wait: bool, op: str, expected: dict[str, str | None] | None = None,
+              on_wait: OnWait | None = None) -> WriteResult:
         """The validated write, one per agent at a time on this clone. A write dropped
         after a stale lease puts the agent's journal and notes back to the snapshot it
         took before it wrote: with two writes of one agent in flight, that would take
@@ -518,15 +525,19 @@ class RemoteWorkspace(SharedWorkspace):
         back last) bring the dropped write's versions back as read."""
         # patient: the write ahead is this agent's own, bounded by storm.remoteRetrySeconds
         with flocked(self.store.commondir, write_lock(agent), patient=True):
-            return self._apply(agent, changes, **kw)
+            return self._apply(agent, changes, intent=intent, deps=deps, wait=wait, op=op, expected=expected,
+                               on_wait=on_wait)
 
-    def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+    def _apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+               wait: bool, op: str, expected: dict[str, str | None] | None,
+               on_wait: OnWait | None) -> WriteResult:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
         self._unclear = 0
         self._moves = 0
         self._take_snapshot(agent)
         try:
-            res = super().apply(agent, changes, **kw)
+            res = super().apply(agent, changes, intent=intent, deps=deps, wait=wait, op=op, expected=expected,
+                                on_wait=on_wait)
         except BaseException:
             if self._queued is not None:  # queued, not landed: it must not land after this failure
                 self._unqueue(self._queued)
@@ -544,23 +555,28 @@ class RemoteWorkspace(SharedWorkspace):
 
     # edit and rm look at the head before the write (is the file there?), exec runs a
     # command on the disk: each starts from the remote's head, not the local copy's
-    def edit(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False, agent=kw.get("agent"))
-        return super().edit(*args, **kw)
+    def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
+             deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(disk=False, agent=agent)
+        return super().edit(path, old, new, agent=agent, intent=intent, deps=deps, wait=wait, on_wait=on_wait)
 
-    def rm(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False, agent=kw.get("agent"))
-        return super().rm(*args, **kw)
+    def rm(self, path: str, *, agent: str | None, intent: str | None = None,
+           deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(disk=False, agent=agent)
+        return super().rm(path, agent=agent, intent=intent, deps=deps, wait=wait, on_wait=on_wait)
 
-    def exec(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(agent=kw.get("agent"))
-        return super().exec(*args, **kw)
+    def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
+             timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
+        self.refresh(agent=agent)
+        return super().exec(argv, agent=agent, intent=intent, timeout=timeout, wait=wait, on_wait=on_wait)
 
-    def adopt(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(agent=kw.get("agent"))
-        return super().adopt(*args, **kw)
+    def adopt(self, paths: list[str], *, agent: str | None, intent: str | None = None,
+              wait: bool = True, allow_revert: bool = False, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(agent=agent)
+        return super().adopt(paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
+                             on_wait=on_wait)
 
-    def release(self, path: str, *, agent: str | None) -> Any:
+    def release(self, path: str, *, agent: str | None) -> Reservation | None:
         self.refresh(disk=False, agent=agent)
         r = super().release(path, agent=agent)
         self._push_reservations()
@@ -593,14 +609,14 @@ class RemoteWorkspace(SharedWorkspace):
                     force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
 
     # -- reads and reports see the remote's head -------------------------------------
-    def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
+    def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         self.refresh(agent=agent)
         return super().read(paths, agent=agent)
 
-    def status(self, **kw: Any) -> Any:
+    def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
         self.flush()
         self.refresh(notes=True)  # status reports every agent's read set
-        st = super().status(**kw)
+        st = super().status(diffs=diffs, untracked_content=untracked_content)
         st.extra["remote"] = self.remote
         return st
 
@@ -673,7 +689,7 @@ def adopt_tracking(store: Store, remote: str) -> None:
         name = AGENTS_PREFIX + tracked[len(prefix):]
         theirs = store.ref_target(tracked)
         mine = store.ref_target(name)
-        if mine == theirs:
+        if theirs is None or mine == theirs:  # None: gone since it was listed
             continue
         if mine is None or store.descends(theirs, mine):
             with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):
