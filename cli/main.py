@@ -21,9 +21,22 @@ from storm_git.cli import (  # noqa: F401 - they register
     team_cmds,
     tree_cmds,
     verbs,
+    watch_cmds,
     worktree_cmds,
 )
 from storm_git.cli.app import cli, fail, non_utf8_argument, usage_error, wait_with_a_deadline
+
+
+def _run(args: list[str]) -> None:
+    """The command, then the test runner's notices for its agent on stderr, once."""
+    try:
+        cli.main(args=args, prog_name="git storm", standalone_mode=False)
+    finally:
+        from storm_git.testwatch.notices import cli_text
+
+        told = cli_text(args)
+        if told:
+            click.echo(told, err=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
                                        "nothing was run or changed"), as_json))
     wait_with_a_deadline()
     try:
-        cli.main(args=args, prog_name="git storm", standalone_mode=False)
+        _run(args)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -15,7 +15,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("read", "write", "edit", "rm", "exec", "adopt", "checkout", "forget", "release", "status", "log",
       "intents")),
     ("Manager", "integrates the agents' work",
-     ("commit", "assign", "merge", "mode", "team")),
+     ("commit", "assign", "merge", "mode", "team", "watch")),
     ("Worktree mode", "a worktree and branch per agent",
      ("spawn", "sync", "radar", "cleanup")),
     ("Remote", "the shared workspace on a git server",

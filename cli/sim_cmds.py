@@ -73,11 +73,15 @@ def _seed(text: str) -> int | None:
 @click.option("--run-tests", is_flag=True,
               help="With --pairs: run each feature's tests (its tests.patch applied, pytest on the files it "
                    "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="With --pairs --run-tests, storm modes: also run git storm watch's rounds and blame on the "
+                   "shared head's writes (each feature's tests arriving with its writes), before the manager's "
+                   "commit: the semantic conflicts found before integration, after which write, false alarms.")
 @json_option
 def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None,
              coupling: str | None, test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str,
              out: str | None, quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
-             run_tests: bool, as_json: bool) -> None:
+             run_tests: bool, watch: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
     One real process per agent, a fresh temporary repository per run. Storm
@@ -103,7 +107,8 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
     tests.patch is applied, $STORM_TEST_FILES naming the test files it touches.
     """
     if pairs_dir is not None:
-        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, _shard(shard), out, as_json)
+        _simulate_pairs(pairs_dir, repo, tasks, features, modes, run_tests, test_cmd, _shard(shard), out, as_json,
+                        watch)
         return
     from storm_git.sim import report as rep
     from storm_git.sim.suite import Plan, simulate as run_plan
@@ -157,7 +162,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, features: str | None, modes: str,
                     run_tests: bool, test_cmd: str | None, shard: tuple[int, int], out: str | None,
-                    as_json: bool) -> None:
+                    as_json: bool, watch: bool = True) -> None:
     from storm_git.sim import pairs, pairs_report
 
     if repo is None:
@@ -175,12 +180,13 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
             pairs_report.append_pair(out, pr)
         cells = ", ".join(f"{m}: {r.caught}" + (f" ({r.rebased_accepted} rebased)" if r.rebased_accepted else "")
                           + (" SEMANTIC" if r.semantic else "") + (f" ERROR {r.errors[0]}" if r.errors else "")
+                          + pairs_report.watch_cell(r.watch)
                           for m, r in pr.modes.items())
         click.echo(f"simulate: {pr.task} f{pr.f1}+f{pr.f2}: {cells}", err=True)
 
     result = pairs.simulate(pairs_dir, repo, tasks=tuple(x.strip() for x in (tasks or "").split(",") if x.strip()),
                             features=_numbers(int, features, "--features"), modes=chosen, run_tests=run_tests,
-                            test_cmd=test_cmd, shard=shard, on_pair=done)
+                            test_cmd=test_cmd, shard=shard, on_pair=done, watch=watch)
     data = result.to_dict()
     totals = data["totals"].values()
     _finish(data, pairs_report.write(data, out) if out else None, out, as_json,

@@ -451,12 +451,17 @@ def status(verbose: int, all_agents: bool, as_json: bool) -> None:
       git storm status --json
     """
     from storm_git.core import render
+    from storm_git.testwatch import report
 
-    st = open_workspace_here().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
+    ws = open_workspace_here()
+    st = ws.status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
-        emit_json(st.to_dict())
+        emit_json({**st.to_dict(), "tests": report.head_test_state(ws.store.commondir)})
     else:
         click.echo(render.status(st, all_agents=all_agents))
+        tests = report.status_text(ws.store.commondir)
+        if tests:
+            click.echo(tests)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -474,8 +479,13 @@ def log(limit: int, as_json: bool) -> None:
       git log refs/storm/workspace   # each write's trailers say what it was validated against
     """
     from storm_git.core import render
+    from storm_git.testwatch.report import log_entries
 
-    entries = open_workspace_here().log(limit)
+    ws = open_workspace_here()
+    entries = ws.log(limit)
+    found = log_entries(ws.store.commondir)
+    if found:
+        entries = sorted(entries + found, key=lambda e: -float(e.get("time") or 0))[:limit]
     if as_json:
         emit_json(entries)
     else:

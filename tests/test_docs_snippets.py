@@ -238,7 +238,10 @@ def _marked_blocks(text: str) -> set[int]:
 def _runs_here(args: list[str]) -> bool:
     """A documented storm command this test runs: all but `simulate` (minutes of runs)
     and `team` (it starts Claude Code or Codex sessions; tests/team and tests/e2e run
-    it), whose lines the option checks above still parse."""
+    it), and a `watch` that keeps watching (it runs until stopped); the option checks
+    above still parse their lines."""
+    if args[:1] == ["watch"]:
+        return bool({"--once", "--status"} & set(args))
     return args[:1] not in (["simulate"], ["team"])
 
 

@@ -29,14 +29,16 @@ ALLOWED = {
     "storm": {"core", "disk", "deps"},
     "worktree": {"core", "disk", "deps"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
+    "testwatch": {"core", "deps"},  # the shared head's tests as writes land, blame, notices
     "admin": {"core", "disk", "storm", "worktree", "hooks", "remote"},  # set-up, join, doctor see every part
     "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
-    "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
-    "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
-    "team": {"core", "storm", "worktree", "admin", "integrations"},  # a manager and its engineer sessions
+    "integrations": {"core", "disk", "storm", "worktree", "remote", "api", "testwatch"},
+    # drives both modes as a user would (the demo too)
+    "sim": {"core", "disk", "storm", "worktree", "admin", "api", "testwatch"},
+    "team": {"core", "storm", "worktree", "admin", "integrations", "testwatch"},  # a manager and its engineer sessions
     "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim",
-            "team", "click"},
+            "team", "testwatch", "click"},
 }
 
 

@@ -732,5 +732,7 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
 def hook(stdin: str | bytes, *, harness: str = "claude", agent: str | None = None,
          env: dict[str, str] | None = None) -> HookResult:
     """Parse and handle one event (what ``git storm harness hook`` runs)."""
-    return handle(parse_event(stdin, harness), agent=agent, env=env)
+    from ..testwatch.notices import note_hook_result
+
+    return note_hook_result(handle(parse_event(stdin, harness), agent=agent, env=env), None)
 

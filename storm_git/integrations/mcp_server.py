@@ -15,11 +15,13 @@ with the pip command that adds it to this installation.
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
 from ..core.install_hint import pip_install, pip_install_requirement
 from ..core.paths import printable
+from ..testwatch.notices import take_text
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
 
@@ -88,7 +90,8 @@ def server_for(tools: StormTools) -> MCPServer:
                 out = fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a tool error, never a traceback
                 out = error_outcome(exc)
-        return _result(out)
+            told = take_text(tools.store.commondir, tools.agent)
+        return _result(replace(out, text=f"{out.text}\n\n{told}") if told else out)
 
     server = MCPServer(name="git-storm", title=f"git storm ({tools.agent})", instructions=INSTRUCTIONS,
                        log_level="WARNING")

@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,7 @@ class ModeResult:
     tests_s: float = 0.0
     semantic: bool = False
     errors: list[str] = field(default_factory=list)
+    watch: dict[str, Any] | None = None  # storm modes with tests: the runner on the shared head (watch_chain)
 
 
 @dataclass
@@ -195,6 +197,7 @@ class Tests:
         self.cmd = cmd or DEFAULT_TEST_CMD
         self.cache: dict[tuple[str, str], tuple[bool, str]] = {}
         self.seconds = 0.0
+        self.watch_cache: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})  # the runner's results, by tree
 
     def run(self, repo: str, tree: str, f: Feature) -> tuple[bool, str] | None:
         """(passed, tail of the output); None when the feature has no tests."""
@@ -229,6 +232,90 @@ class Tests:
             shutil.rmtree(out, ignore_errors=True)
 
 
+# -- the test runner on the shared head -----------------------------------------------------
+WATCH_GLOB = "tests/test_*__f*.py"
+
+
+def _shadow_name(path: str, number: int) -> str:
+    stem, ext = os.path.splitext(path)
+    return f"{stem}__f{number}{ext}"
+
+
+class ShadowTests:
+    """Each feature's tests as files of their own (``tests/test_x__f2.py``: the test file
+    as its tests.patch makes it), so that both features' tests live in one tree and a
+    feature's tests arrive with its agent's first write, as tests an agent writes do."""
+
+    def __init__(self, source: str, task: Task) -> None:
+        self.files: dict[int, dict[str, bytes]] = {}
+        for f in task.features:
+            if f.tests is None:
+                continue
+            try:
+                tree = _apply(source, task.base, f.tests)
+            except UsageError:
+                continue
+            self.files[f.number] = {_shadow_name(p, f.number): data for p in test_files(f.tests)
+                                    if p.endswith(".py") and (data := _show(source, tree, p)) is not None}
+
+
+def watch_chain(repo: str, a: Feature, b: Feature, shadow: ShadowTests, cache: Any) -> dict[str, Any]:
+    """Run ``git storm watch``'s rounds on the chain of writes the storm run left on
+    refs/storm/workspace, each write with its feature's tests (:class:`ShadowTests`),
+    one round after each agent's burst of writes (writes quiet: the debounce), before
+    the manager's commit; what it blamed, after which write, and what it cost."""
+    import pygit2
+
+    from ..core.store import tree_with
+    from ..testwatch import blame
+    from ..testwatch.run import TestCommand
+    from ..testwatch.watcher import WatchConfig, Watcher
+
+    r = pygit2.Repository(repo)
+    top = r.references["refs/storm/workspace"].resolve().target
+    assert isinstance(top, pygit2.Oid)
+    links = blame.chain(r, top)
+    feature_of = {"agent_1": a.number, "agent_2": b.number}  # runner.py's names, in the workload's order
+    sig = pygit2.Signature("storm sim", "sim@storm.invalid")
+    parent, present = pygit2.Oid(hex=links[0].commit), set()
+    heads: list[tuple[str | None, pygit2.Oid]] = []
+    for lk in links[1:]:
+        present.add(feature_of.get(lk.agent or "", 0))
+        changes: dict[str, tuple[pygit2.Oid, int] | None] = {
+            path: (r.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
+            for n in sorted(present) for path, data in shadow.files.get(n, {}).items()}
+        c = r[pygit2.Oid(hex=lk.commit)]
+        assert isinstance(c, pygit2.Commit)
+        tree = tree_with(r, c.tree, changes) if changes else c.tree_id
+        parent = r.create_commit(None, c.author, sig, c.message, tree, [parent])
+        heads.append((lk.agent, parent))
+    ref = "refs/storm-sim/watch"
+    cmd = (f"PYTHONPATH=src:$PYTHONPATH {shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider "
+           "-W ignore::ResourceWarning")
+    cfg = WatchConfig(cmd, tests=(WATCH_GLOB,), universe=True, ref=ref, timeout=TEST_TIMEOUT)
+    w = Watcher(r, r.path.rstrip("/"), cfg)
+    w.tests = TestCommand(w.commondir, cmd, timeout=TEST_TIMEOUT, cache=cache[0], full=cache[1])
+    out: dict[str, Any] = {"writes": len(heads), "rounds": 0, "found": [], "blamed_pair": False,
+                           "false_alarms": 0}
+    t0 = time.monotonic()
+    for i, (agent, oid) in enumerate(heads):
+        if i + 1 < len(heads) and heads[i + 1][0] == agent:
+            continue  # the agent's next write follows at once: the runner is still waiting for quiet
+        r.references.create(ref, oid, force=True)
+        rep = w.round(oid)
+        out["rounds"] += 1
+        for f in rep.findings:
+            if f["kind"] not in ("semantic", "break"):
+                continue
+            feats = sorted({feature_of.get(x["agent"] or "", 0) for x in f["writes"]})
+            out["found"].append({"test": f["test"], "kind": f["kind"], "after_write": i + 1, "features": feats})
+            if f["kind"] == "semantic" and feats == sorted((a.number, b.number)):
+                out["blamed_pair"] = True
+    out["test_runs"], out["cpu_s"] = w.tests.stats.runs, round(w.tests.stats.cpu_s, 2)
+    out["seconds"] = round(time.monotonic() - t0, 2)
+    return out
+
+
 # -- one pair --------------------------------------------------------------------------
 def survivors(f: Feature, final: Files, paths: list[str] | None = None) -> list[dict[str, Any]]:
     """The lines ``f`` added that ``final`` lacks, per file of ``paths`` (default: all
@@ -260,7 +347,8 @@ def _agent_opts(mode: str) -> tuple[str, dict[str, Any]]:
 
 
 def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, ...], tests: Tests | None,
-             alone: dict[int, bool | None], gold: bool | None, source: str) -> PairResult:
+             alone: dict[int, bool | None], gold: bool | None, source: str,
+             shadow: ShadowTests | None = None) -> PairResult:
     """Replay the pair in each mode; classify how each mode caught it. ``alone`` gains
     whether each feature tested on a result passes its tests on its own (its tree is
     in ``source``, the repository the tasks come from)."""
@@ -272,7 +360,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
         kind, opts = _agent_opts(mode)
         res = ModeResult(mode, "none")
 
-        def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res) -> None:
+        def inspect(repo: str, rev: str, m: RunMetrics, res: ModeResult = res, kind: str = kind) -> None:
             final = {p: _show(repo, rev, p) for p in set(a.change.targets) | set(b.change.targets)}
             # in the files git merges cleanly both changes must be there, whatever the mode did
             res.lost = [x for f in (a, b) for x in survivors(f, final, [p for p in must if p in f.change.targets])]
@@ -287,6 +375,11 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
                     got = tests.run(source, f.tree, f)
                     alone[f.number] = None if got is None else got[0]
             res.tests_s = time.monotonic() - t0
+            if shadow is not None and kind == "storm":
+                try:
+                    res.watch = watch_chain(repo, a, b, shadow, tests.watch_cache)
+                except Exception as exc:  # noqa: BLE001 - the runner failing must not lose the pair
+                    res.watch = {"error": f"{type(exc).__name__}: {exc}"}
 
         try:
             m = runner.run(w, kind, agent_opts=opts, on_final=inspect)
@@ -301,6 +394,9 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
         res.errors = m.agent_errors + m.notes
         failing = [k for k, ok in res.tests.items() if ok is False and alone.get(int(k)) is not False]
         res.semantic = bool(failing) and m.judgement == 0 and not res.errors
+        if res.watch is not None and "error" not in res.watch:
+            # a blame on a pair whose integration passes its tests is a false alarm
+            res.watch["false_alarms"] = len(res.watch["found"]) if not failing else 0
         if kind == "storm" and m.rejections:
             res.caught = "write"
         elif kind == "worktree" and m.caught_at_merge:
@@ -357,7 +453,8 @@ def gold_verdicts(pairs_dir: str) -> dict[tuple[str, int, int], bool]:
 
 def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features: tuple[int, ...] = (),
              modes: tuple[str, ...] = MODES, run_tests: bool = False, test_cmd: str | None = None,
-             shard: tuple[int, int] = (1, 1), on_pair: Callable[[PairResult], None] | None = None) -> PairsReport:
+             shard: tuple[int, int] = (1, 1), on_pair: Callable[[PairResult], None] | None = None,
+             watch: bool = False) -> PairsReport:
     """Every pair of every task of ``pairs_dir`` in each of ``modes``; ``shard`` (I, N):
     only the I-th of every N pairs (long runs split over processes, their reports
     joined with :func:`pairs_report.combine`)."""
@@ -372,17 +469,19 @@ def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features
     tests = Tests(test_cmd) if run_tests or test_cmd else None
     report = PairsReport({"pairs": os.path.abspath(pairs_dir), "repo": repo, "tasks": list(tasks),
                           "features": list(features), "modes": list(modes), "tests": tests.cmd if tests else None,
-                          "shard": list(shard)},
+                          "shard": list(shard), "watch": watch and tests is not None},
                          started=time.strftime("%Y-%m-%d %H:%M:%S"))
     t0, n = time.monotonic(), 0
     for task in loaded:
         base = tree_files(repo, task.base)
         alone: dict[int, bool | None] = {}
+        shadow = ShadowTests(repo, task) if watch and tests is not None else None
         for a, b in itertools.combinations(task.features, 2):
             n += 1
             if (n - 1) % shard[1] != shard[0] - 1:
                 continue
-            pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)), repo)
+            pr = run_pair(task, a, b, base, modes, tests, alone, gold.get((task.name, a.number, b.number)), repo,
+                          shadow)
             report.pairs.append(pr)
             if on_pair:
                 on_pair(pr)

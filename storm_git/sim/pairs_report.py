@@ -21,6 +21,64 @@ KEYS = ("pairs", "caught_write", "caught_merge", "caught_tests", "caught_never",
         "caught_write_then_failed", "caught_merge_then_failed")
 
 
+def watch_cell(w: dict[str, Any] | None) -> str:
+    """The progress line's word on the test runner's rounds (``pairs.watch_chain``)."""
+    if not w:
+        return ""
+    if "error" in w:
+        return f" watch ERROR {w['error']}"
+    found = "; ".join(f"{f['kind']} f{'+f'.join(map(str, f['features']))} after write {f['after_write']}"
+                      f"/{w['writes']}" for f in w["found"])
+    return f" watch: {found or 'nothing'}" + (f" ({w['false_alarms']} false alarm(s))" if w["false_alarms"] else "")
+
+
+def watch_totals(pairs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per storm mode: pairs watched, semantic conflicts found before integration
+    (blamed on the pair), breaks, false alarms, and the runner's cost."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in pairs:
+        for mode, r in p["modes"].items():
+            w = r.get("watch")
+            if not w:
+                continue
+            t = out.setdefault(mode, {"watched": 0, "errors": 0, "semantic_found": 0, "breaks": 0,
+                                      "false_alarms": 0, "test_runs": 0, "cpu_s": 0.0, "seconds": 0.0,
+                                      "found": []})
+            if "error" in w:
+                t["errors"] += 1
+                continue
+            t["watched"] += 1
+            t["semantic_found"] += int(w["blamed_pair"])
+            t["breaks"] += sum(1 for f in w["found"] if f["kind"] == "break")
+            t["false_alarms"] += w["false_alarms"]
+            t["test_runs"] += w["test_runs"]
+            t["cpu_s"] = round(t["cpu_s"] + w["cpu_s"], 2)
+            t["seconds"] = round(t["seconds"] + w["seconds"], 2)
+            for f in w["found"]:
+                feats = "+f".join(map(str, f["features"]))
+                t["found"].append(f"{p['task']} f{p['f1']}+f{p['f2']}: {f['kind']} {f['test']} "
+                                  f"(f{feats}) after write {f['after_write']}/{w['writes']}")
+    return out
+
+
+def watch_table(data: dict[str, Any]) -> list[str]:
+    """The test runner's column: semantic conflicts found before integration, false alarms, cost."""
+    wt = data.get("watch") or {}
+    if not wt:
+        return []
+    lines = ["", "## Tests on the shared head before integration (git storm watch)", "",
+             "| mode | pairs watched | semantic conflicts found before integration | breaks | false alarms "
+             "| test runs | test runs a pair | CPU s a pair |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for mode, t in wt.items():
+        n = t["watched"] or 1
+        lines.append(f"| {mode} | {t['watched']} | {t['semantic_found']} | {t['breaks']} | {t['false_alarms']} | "
+                     f"{t['test_runs']} | {t['test_runs'] / n:.1f} | {t['cpu_s'] / n:.1f} |")
+    for mode, t in wt.items():
+        lines += [f"* {mode}: {f}" for f in t["found"]]
+    return lines
+
+
 def merges_cleanly(pair: dict[str, Any]) -> bool:
     """git merges the pair without a conflict (worktree mode's merge; else the dataset's verdict)."""
     wt = pair["modes"].get("worktree")
@@ -69,7 +127,8 @@ def gold_agreement(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with its totals and its agreement with the dataset (re)computed from its pairs."""
-    return dict(data, totals=totals(data["pairs"]), gold=gold_agreement(data["pairs"]))
+    return dict(data, totals=totals(data["pairs"]), gold=gold_agreement(data["pairs"]),
+                watch=watch_totals(data["pairs"]))
 
 
 def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,6 +184,7 @@ def markdown(data: dict[str, Any], plot: str | None = None) -> str:
             + (f", {t['clean_pairs_cleared']:.0f} pairs cleared by one rebased change a rejection"
                if "rebased" in m else "")
             + f", {t['clean_pairs_calls'] / n:.1f} agent calls a pair" for m, t in clean) + "."]
+    lines += watch_table(data)
     g = data["gold"]
     if g["compared"]:
         lines += ["", "## Worktree mode's merge against the dataset's verdicts", "",

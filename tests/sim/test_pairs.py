@@ -260,3 +260,24 @@ def test_the_pairs_plot_does_not_show_a_catch_at_write_whose_result_failed_as_cl
                for h, lab in zip(*left.get_legend_handles_labels(), strict=True)}
     assert heights["at write"] == 1 and heights["at write, result then failed its tests"] == 1, heights
     plt.close(saved[0])
+
+
+@pytest.mark.slow
+def test_click_2800_semantic_conflict_is_found_on_the_shared_head_before_the_managers_commit(tmp_path):
+    """The same pair in storm mode with the test runner's rounds on the shared head:
+    feature 2's tests fail after the last write, the bisection blames one write of
+    each feature (a semantic conflict), before the manager commits; no false alarm."""
+    if not (CLICK_BUNDLE.exists() and CLICK_PAIRS.exists()):
+        pytest.skip("the click data is not here")
+    repo = tmp_path / "click"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(CLICK_BUNDLE), str(repo)], check=True)
+    rep = pairs.simulate(str(CLICK_PAIRS), str(repo), tasks=("2800",), features=(1, 2), modes=("storm",),
+                         run_tests=True, watch=True)
+    (pr,) = rep.pairs
+    w = pr.modes["storm"].watch
+    assert w is not None and w["blamed_pair"] and w["false_alarms"] == 0
+    (found,) = w["found"]
+    assert found["kind"] == "semantic" and found["features"] == [1, 2] and found["after_write"] == w["writes"]
+    assert found["test"].startswith("tests/test_shell_completion__f2.py::")
+    totals = rep.to_dict()["watch"]["storm"]
+    assert totals["semantic_found"] == 1 and totals["false_alarms"] == 0 and totals["test_runs"] >= 3
