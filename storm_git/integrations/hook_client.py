@@ -67,7 +67,7 @@ def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
     if disabled(env) or "GIT_DIR" in env or "GIT_COMMON_DIR" in env:
         return None
     found = repo_probe.git_dirs(cwd)
-    if not found:
+    if not isinstance(found, tuple):
         return None
     gitdir, common = found
     if not os.path.isdir(os.path.join(common, "storm")) or off_by_config(cwd, gitdir, common, env):
@@ -156,6 +156,7 @@ def via_daemon(args: list[str], data: bytes) -> int | None:
             return died(args, data)
         except Exception:  # noqa: BLE001 - exit 2 blocks the tool in both harnesses
             return 2
+    assert fields is not None  # a code was read from them
     try:
         _write(1, fields[1])
         _write(2, fields[2])

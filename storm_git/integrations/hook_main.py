@@ -163,15 +163,15 @@ def surely_not_storm(cwd: str, env: dict[str, str] | None = None) -> bool:
     runs the hook; outside storm it should cost little more than starting Python."""
     from . import repo_probe
 
-    env = os.environ if env is None else env
-    if repo_probe.unusual_env(env):
+    environ = os.environ if env is None else env
+    if repo_probe.unusual_env(environ):
         return False
     found = repo_probe.git_dirs(cwd)
     if found is None:
         return True  # not in a git repository at all
-    if found is False:
+    if not isinstance(found, tuple):
         return False
-    files = repo_probe.config_files(*found, env)
+    files = repo_probe.config_files(found[0], found[1], environ)
     return not any(repo_probe.config_mentions(f, (b"storm", b"include")) for f in files)
 
 
