@@ -476,7 +476,7 @@ def demo(keep: str | None, as_json: bool) -> None:
       git storm demo
       git storm demo --keep /tmp/storm-demo && git -C /tmp/storm-demo/storm-mode storm log
     """
-    from storm_git.sim.demo import run_demo
+    from storm_git.admin.demo import run_demo
 
     report = run_demo(keep)
     if as_json:

@@ -29,11 +29,12 @@ ALLOWED = {
     "storm": {"core", "disk", "deps"},
     "worktree": {"core", "disk", "deps"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
-    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote"},  # set-up, join, doctor see every part
+    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote", "api"},  # set-up, join, doctor, the demo see every part
     "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
     "integrations": {"core", "disk", "storm", "worktree", "remote", "api"},
-    "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # drives both modes as a user would (the demo too)
+    "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # research: drives both modes as a user would
+    "paper": {"core", "storm", "api"},  # the STORM paper's manager interface (optional)
     "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
 }
 
