@@ -233,7 +233,7 @@ def wait_kw(ws: object) -> dict:
         return {}  # worktree mode: no reservations
 
     def on_wait(r: object) -> None:
-        from storm_git.core import render
+        from storm_git import render
 
         click.echo(render.waiting(r), err=True)
 
@@ -422,7 +422,7 @@ def status(verbose: int, as_json: bool) -> None:
       git storm status -v          # with diffs
       git storm status --json
     """
-    from storm_git.core import render
+    from storm_git import render
 
     st = open_workspace_here().status(diffs=verbose > 0 or as_json, untracked_content=verbose > 1)
     if as_json:
@@ -445,7 +445,7 @@ def log(limit: int, as_json: bool) -> None:
       git storm log -n 20
       git log refs/storm/workspace   # each write's trailers say what it was validated against
     """
-    from storm_git.core import render
+    from storm_git import render
 
     entries = open_workspace_here().log(limit)
     if as_json:
@@ -494,7 +494,7 @@ def _print_demo(report) -> None:
     import shutil
     import textwrap
 
-    from storm_git.core import render
+    from storm_git import render
     from storm_git.cli.worktree_cmds import render_merge
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))

@@ -320,7 +320,7 @@ def _split_at_rejection(told: list[Step]) -> tuple[list[Step], Step | None, list
 
 # -- worktree mode: one branch per engineer ---------------------------------------------------
 def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
-    from ..worktree.isolated import WorktreeWorkspace
+    from ..worktree.workspace import WorktreeWorkspace
     from ..worktree.merge import merge
     from ..admin.modes import switch
     from ..admin.setup import init

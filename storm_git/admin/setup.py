@@ -15,7 +15,7 @@ import pygit2
 
 from ..core.errors import RepoStateError
 from ..core.locks import flocked
-from ..core.porcelain import parse_status_z
+from ..core.gitcmd import parse_status_z
 from ..core.store import WORKSPACE_REF, Store, git_env, resolve_commit
 from ..core.workspace import MODES
 from ..storm import branch

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
-from ..core.install_hint import pip_install, pip_install_requirement
+from ..core.installation import pip_install, pip_install_requirement
 from ..core.paths import printable
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 

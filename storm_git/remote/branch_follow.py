@@ -25,7 +25,7 @@ from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store
 from ..storm import branch as storm_branch
 from ..storm import index
-from ..storm.manager import COMMITTED_REF
+from ..storm.commit import COMMITTED_REF
 from . import transport
 
 UP_TO_DATE, FAST_FORWARD, AHEAD, DIVERGED, NO_UPSTREAM, DETACHED = (

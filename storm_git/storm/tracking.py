@@ -56,7 +56,7 @@ from ..core.secret_files import likely_secret
 from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
 from ..core.store import git_env as store_git_env
 from . import branch
-from .writer import AS_WRITTEN, OnWait, ValidatedWriter
+from .validated_writer import AS_WRITTEN, OnWait, ValidatedWriter
 
 INDEX_NAME = "exec-index"
 STATE_NAME = "exec-index.tree"

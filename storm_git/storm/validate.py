@@ -30,7 +30,7 @@ from ..core.store import Entry, Store, hex_
 from ..core.tree_diff import changed_paths
 from . import rejection as payloads
 from .verdict import Verdict
-from .writer import AS_WRITTEN, WriteHost
+from .validated_writer import AS_WRITTEN, WriteHost
 
 
 # Rejections the agent must re-plan around: these reserve the target, and so does
@@ -203,7 +203,7 @@ def reject(ws: WriteHost, agent: str, op: str, found: Verdict, head: pygit2.Oid,
     it read, the authors, the stale files, the annotated lines, a rebased offer for a
     conflict on text ``change``), and what it showed in full counts as read (the
     target's current content; stale files are shown as diffs and stay stale)."""
-    from ..core import intents  # only a rejection pays for it
+    from ..coordination import intents  # only a rejection pays for it
 
     store = ws.store
     rejection = payloads.build(ws, agent, found, head, seen, reservation, op=op)

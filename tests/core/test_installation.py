@@ -12,7 +12,7 @@ import pytest
 
 from helpers import ROOT
 
-SHOW = "from storm_git.core.install_hint import pip_install; print(pip_install('mcp', python='python3'))"
+SHOW = "from storm_git.core.installation import pip_install; print(pip_install('mcp', python='python3'))"
 
 
 def _hint(tmp_path: Path, direct_url: dict | None, *, with_dist: bool = True) -> str:

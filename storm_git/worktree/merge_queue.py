@@ -30,7 +30,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import assignments as scope
+from ..coordination import assignments as scope
 from ..deps.scope import is_python, parse, resolve
 from .merge import MergeReport, files_changed, merge
 from ..core.store import Store, git_env
