@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers import claude_event, storm
 
 TOP = Path(__file__).resolve().parent.parent
@@ -33,13 +34,15 @@ ALLOWED = {
     "storm": {"core", "disk", "deps", "coordination"},
     "worktree": {"core", "disk", "deps", "coordination"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
-    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote", "api"},  # set-up, join, doctor, the demo see every part
+    # set-up, join, doctor, the demo see every part
+    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote", "api"},
     "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
     "integrations": {"core", "coordination", "render", "disk", "storm", "worktree", "remote", "api"},
     "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # research: drives both modes as a user would
     "paper": {"core", "storm", "api"},  # the STORM paper's manager interface (optional)
-    "cli": {"core", "coordination", "render", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim", "click"},
+    "cli": {"core", "coordination", "render", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api",
+            "integrations", "sim", "click"},
 }
 
 

@@ -80,21 +80,21 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
-from ..remote.state_files import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
+    FUTURE_REF_LOCK_SECONDS,
     REMOTE_TRACKING_PREFIX,
     RESERVATIONS_REF,
-    FUTURE_REF_LOCK_SECONDS,
     STALE_REF_LOCK_SECONDS,
     WORKSPACE_REF,
     Store,
     git_env,
 )
+from ..remote.state_files import FILES as REMOTE_FILES
 from ..storm import index as git_index
 from . import harness_install
 

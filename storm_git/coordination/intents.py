@@ -21,7 +21,6 @@ whose decision it undoes. This module finds them and tells who wrote them:
 from __future__ import annotations
 
 import os
-
 import re
 import subprocess
 from collections import Counter
@@ -35,8 +34,7 @@ from ..core import events, readsets, trailers
 from ..core.agents import seen_agents
 from ..core.diffs import is_binary, text_lines
 from ..core.errors import BadPath, RepoStateError
-from ..core.store import WORKSPACE_REF, Store
-from ..core.store import git_env as store_git_env
+from ..core.store import WORKSPACE_REF, Store, git_env as store_git_env
 
 INTENT_OVERWRITTEN = "intent_overwritten"
 # A comment marker, an agent-shaped id, a colon and a reason. The id is then

@@ -26,8 +26,9 @@ def run_git(args: list[str], cwd: str, *, check: bool = True, env: dict[str, str
 
 
 def parse_status_z(data: bytes, *, rename_sources: bool = True) -> list[tuple[str, str]]:
-    """``git status --porcelain=v1 -z`` parsed, one parser for every caller: (XY, path) per entry; a rename's or copy's source path follows it as its own
-    entry (same XY) when ``rename_sources``, since that path changed too."""
+    """``git status --porcelain=v1 -z`` parsed, one parser for every caller: (XY, path)
+    per entry; a rename's or copy's source path follows it as its own entry (same XY)
+    when ``rename_sources``, since that path changed too."""
     fields = data.decode("utf-8", "surrogateescape").split("\0")
     out, i = [], 0
     while i < len(fields):

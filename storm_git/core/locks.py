@@ -35,7 +35,6 @@ from typing import Iterator
 from .errors import Busy, UsageError
 from .store import git_env
 
-
 REMOTE_LOCK = "remote"
 # Held exclusively by whoever holds REMOTE_LOCK; queued writers take it shared to
 # sleep until the push (or fetch) in progress is over, then all wake at once.

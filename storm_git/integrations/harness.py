@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from ..core import readsets, reservations
-from ..disk import record, safe_fs, sync as disk_sync
 from ..core.agents import ENV_VAR, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
@@ -51,6 +50,7 @@ from ..core.payloads import DIRECT_CONFLICT, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Store, hex_
+from ..disk import record, safe_fs, sync as disk_sync
 from ..storm import rejection as rejection_payload, tracking, validate
 
 if TYPE_CHECKING:  # pragma: no cover

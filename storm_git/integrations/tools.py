@@ -20,15 +20,15 @@ from typing import Any
 
 import pygit2
 
-from ..core.agents import validate_agent
 from ..api import open_workspace
+from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError, classify
 from ..core.files import read_regular
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
+from ..core.store import Store
 from ..storm.workspace import SharedWorkspace
 from ..storm.write import deps_argument
-from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit
 

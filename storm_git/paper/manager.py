@@ -47,8 +47,8 @@ from ..core.paths import normalize
 from ..core.payloads import RESERVED, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.store import Store
-from . import versions
 from ..storm.workspace import SharedWorkspace
+from . import versions
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation
 POLL_SECONDS = 0.1  # how often a waiting writer looks whether the reservation is gone

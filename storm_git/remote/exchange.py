@@ -15,6 +15,7 @@ import pygit2
 from ..core import readsets
 from ..core.agents import record_seen
 from ..core.errors import NotInitialised
+
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.

@@ -23,9 +23,23 @@ from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, Store
 from . import backoff, inbox, transport
 from .exchange import exchanging
 from .transport import RemoteRefused, Unreachable, tracking_ref
-from .write_queue import (DROPPED, LANDED, QUEUED, RETRY_SECONDS, force, hops, notes_refused, push_updates,
-                          put_queue_record, queued_writes, record_for, record_landing, to_fold, tracked_head,
-                          write_state)
+from .write_queue import (
+    DROPPED,
+    LANDED,
+    QUEUED,
+    RETRY_SECONDS,
+    force,
+    hops,
+    notes_refused,
+    push_updates,
+    put_queue_record,
+    queued_writes,
+    record_for,
+    record_landing,
+    to_fold,
+    tracked_head,
+    write_state,
+)
 
 
 class Landing:

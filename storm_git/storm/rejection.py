@@ -2,7 +2,6 @@
 who changed the file since, and the stale files, each as a diff."""
 from __future__ import annotations
 
-
 import pygit2
 
 from ..core import trailers
@@ -13,9 +12,8 @@ from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Entry, hex_
-from .verdict import Verdict
 from .validated_writer import UNDO_OP, WriteHost
-
+from .verdict import Verdict
 
 HISTORY_LIMIT = 256  # commits walked back to find who changed a file since it was read
 

@@ -38,23 +38,22 @@ from typing import Any
 
 import pygit2
 
-from ..core.agents import validate_agent
-from ..core.diffs import is_binary, unified
 from ..core import trailers
-from ..disk import safe_fs, sync as disk_sync
+from ..core.agents import validate_agent
 from ..core.convert import ConversionFailed, Conversions
-from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
-from ..core.tree_diff import changed_paths, tree_changes
-from ..disk.record import entry_or_none
-from ..core.gitcmd import GitFailed
+from ..core.diffs import is_binary, unified
 from ..core.errors import BadPath, NotInitialised, TooLarge, UnmediatedEdit, UsageError
 from ..core.files import read_own, replace_file
+from ..core.gitcmd import GitFailed
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize, quoted, tree_entry_refusal
 from ..core.payloads import ExecResult, WriteResult
 from ..core.secret_files import likely_secret
-from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, hex_
-from ..core.store import git_env as store_git_env
+from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, git_env as store_git_env, hex_
+from ..core.tree_diff import changed_paths, tree_changes
+from ..disk import safe_fs, sync as disk_sync
+from ..disk.record import entry_or_none
+from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
 from . import branch
 from .validated_writer import AS_WRITTEN, OnWait, ValidatedWriter
 

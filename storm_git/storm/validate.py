@@ -29,9 +29,8 @@ from ..core.reservations import Reservation
 from ..core.store import Entry, Store, hex_
 from ..core.tree_diff import changed_paths
 from . import rejection as payloads
-from .verdict import Verdict
 from .validated_writer import AS_WRITTEN, WriteHost
-
+from .verdict import Verdict
 
 # Rejections the agent must re-plan around: these reserve the target, and so does
 # an unread_target rejection that also lists stale dependencies (the agent built on

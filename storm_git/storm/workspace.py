@@ -40,8 +40,8 @@ from ..core.workspace import BaseWorkspace, replace_once
 from . import branch, rebased, write
 from .publication import Publication
 from .validate import entry_or_none
-from .verdict import MUST_REJECT
 from .validated_writer import OnWait
+from .verdict import MUST_REJECT
 
 DEFAULT_RESERVATION_SECONDS = 30
 

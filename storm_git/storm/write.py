@@ -22,8 +22,8 @@ from typing import Any
 import pygit2
 
 from ..coordination import intents
-from ..core import maintenance, readsets, reservations, trailers, tree_rules
 from ..coordination.assignments import OUTSIDE_ASSIGNMENT, flag_storm_write
+from ..core import maintenance, readsets, reservations, trailers, tree_rules
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotFound, StormError, UsageError
 from ..core.files import reason
@@ -38,9 +38,8 @@ from ..disk.record import check_record
 from ..disk.safe_fs import parent_fd
 from ..disk.sync import materialize
 from . import validate
-from .verdict import MUST_REJECT, Verdict
 from .validated_writer import AS_WRITTEN, OnWait, WriteHost
-
+from .verdict import MUST_REJECT, Verdict
 
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 ANALYSE_OUTSIDE = 3  # rounds of dependency analysis a write may take outside the lock, then inside

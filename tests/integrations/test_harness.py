@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from helpers import claude_event, codex_event, decision, git, hook, make_repo, rev, show, snapshot_refs, storm
-
 from storm_git.integrations.harness import BadEvent, HookEvent, agent_for, parse_event, patch_paths
 
 

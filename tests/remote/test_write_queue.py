@@ -386,7 +386,8 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     queue.record_rebased(store, [(oid[0], oid[1])])
     assert queue.rebased(store) == {oid[0]: oid[1]}
     # another process appends: this one's copy grows by what was added
-    code = (f"from storm_git.core.store import Store; from storm_git.remote import write_queue as queue; import pygit2; "
+    code = ("from storm_git.core.store import Store; from storm_git.remote import write_queue as queue; "
+            "import pygit2; "
             f"queue.record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
             f"pygit2.Oid(hex='{oid[2]}'))])")
     subprocess.run([sys.executable, "-c", code], check=True)
