@@ -89,7 +89,7 @@ def main() -> None:
     base = {name: ws.read([p], agent="a1")[0].content for name, p in targets.items()}
     tag = os.urandom(3).hex().encode()
 
-    def write(name: str, i: int) -> float:
+    def timed_write(name: str, i: int) -> float:
         t = time.perf_counter()
         ws.write(targets[name], base[name] + b"# w %s %d\n" % (tag, i), agent="a1")
         return time.perf_counter() - t
@@ -101,18 +101,19 @@ def main() -> None:
 
     on, off, fl = [], [], []
     for i in range(2 * args.writes):
-        write.Conversions = workspace.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions if i % 2 == 0 else Off
-        (on if i % 2 == 0 else off).append(write("plain", i))
+        kind = Conversions if i % 2 == 0 else Off
+        write.Conversions = workspace.Conversions = safe_fs.Conversions = disk_sync.Conversions = kind
+        (on if i % 2 == 0 else off).append(timed_write("plain", i))
         fl.append(floor("plain", i))
     write.Conversions = workspace.Conversions = safe_fs.Conversions = disk_sync.Conversions = Conversions
     crlf, crlf_fl = [], []
     for i in range(args.writes):
-        crlf.append(write("crlf", i))
+        crlf.append(timed_write("crlf", i))
         crlf_fl.append(floor("crlf", i))
     n_rot = max(20, args.writes // 5)
     rot, git_rot = [], []
     for i in range(n_rot):
-        rot.append(write("rot", i))
+        rot.append(timed_write("rot", i))
         data = base["rot"] + b"# g %s %d\n" % (tag, i)
         t = time.perf_counter()
         out = subprocess.run(["git", "hash-object", "-w", "--stdin", f"--path={targets['rot']}"], cwd=repo,
@@ -147,7 +148,8 @@ def main() -> None:
     print(f"  bare cycle (floor)                          {med(fl):7.3f}")
     print(f"  write, no attributes, checks on             {med(on):7.3f}  ({med(on) / med(fl):.2f}x floor)")
     print(f"  write, no attributes, checks off            {med(off):7.3f}  ({med(off) / med(fl):.2f}x floor)")
-    print(f"    cost of the checks                        {med(on) - med(off):+7.3f}  ({(med(on) / med(off) - 1) * 100:+.1f} %)")
+    print(f"    cost of the checks                        {med(on) - med(off):+7.3f}  "
+          f"({(med(on) / med(off) - 1) * 100:+.1f} %)")
     print(f"  write, text eol=crlf                        {med(crlf):7.3f}  ({med(crlf) / med(crlf_fl):.2f}x its floor "
           f"{med(crlf_fl):.3f})")
     print(f"  read of {len(everything)} files, checks on           {med(r_on):7.3f}")

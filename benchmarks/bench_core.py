@@ -284,7 +284,7 @@ def bench_inprocess(repo: str, paths: list[str], it: dict[str, int]) -> dict[str
     r = pygit2.Repository(repo)
     for p in pool:
         t = time.perf_counter()
-        r[r[r.lookup_reference("refs/storm/workspace").target].tree[p].id].data
+        _ = r[r[r.lookup_reference("refs/storm/workspace").target].tree[p].id].data
         samples.append(time.perf_counter() - t)
     res["read_floor"] = stats(samples)
 
@@ -485,7 +485,7 @@ def bench_profile(repo: str, paths: list[str], n: int, cprof_n: int) -> dict[str
     st = pstats.Stats(pr)
     total = sum(v[2] for v in st.stats.values())  # total tottime
     rows = []
-    for (fn, line, name), (cc, nc, tt, ct, _callers) in st.stats.items():
+    for (fn, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():
         short = f"{os.path.basename(fn)}:{line}({name})" if fn != "~" else name
         rows.append({"function": short, "calls_per_write": nc / cprof_n, "tottime_ms_per_write": tt / cprof_n * 1e3,
                      "pct_tottime": 100 * tt / total, "cumtime_ms_per_write": ct / cprof_n * 1e3})
@@ -549,12 +549,12 @@ def bench_cli(repo: str, paths: list[str], it: dict[str, int]) -> dict[str, Any]
         return time.perf_counter() - t
 
     for i in range(it["cli"]):
-        attempt("storm_write", lambda: timed_run(["git", "storm", "write", target, "--agent", "bench-cli"], repo,
+        attempt("storm_write", lambda i=i: timed_run(["git", "storm", "write", target, "--agent", "bench-cli"], repo,
                                                  input=rr.content + b"# cli %d\n" % i, env=env))
         if direct:
-            attempt("storm_write_direct", lambda: timed_run([direct, "write", target, "--agent", "bench-cli"], repo,
+            attempt("storm_write_direct", lambda i=i: timed_run([direct, "write", target, "--agent", "bench-cli"], repo,
                                                             input=rr.content + b"# cli direct %d\n" % i, env=env))
-        attempt("git_add_commit", lambda: git_cycle(i))
+        attempt("git_add_commit", lambda i=i: git_cycle(i))
     res: dict[str, Any] = {}
     for k, v in series.items():
         if k == "storm_write_direct" and not direct:
@@ -725,11 +725,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         r: dict[str, Any] = {}
         r["inprocess"] = ip = bench_inprocess(repo, paths, it)
         log(f"  open_workspace()           {fmt(ip['open_workspace'])}")
-        log(f"  1. read, new path          {fmt(ip['read_new'])}   = {ratio(ip['read_new']['median_ms'], ip['read_floor']['median_ms']):5.1f}x bare lookup")
+        log(f"  1. read, new path          {fmt(ip['read_new'])}   = "
+            f"{ratio(ip['read_new']['median_ms'], ip['read_floor']['median_ms']):5.1f}x bare lookup")
         log(f"     read, same path again   {fmt(ip['read_again'])}")
         log(f"     baseline: bare lookup   {fmt(ip['read_floor'])}")
-        log(f"  2. write (read set of 1)   {fmt(ip['write'])}   = {ratio(ip['write']['median_ms'], ip['floor']['median_ms']):5.2f}x floor")
-        log(f"     write (read set of 50)  {fmt(ip['write_readset50'])}   = {ratio(ip['write_readset50']['median_ms'], ip['floor']['median_ms']):5.2f}x floor")
+        log(f"  2. write (read set of 1)   {fmt(ip['write'])}   = "
+            f"{ratio(ip['write']['median_ms'], ip['floor']['median_ms']):5.2f}x floor")
+        log(f"     write (read set of 50)  {fmt(ip['write_readset50'])}   = "
+            f"{ratio(ip['write_readset50']['median_ms'], ip['floor']['median_ms']):5.2f}x floor")
         log(f"  3. floor (pygit2 cycle)    {fmt(ip['floor'])}")
 
         r["profile"] = bench_profile(repo, paths, it["prof"], it["cprof"])
@@ -890,7 +893,8 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                     f"{human(int(lo))}->{human(int(hi))}", "command failed (see report)", "<= 1.25x (flat)", False)
                 continue
             a, b = sa["median_ms"], sb["median_ms"]
-            add(5, f"CLI start-up (git storm {verb}) {human(int(hi))} / {human(int(lo))}", f"{human(int(lo))}->{human(int(hi))}",
+            add(5, f"CLI start-up (git storm {verb}) {human(int(hi))} / {human(int(lo))}",
+                f"{human(int(lo))}->{human(int(hi))}",
                 f"{a:.0f} -> {b:.0f} ms ({ratio(b, a):.2f}x)", "<= 1.25x (flat)", ratio(b, a) <= 1.25)
     for s in sizes:
         w = ps[s]["throughput"]["writes_per_s"]

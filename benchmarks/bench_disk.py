@@ -93,7 +93,7 @@ def main() -> None:
         read, its file lstat'ed (what any read that reports the disk must do)."""
         tree = repo[repo.lookup_reference("refs/storm/workspace").target].tree
         for p in names:
-            repo[tree[p].id].data
+            _ = repo[tree[p].id].data
             os.lstat(os.path.join(path, p))
 
     out = {
@@ -131,7 +131,8 @@ def main() -> None:
     print(f"directory of {n} entries, {args.runs} runs, medians")
     for name, ms in out.items():
         print(f"  {name:<44} {ms:10.2f} ms")
-    print(f"  write with {k}-path read set / 1-path: {out[f'write, read set {k} paths'] / out['write, read set 1 path']:.2f}x")
+    print(f"  write with {k}-path read set / 1-path: "
+          f"{out[f'write, read set {k} paths'] / out['write, read set 1 path']:.2f}x")
     print(f"  write (1 path) / bare cycle:            {out['write, read set 1 path'] / out['bare pygit2 cycle']:.2f}x")
     print(f"  read of {k} paths / read of 1 path:   {out[f'read of {k} paths'] / out['read of 1 path']:.1f}x")
     floor = out[f"bare: {k} lookups + blob reads + lstats"]

@@ -245,7 +245,7 @@ def run(rounds: int, before: str | None = None, cached_only: bool = False) -> di
                             out["rows"].append({"env": env_name, "route": route, "kind": kind, "median": m * 1e3,
                                                 "ratio": m / base})
 
-                def call(data: bytes, cwd: str) -> float:
+                def call(data: bytes, cwd: str, cg=cg, argv=argv, env=env) -> float:
                     if cg is None or cwd != repo:
                         return timed(argv, data, cwd, env)
                     seen = cg.before()

@@ -76,7 +76,7 @@ def child(repo: str, writes: int, throughput: bool) -> dict:
         ws.read([p], agent="hp-reader")
         new.append(time.perf_counter() - t)
         t = time.perf_counter()
-        r.revparse_single(f"refs/storm/workspace:{p}").data
+        _ = r.revparse_single(f"refs/storm/workspace:{p}").data
         floor.append(time.perf_counter() - t)
     again = []
     for _ in range(200):
@@ -107,7 +107,8 @@ def child(repo: str, writes: int, throughput: bool) -> dict:
             f_s.append(time.perf_counter() - t)
             if k == 1:  # the floor plus the working-tree file (its own objects are not counted)
                 t = time.perf_counter()
-                bench_core.floor_cycle_with_disk(r, "refs/bench/floor", target, rr.content + b"# d %s %d\n" % (nonce, i))
+                bench_core.floor_cycle_with_disk(r, "refs/bench/floor", target,
+                                                 rr.content + b"# d %s %d\n" % (nonce, i))
                 fd_s.append(time.perf_counter() - t)
         if k == 1:
             out["floor_disk_ms"] = med(fd_s)
@@ -193,21 +194,26 @@ def main() -> None:
         names = list(res)
         print(f"{'':34}" + "".join(f"{nm:>26}" for nm in names))
 
-        def row(label: str, fn) -> None:
+        def row(label: str, fn, res=res, names=names) -> None:
             print(f"{label:34}" + "".join(f"{fn(res[nm]):>26}" for nm in names))
 
         for k in READ_SETS:
-            row(f"write, read set of {k}", lambda d, k=k: f"{d[f'write_{k}']['write_ms']:.2f} ({d[f'write_{k}']['ratio']:.2f}x floor)")
+            row(f"write, read set of {k}",
+                lambda d, k=k: f"{d[f'write_{k}']['write_ms']:.2f} ({d[f'write_{k}']['ratio']:.2f}x floor)")
         row("  bare cycle (floor)", lambda d: f"{d['write_1']['floor_ms']:.2f}")
         for k in READ_SETS:
             row(f"  mean incl. its fold, {k} read(s)", lambda d, k=k: f"{d[f'write_{k}']['amortised_ms']:.2f} "
                 f"({d[f'write_{k}']['amortised_ms'] / d[f'write_{k}']['floor_mean_ms']:.2f}x mean floor)"
                 if "amortised_ms" in d[f"write_{k}"] else "n/a")
-        row("  last fold (read set of 1)", lambda d: f"{d['write_1']['fold_ms']:.1f}" if "fold_ms" in d["write_1"] else "n/a")
-        row("  floor + the file on disk", lambda d: f"{d['floor_disk_ms']:.2f} (write {d['write_1']['write_ms'] / d['floor_disk_ms']:.2f}x)"
+        row("  last fold (read set of 1)",
+            lambda d: f"{d['write_1']['fold_ms']:.1f}" if "fold_ms" in d["write_1"] else "n/a")
+        row("  floor + the file on disk",
+            lambda d: f"{d['floor_disk_ms']:.2f} (write {d['write_1']['write_ms'] / d['floor_disk_ms']:.2f}x)"
             if "floor_disk_ms" in d else "n/a")
-        row("  new objects per write", lambda d: f"{d['write_1']['objects_per_write']:.1f} (floor {d['floor_objects_per_write']})")
-        row("read of a new path", lambda d: f"{d['read_new_ms']:.3f} ({d['read_new_ms'] / d['read_floor_ms']:.1f}x lookup)")
+        row("  new objects per write",
+            lambda d: f"{d['write_1']['objects_per_write']:.1f} (floor {d['floor_objects_per_write']})")
+        row("read of a new path",
+            lambda d: f"{d['read_new_ms']:.3f} ({d['read_new_ms'] / d['read_floor_ms']:.1f}x lookup)")
         row("re-read, unchanged head", lambda d: f"{d['read_again_ms']:.3f}")
         row("  bare blob lookup", lambda d: f"{d['read_floor_ms']:.3f}")
         if not args.no_throughput:

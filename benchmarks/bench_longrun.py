@@ -108,7 +108,8 @@ def main() -> None:
     print(f"\nwall {elapsed:.1f} s; write cost, last block / first block: {medians[-1] / medians[0]:.2f}x "
           f"(the bare cycle: {floors[-1] / floors[0]:.2f}x; storm's write / bare cycle: "
           f"{medians[0] / floors[0]:.2f}x first block, {medians[-1] / floors[-1]:.2f}x last)")
-    print(f"loose objects: highest seen (every 50 writes) {peak} against the bound {maintenance.auto_limit(store)}, at the end {final.loose} (packs {final.packs}); "
+    print(f"loose objects: highest seen (every 50 writes) {peak} against the bound {maintenance.auto_limit(store)}, "
+          f"at the end {final.loose} (packs {final.packs}); "
           f"without the trigger ~{final.loose + final.packed} objects would be loose")
     print(f".git: {start_size / 2**20:.1f} MiB -> {du(os.path.join(repo, '.git')) / 2**20:.1f} MiB")
 

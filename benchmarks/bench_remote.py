@@ -337,7 +337,7 @@ def run_load(site: Site, tmp: str, agents_per_clone: int, args: argparse.Namespa
         probe_round(probe, probed, not args.no_guard, remote=False)
     deadline = time.monotonic() + max(300.0, 2 * args.seconds)
     killed = 0
-    for a, p in procs:
+    for _a, p in procs:
         try:
             p.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -415,19 +415,19 @@ def summarise(site: Site, w: Window, agents_per_clone: int) -> dict:
         key = (r["agent"], r["task"])
         first[key] = min(first.get(key, r["at"]), r["at"])
     task_lat = [r["at"] + r["seconds"] - first[(r["agent"], r["task"])] for r in acks]
-    shared_task = [t for t, r in zip(task_lat, acks) if r["shared"]]
+    shared_task = [t for t, r in zip(task_lat, acks, strict=True) if r["shared"]]
     own = [r["seconds"] for r in acks if not r["shared"]]
     shared = [r["seconds"] for r in acks if r["shared"]]
     tasks = {(r["agent"], r["task"]) for r in recs if r.get("task", -1) >= 0}
     landings = [sorted(r["at"] + r["seconds"] for r in acks if clone_of[r["agent"]] == i)
                 for i in range(len(site.clones))]
     # a starving clone shows as a long stretch without one of its writes landing
-    silent = [max((b - a for a, b in zip([0.0] + ts, ts)), default=w.seconds) for ts in landings]
+    silent = [max((b - a for a, b in zip([0.0] + ts, ts, strict=False)), default=w.seconds) for ts in landings]
     # ... while every agent was still starting tasks (the schedule's window): after it, one
     # task's re-plans (a shared file, a reservation waited out) can land a clone's last
     # write long after its others, which the stretch above counts too
     in_window = [[t for t in ts if t <= w.seconds] + [w.seconds] for ts in landings]
-    silent_window = [max(b - a for a, b in zip([0.0] + ts, ts)) for ts in in_window]
+    silent_window = [max(b - a for a, b in zip([0.0] + ts, ts, strict=False)) for ts in in_window]
     cpu = [r for r in recs if r["kind"] == "cpu"]
     per = max(len(acks), 1)
     cpu_ms = {"agents_python": ms(sum(r["self"] for r in cpu) / per),
@@ -625,8 +625,10 @@ def main() -> int:
     ap.add_argument("--agents", type=int, default=4, help="agent processes per clone (default 4)")
     ap.add_argument("--seconds", type=float, default=None, help="length of the agents' schedule (default 60; "
                                                                 "--quick 15)")
-    ap.add_argument("--min-gap", type=float, default=1.0, help="shortest wait (s) from the end of an agent's write to its next")
-    ap.add_argument("--max-gap", type=float, default=3.0, help="longest wait (s) from the end of an agent's write to its next")
+    ap.add_argument("--min-gap", type=float, default=1.0,
+                    help="shortest wait (s) from the end of an agent's write to its next")
+    ap.add_argument("--max-gap", type=float, default=3.0,
+                    help="longest wait (s) from the end of an agent's write to its next")
     ap.add_argument("--share", type=float, default=0.1, help="probability that a write goes to the shared file")
     ap.add_argument("--seed", type=int, default=1, help="seed of every agent's schedule and choices")
     ap.add_argument("--max-replans", type=int, default=5, help="re-plans after rejections before an agent gives up")
@@ -654,7 +656,8 @@ def main() -> int:
     meta = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": commit + ("+" if dirty else ""),
             "git": git(ROOT, "--version"), "cpus": os.cpu_count(), "clones": args.clones, "agents": args.agents,
             "seconds": args.seconds, "gaps": [args.min_gap, args.max_gap], "share": args.share, "seed": args.seed,
-            "guard": not args.no_guard, "order": not (args.no_guard or args.lease), "tmpdir": tempfile.gettempdir(), "argv": sys.argv[1:]}
+            "guard": not args.no_guard, "order": not (args.no_guard or args.lease), "tmpdir": tempfile.gettempdir(),
+            "argv": sys.argv[1:]}
     print(f"bench_remote at {meta['commit']}, {meta['git']}, {meta['cpus']} CPUs, {meta['date_utc']} UTC, "
           f"TMPDIR {meta['tmpdir']}", file=log)
     results: dict[str, dict] = {}

@@ -118,7 +118,8 @@ def main() -> None:
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="storm-bench-tree-", dir="/tmp")
     try:
-        print(f"medians of {args.runs} runs (after one warm-up); git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}")
+        version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.split()[-1]
+        print(f"medians of {args.runs} runs (after one warm-up); git {version}")
         for n in [int(s) for s in args.sizes.split(",")]:
             r = run_size(n, args.runs, base)
             st = r["status"]

@@ -8,7 +8,8 @@ with auto only when B changed a file in the computed scope (``stale_auto``: the 
 alone) and that file's change reaches what the write uses (``stale_judged``: what a
 write does, storm_git.deps.impact looking inside the moved files)."""
 # usage: python benchmarks/measure_deps_auto.py REPO N   (e.g. a clone of pallets/click, 300)
-# another revision's rule: git worktree add /tmp/old REV; PYTHONPATH=/tmp/old python benchmarks/measure_deps_auto.py REPO N
+# another revision's rule:
+#   git worktree add /tmp/old REV; PYTHONPATH=/tmp/old python benchmarks/measure_deps_auto.py REPO N
 import sys
 
 import pygit2
@@ -29,7 +30,7 @@ while len(commits) < n + 1 and c.parents:
     c = c.parents[0]
 commits.reverse()
 stats = dict(writes=0, direct=0, stale_all=0, stale_auto=0, py_writes=0, fallback=0)
-for a, b in zip(commits, commits[1:]):
+for a, b in zip(commits, commits[1:], strict=False):
     if b.parents[0].id != a.id:
         continue
     P = a.parents[0]
@@ -38,7 +39,7 @@ for a, b in zip(commits, commits[1:]):
     if not A or not SB:
         continue
     reads = {}
-    def known(p): return p in P.tree
+    def known(p, P=P): return p in P.tree
     for p in A:
         e = store.entry(P.tree, p) if p in P.tree else None
         reads[p] = ReadEntry(p, str(e.oid) if e else None, str(P.id))
@@ -48,7 +49,8 @@ for a, b in zip(commits, commits[1:]):
                 for q in depscope.resolve(p, mod, lvl, known, [x for x, _ in names] if names else []):
                     qe = store.entry(P.tree, q)
                     reads.setdefault(q, ReadEntry(q, str(qe.oid), str(P.id)))
-    head_tree = store.tree_with(P.tree, {p: ((store.entry(b.tree, p).oid, store.entry(b.tree, p).mode) if p in b.tree else None) for p in SB})
+    head_tree = store.tree_with(P.tree, {p: ((store.entry(b.tree, p).oid, store.entry(b.tree, p).mode)
+                                             if p in b.tree else None) for p in SB})
     head = store.make_commit(head_tree, [P.id], "b", "b\n")
     for p, st in A.items():
         if st == "D":

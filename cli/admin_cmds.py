@@ -44,7 +44,8 @@ def doctor(fix: bool, forget_agents: tuple[str, ...], as_json: bool) -> None:
         emit_json(rep.to_dict())
     else:
         for f in rep.findings:
-            state = "fixed" if f.fixed else "harmless" if f.harmless else "fixable with --fix" if f.fixable else "needs you"
+            state = ("fixed" if f.fixed else "harmless" if f.harmless
+                     else "fixable with --fix" if f.fixable else "needs you")
             click.echo(f"{f.kind}: {f.what}: {f.detail} [{state}]")
         click.echo("storm doctor: all is well" if not rep.findings else
                    f"storm doctor: {len(rep.findings)} finding(s), {sum(f.fixed for f in rep.findings)} fixed")

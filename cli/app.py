@@ -47,7 +47,7 @@ def write_options(f: Callable) -> Callable:
     return f
 
 
-def report_write(res: Any, as_json: bool, sizes: dict[str, int] | None = None) -> None:
+def report_write(res: Any, as_json: bool, sizes: dict[str, int | None] | None = None) -> None:
     from storm_git import render
 
     if as_json:

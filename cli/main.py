@@ -18,6 +18,7 @@ from storm_git.cli import (  # noqa: F401 - they register
     radar_cmds,
     remote_cmds,
     sim_cmds,
+    team_cmds,
     tree_cmds,
     verbs,
     worktree_cmds,

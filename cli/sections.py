@@ -15,7 +15,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("read", "write", "edit", "rm", "exec", "adopt", "checkout", "forget", "release", "status", "log",
       "intents")),
     ("Manager", "integrates the agents' work",
-     ("commit", "assign", "merge", "mode")),
+     ("commit", "assign", "merge", "mode", "team")),
     ("Worktree mode", "a worktree and branch per agent",
      ("spawn", "sync", "radar", "cleanup")),
     ("Remote", "the shared workspace on a git server",
@@ -35,7 +35,7 @@ def sectioned(group: click.Group, ctx: click.Context) -> list[tuple[str, str, li
         cmd = group.get_command(ctx, name)
         if cmd is not None and not cmd.hidden:
             commands[name] = cmd
-    out, placed = [], set()
+    out, placed = [], set[str]()
     for title, purpose, names in SECTIONS:
         rows = [(n, commands[n]) for n in names if n in commands]
         placed.update(n for n, _ in rows)

@@ -74,9 +74,9 @@ def _seed(text: str) -> int | None:
               help="With --pairs: run each feature's tests (its tests.patch applied, pytest on the files it "
                    "touches) on every result integrated without a conflicting hunk, and on the feature alone.")
 @json_option
-def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None, coupling: str | None,
-             test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str, out: str | None,
-             quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
+def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | None, agents: str | None,
+             coupling: str | None, test_cmd: str | None, deps: str, modes: str, max_commits: int | None, seed: str,
+             out: str | None, quick: bool, pairs_dir: str | None, tasks: str | None, features: str | None, shard: str,
              run_tests: bool, as_json: bool) -> None:
     """Run the same work in storm mode and in worktree mode, and measure both.
 
@@ -115,7 +115,8 @@ def simulate(repo: str | None, rng: str | None, scenarios: bool, only: str | Non
                 seed=_seed(seed))
 
     def started(name: str, agents: int, mode: str, scope: str) -> None:
-        click.echo(f"simulate: {name}, {agents} agents, in {mode} mode" + (f" (deps {scope})" if mode == "storm" else "") + " …",
+        click.echo(f"simulate: {name}, {agents} agents, in {mode} mode"
+                   + (f" (deps {scope})" if mode == "storm" else "") + " …",
                    err=True, nl=False)
 
     def finished(m) -> None:
@@ -184,4 +185,5 @@ def _simulate_pairs(pairs_dir: str, repo: str | None, tasks: str | None, feature
     totals = data["totals"].values()
     _finish(data, pairs_report.write(data, out) if out else None, out, as_json,
             pairs_report.markdown(data).split("## Every pair", 1)[0].rstrip(),
-            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)), "run(s) with agent errors")
+            int(sum(t["lost_updates"] for t in totals)), int(sum(t["errors"] for t in totals)),
+            "run(s) with agent errors")

@@ -68,12 +68,14 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
     rc = res.returncode
     if res.timed_out:
         click.echo(f"git storm: {argv[0]} timed out after {timeout:g}s and was stopped; nothing recorded"
-                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""), err=True)
+                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""),
+                   err=True)
         code = 124
     elif rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
         click.echo(f"git storm: {argv[0]} was killed by {name}; nothing recorded"
-                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""), err=True)
+                   + (f" (left on disk, unrecorded: {', '.join(map(quoted, res.paths))})" if res.paths else ""),
+                   err=True)
         code = 128 - rc
     else:
         code = rc if rc != 0 else (0 if res.accepted else 1)
@@ -175,7 +177,8 @@ def checkout(paths: tuple[str, ...], as_json: bool) -> None:
 @click.option("--gpg-sign/--no-gpg-sign", "sign", default=None,
               help="Sign the commit as git commit -S does (default: as commit.gpgSign says).")
 @click.option("--no-verify", is_flag=True,
-              help="Skip the repository's commit-msg and post-commit hooks (storm mode; git commit's hooks in worktree mode).")
+              help="Skip the repository's commit-msg and post-commit hooks "
+                   "(storm mode; git commit's hooks in worktree mode).")
 @click.option("--keep-shared", is_flag=True,
               help="Storm mode: where the branch's new commits and the agents changed the same path, "
                    "the shared workspace's version is the resolution.")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from typing import Any
 
 import click
+import pygit2
 
 from storm_git.cli.app import (
     CONTEXT,
@@ -18,7 +20,11 @@ from storm_git.cli.app import (
     report_write,
     write_options,
 )
+from storm_git.core.errors import CorruptState
 from storm_git.core.paths import quoted
+from storm_git.core.payloads import WriteResult
+from storm_git.core.store import blob_at
+from storm_git.core.workspace import BaseWorkspace
 
 
 @cli.command(context_settings=CONTEXT)
@@ -239,13 +245,13 @@ def wait_kw(ws: object) -> dict:
     return {"on_wait": on_wait}
 
 
-def _sizes(ws: object, res: object) -> dict[str, int]:
+def _sizes(ws: BaseWorkspace, res: WriteResult) -> dict[str, int | None]:
     """Byte size of each written version (for the accepted line)."""
-    out: dict[str, int] = {}
-    for p, v in getattr(res, "versions", {}).items():
+    out: dict[str, int | None] = {}
+    for p, v in res.versions.items():
         try:
-            out[p] = ws.store.repo[v].size if v else None  # type: ignore[attr-defined]
-        except (KeyError, ValueError, AttributeError):
+            out[p] = blob_at(ws.store.repo, pygit2.Oid(hex=v)).size if v else None
+        except (KeyError, ValueError, CorruptState):
             pass
     return {p: n for p, n in out.items() if n is not None}
 
@@ -497,7 +503,7 @@ def _print_demo(report) -> None:
     from storm_git.cli.worktree_cmds import render_merge
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
-    wrap = {"width": width, "break_long_words": False, "break_on_hyphens": False}
+    wrap: dict[str, Any] = {"width": width, "break_long_words": False, "break_on_hyphens": False}
 
     def quoted(text: str) -> None:
         for line in text.split("\n"):
@@ -537,9 +543,9 @@ def _table(rows: list[list[str]], width: int) -> str:
     widths = [first] + [other] * (len(rows[0]) - 1)
     out = []
     for i, row in enumerate(rows):
-        cells = [textwrap.wrap(c, w) or [""] for c, w in zip(row, widths)]
+        cells = [textwrap.wrap(c, w) or [""] for c, w in zip(row, widths, strict=False)]
         for parts in itertools.zip_longest(*cells, fillvalue=""):
-            out.append(" | ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip())
+            out.append(" | ".join(p.ljust(w) for p, w in zip(parts, widths, strict=False)).rstrip())
         if i == 0:
             out.append("-+-".join("-" * w for w in widths))
     return "\n".join(out)

@@ -19,7 +19,8 @@ def short(oid: str | None) -> str:
 def _change_line(c: Any, label: str) -> str:
     who = ", ".join(c.changed_by) or "unknown"
     behind = "" if c.versions_behind is None else f", {c.versions_behind} version(s) behind"
-    return f"  {label} {quoted(c.path)}: read {short(c.read_version)}, now {short(c.current_version)} (changed by {who}{behind})"
+    return (f"  {label} {quoted(c.path)}: read {short(c.read_version)}, now {short(c.current_version)}"
+            f" (changed by {who}{behind})")
 
 
 def _changed(c: Any) -> bool:
@@ -86,7 +87,7 @@ def _size(n: int | None) -> str:
     return f", {n} byte{'s' if n != 1 else ''}" + (" (now empty)" if n == 0 else "")
 
 
-def write_result(res: Any, sizes: dict[str, int] | None = None) -> str:
+def write_result(res: Any, sizes: dict[str, int | None] | None = None) -> str:
     """One line for an accepted write (paths, versions, sizes, where, waits); the payload otherwise."""
     if not res.accepted:
         return rejection(res.rejection)

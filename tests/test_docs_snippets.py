@@ -224,9 +224,10 @@ def _run_doc(doc: Path, tmp_path: Path) -> list[tuple[str, int, str]]:
 
 
 def _runs_here(args: list[str]) -> bool:
-    """A documented storm command this test runs: all but `simulate` (minutes of runs,
-    whose lines the option checks above still parse)."""
-    return args[:1] != ["simulate"]
+    """A documented storm command this test runs: all but `simulate` (minutes of runs)
+    and `team` (it starts Claude Code or Codex sessions; tests/team and tests/e2e run
+    it), whose lines the option checks above still parse."""
+    return args[:1] not in (["simulate"], ["team"])
 
 
 # the docs with storm commands to run; one with only `simulate` lines is parsed, not run

@@ -41,8 +41,9 @@ ALLOWED = {
     "integrations": {"core", "coordination", "render", "disk", "storm", "worktree", "remote", "api"},
     "sim": {"core", "disk", "storm", "worktree", "admin", "api"},  # research: drives both modes as a user would
     "paper": {"core", "storm", "api"},  # the STORM paper's manager interface (optional)
+    "team": {"core", "coordination", "storm", "worktree", "admin", "integrations"},  # a manager and its engineers
     "cli": {"core", "coordination", "render", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api",
-            "integrations", "sim", "click"},
+            "integrations", "sim", "team", "click"},
 }
 
 

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -80,9 +81,9 @@ class CodexTrust:
         return d
 
 
-def config_path(env: dict[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    home = env.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+def config_path(env: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if env is None else env
+    home = environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
     return os.path.join(home, "config.toml")
 
 
@@ -168,8 +169,10 @@ def check(top: str, hooks_file: str, data: dict[str, Any], ours: Any,
         _, cfg = _read_config(path)
     except UsageError as exc:
         return CodexTrust(path, top, False, [], str(exc))
-    projects = cfg.get("projects") if isinstance(cfg.get("projects"), dict) else {}
-    proj = projects.get(top) if isinstance(projects.get(top), dict) else {}
+    projects = cfg.get("projects")
+    projects = projects if isinstance(projects, dict) else {}
+    proj = projects.get(top)
+    proj = proj if isinstance(proj, dict) else {}
     state = (cfg.get("hooks") or {}).get("state") if isinstance(cfg.get("hooks"), dict) else None
     state = state if isinstance(state, dict) else {}
     hooks = []

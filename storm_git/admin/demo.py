@@ -52,7 +52,8 @@ STORM, WORKTREE = "storm", "worktree"
 class Step:
     """One thing the demo tells: ``kind`` says how to show it.
 
-    part / title / say / item: narration (a part holds titled sections; an item is a list entry); accepted: a write that landed; rejected: the
+    part / title / say / item: narration (a part holds titled sections; an item
+    is a list entry); accepted: a write that landed; rejected: the
     ``rejection`` exactly as the writing agent received it; merge: the manager's
     ``merge`` report; table: ``rows`` (first row is the header); command: a
     command line to try, ``text`` being what it shows.

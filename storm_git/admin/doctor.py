@@ -93,6 +93,7 @@ from ..core.store import (
     WORKSPACE_REF,
     Store,
     git_env,
+    ref_oid,
 )
 from ..remote.state_files import FILES as REMOTE_FILES
 from ..storm import index as git_index
@@ -260,7 +261,7 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
     ref = store.ref(RESERVATIONS_REF)
     if ref is None:
         return
-    tree = store.commit(ref.target).tree
+    tree = store.commit(ref_oid(ref)).tree
     now, ahead = reservations.clock(), reservations.max_ahead(store)
     expired, skewed, unreadable = [], [], []
     for e in tree:
@@ -273,7 +274,8 @@ def _expired_reservations(store: Store, fix: bool, out: list[Finding]) -> None:
             expired.append(r.path)
         elif r.skewed(now, ahead):
             skewed.append(Finding("skewed_reservation", r.path,
-                                  f"held by {r.holder} until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
+                                  f"held by {r.holder} until "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.expires))}"
                                   f" UTC, {(r.expires - now) / 3600:.0f}h ahead (more than {ahead:.0f}s: a skewed"
                                   f" clock); writers ignore it, the fix removes it", True))
     out.extend(unreadable)
@@ -459,13 +461,16 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
             out.append(f)
             if fix:  # what is on disk now is taken as what storm put there; differences show as edits
                 head = store.ref_target(WORKSPACE_REF)
-                record.reset(store, store.commit(head).tree.id, head)
-                f.fixed = True
+                if head is not None:  # the caller saw it; gone since, there is nothing to reset to
+                    record.reset(store, store.commit(head).tree.id, head)
+                    f.fixed = True
             return
         head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            return  # gone since the caller saw it: no shared head to compare the disk with
         htree = store.commit(head).tree
         # read-only: the record's base tree plus its journal, nothing folded or written
-        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.repo[rec.base], htree), *rec.overlay,
+        candidates = dict.fromkeys([*tree_diff.changed_paths(store, store.tree(rec.base), htree), *rec.overlay,
                                     *rec.pending])
         behind = []
         conv = Conversions(store)
@@ -480,7 +485,8 @@ def _disk_record(store: Store, fix: bool, out: list[Finding]) -> None:
             return
         names = ", ".join(behind[:5]) + (" …" if len(behind) > 5 else "")
         f = Finding("disk_behind", names, f"{len(behind)} file(s) on disk are older than the shared head "
-                    "(a writer died before its disk write, or the disk refused it); any storm command brings them forward", True)
+                    "(a writer died before its disk write, or the disk refused it); "
+                    "any storm command brings them forward", True)
         out.append(f)
         if fix:
             res = disk_sync.sync_locked(store, behind, full=True)

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping  # loaded by os already: free for the hook
 
 WORKSPACE_REF = "refs/storm/workspace"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -64,27 +65,27 @@ def _show(path: str) -> str:
     return repr(path) if (" " in path or not path.isprintable()) else path
 
 
-def check_pre_commit(env: dict[str, str] | None = None) -> tuple[int, str]:
+def check_pre_commit(env: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(exit status, message) for a ``git commit`` about to happen here."""
-    env = os.environ if env is None else env
+    environ = os.environ if env is None else env
     git = _git_exe()
     cfg = _config(git)
     if cfg.get("storm.mode") == "worktree":
         # worktree-mode rules (own branch, assignment, storm.restricted): storm_git.worktree.commit_rules
         from storm_git.worktree.commit_rules import pre_commit
 
-        code, message = pre_commit(None, dict(env))
+        code, message = pre_commit(None, dict(environ))
         if code == 0:  # the conflict radar: advisory, never refuses (storm_git.worktree.radar)
             try:
                 from storm_git.worktree.radar import commit_warning
             except ImportError:  # an older or partial install: the commit goes on without it
                 return code, message
-            message += commit_warning(None, dict(env))
+            message += commit_warning(None, dict(environ))
         return code, message
     if cfg.get("storm.mode") != "storm":
         return 0, ""  # not storm mode: nothing for this guard to enforce
     manager = cfg.get("storm.manager") or DEFAULT_MANAGER
-    agent = env.get("STORM_AGENT") or ""
+    agent = environ.get("STORM_AGENT") or ""
     if agent and agent != manager:
         return 1, (
             f"git storm: commit refused: STORM_AGENT={agent} is an engineer, and in storm mode the manager "

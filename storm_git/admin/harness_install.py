@@ -33,6 +33,7 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -146,10 +147,10 @@ def _exclude(store: Store, rel: str, add: bool) -> bool:
     return True
 
 
-def claude_user_settings(env: dict[str, str] | None = None) -> str:
+def claude_user_settings(env: Mapping[str, str] | None = None) -> str:
     """Claude Code's user settings file (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
-    env = os.environ if env is None else env
-    return os.path.join(env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude"),
+    environ = os.environ if env is None else env
+    return os.path.join(environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude"),
                         "settings.json")
 
 

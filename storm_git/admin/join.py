@@ -53,7 +53,7 @@ def init_remote(store: Store, remote: str, base: str | None = None) -> JoinResul
     with exchanging(store):
         with flocked(store.commondir, "workspace"):
             head = store.ref_target(WORKSPACE_REF)
-            updates = [(str(head), WORKSPACE_REF, "")]
+            updates: list[tuple[str, str, str | None]] = [(str(head), WORKSPACE_REF, "")]
             updates += [(str(store.ref_target(r)), r, None) for r in store.refs_under(AGENTS_PREFIX)]
         out = transport.push(store, remote, updates)
         if not out.ok and not out.stale(WORKSPACE_REF):
@@ -92,7 +92,7 @@ def join(store: Store, remote: str) -> JoinResult:
                                  hint=f"run git storm init --remote {remote} in a clone that has the code")
         mine = store.ref_target(WORKSPACE_REF)
         theirs = tracked_head(store, remote)
-        if mine is not None and mine != theirs and not store.descends(theirs, mine):
+        if theirs is not None and mine is not None and mine != theirs and not store.descends(theirs, mine):
             warnings.append(f"the local shared head {str(mine)[:10]} is not on {remote}: replaced by its "
                             f"{str(theirs)[:10]}; the local writes stay reachable as git log {mine}")
         learn_writers(store, remote)
@@ -128,7 +128,7 @@ def _branch_for_unborn(store: Store, remote: str) -> str | None:
     """The server's branch a clone with no commit yet goes on: its own branch's name
     when the server has it, the only branch, or the one the server's HEAD names; None
     when the server has no branch. Several and none named: exit 2, nothing changed."""
-    own = store.repo.lookup_reference("HEAD").target
+    own = str(store.repo.lookup_reference("HEAD").target)  # unborn: a branch's name
     own = own[len("refs/heads/"):] if own.startswith("refs/heads/") else own
     heads = transport.list_heads(store, remote)
     if not heads.branches:
@@ -159,8 +159,12 @@ def _check_out_unborn(store: Store, remote: str, name: str) -> None:
 
     src, tracking = f"refs/heads/{name}", f"refs/remotes/{remote}/{name}"
     if not transport.fetch_branch(store, remote, src, tracking):
-        raise RepoStateError(f"{remote} lost its branch {name} while joining", hint=f"run git storm join {remote} again")
+        raise RepoStateError(f"{remote} lost its branch {name} while joining",
+                             hint=f"run git storm join {remote} again")
     tip = store.ref_target(tracking)
+    if tip is None:
+        raise RepoStateError(f"{remote} lost its branch {name} while joining",
+                             hint=f"run git storm join {remote} again")
     if store.ref_target(src) not in (None, tip):
         raise RepoStateError(f"{src} appeared while joining", hint=f"run git storm join {remote} again")
     store.repo.references.create(src, tip, force=True)

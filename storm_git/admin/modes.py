@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pygit2
+
 from ..core import events
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.locks import flocked
-from ..core.store import WORKSPACE_REF, Store
+from ..core.store import WORKSPACE_REF, Store, ref_oid
 from ..core.workspace import MODES
 from ..storm import branch
 from ..worktree.worktrees import agent_worktree, ahead_behind, dirty_paths, storm_branches, target_branch
@@ -53,8 +55,8 @@ def current(store: Store) -> str:
     return str(mode)
 
 
-def _changed_paths(store: Store, a, b, limit: int = 5) -> list[str]:
-    diff = store.repo.diff(store.repo[a], store.repo[b])
+def _changed_paths(store: Store, a: pygit2.Oid, b: pygit2.Oid, limit: int = 5) -> list[str]:
+    diff = store.tree(a).diff_to_tree(store.tree(b))
     return [d.new_file.path for d in list(diff.deltas)[:limit]]
 
 
@@ -71,16 +73,16 @@ def unintegrated(store: Store, mode: str, target: str) -> list[str]:
                 out.append(f"{WORKSPACE_REF} ({str(ws)[:10]}) differs from {target} in "
                            f"{', '.join(paths)}{' …' if len(paths) == 5 else ''}")
         return out
-    for agent, branch in storm_branches(store).items():
-        tip = store.ref_target("refs/heads/" + branch)
+    for agent, name in storm_branches(store).items():
+        tip = store.ref_target("refs/heads/" + name)
         ahead, _ = ahead_behind(store, str(tip), target_oid)
         if ahead:
-            out.append(f"{branch}: {ahead} commit(s) not merged into {target}")
+            out.append(f"{name}: {ahead} commit(s) not merged into {target}")
         w = agent_worktree(store, agent)
         if w is not None and not w.prunable and not w.main:
             dirty = dirty_paths(store, w.path)
             if dirty:
-                out.append(f"{branch}: {len(dirty)} uncommitted change(s) in {w.path} ({', '.join(dirty[:3])})")
+                out.append(f"{name}: {len(dirty)} uncommitted change(s) in {w.path} ({', '.join(dirty[:3])})")
     return out
 
 
@@ -118,16 +120,20 @@ def switch(store: Store, new: str, *, force: bool = False, by: str = "manager",
 def _sync_workspace(store: Store, target: str, by: str) -> str | None:
     """Bring the shared head to the target's tree (workspace lock held)."""
     tip = store.ref_target("refs/heads/" + target)
+    if tip is None:
+        raise RepoStateError(f"the target branch {target} does not exist",
+                             hint="pass --into BRANCH naming an existing branch")
     ref = store.ref(WORKSPACE_REF)
     branch.record(store, tip)  # the shared workspace holds the target's tip from here on
     if ref is None:
         store.cas(None, WORKSPACE_REF, tip, "storm: start from the integrated state")
         return str(tip)
-    if store.commit(ref.target).tree_id == store.commit(tip).tree_id:
+    shared = ref_oid(ref)
+    if store.commit(shared).tree_id == store.commit(tip).tree_id:
         return None
     msg = (f"storm: continue from {target} (worktree mode merges)\n\n"
            f"Storm-Agent: {by}\nStorm-Op: sync\n")
-    commit = store.make_commit(store.commit(tip).tree_id, [ref.target, tip], by, msg)
+    commit = store.make_commit(store.commit(tip).tree_id, [shared, tip], by, msg)
     if not store.cas(ref, WORKSPACE_REF, commit, "storm: sync with target"):
         raise RepoStateError(f"{WORKSPACE_REF} moved during the switch", hint="run git storm mode storm again")
     return str(commit)

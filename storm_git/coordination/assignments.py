@@ -42,12 +42,20 @@ from ..core.agents import validate_agent
 from ..core.errors import CorruptState, RepoStateError, UsageError
 from ..core.gitcmd import run_git
 from ..core.locks import flocked
-from ..core.store import MODE_BLOB, Store
+from ..core.store import MODE_BLOB, Store, ref_oid
 
 ASSIGNMENTS_REF = "refs/storm/assignments"
 RESTRICTED_KEY = "storm.restricted"
 OUTSIDE_ASSIGNMENT = "outside_assignment"
 RESTRICTED = "restricted"
+READ_ONLY_KEY = "storm.readOnly"
+
+
+class ReadOnlyAgent(UsageError):
+    """A write by an agent that ``storm.readOnly`` names (a planning session): refused
+    before anything is validated or changed."""
+
+    kind = "read_only_agent"
 
 
 # -- patterns ------------------------------------------------------------------
@@ -129,12 +137,20 @@ def config_list(store: Store, key: str) -> list[str]:
         values = []
     out: list[str] = []
     for v in values:
-        out.extend(x for x in re.split(r"[\s,]+", v) if x)
+        out.extend(x for x in re.split(r"[\s,]+", v or "") if x)
     return out
 
 
 def restricted_globs(store: Store) -> list[str]:
     return config_list(store, RESTRICTED_KEY)
+
+
+def check_writable(store: Store, agent: str) -> None:
+    """Refuse any write by an agent ``storm.readOnly`` names (``git storm team plan``'s
+    manager session reads the repository and must change nothing)."""
+    if agent in config_list(store, READ_ONLY_KEY):
+        raise ReadOnlyAgent(f"{agent} is read-only here: it may read, not write",
+                            hint=f"{READ_ONLY_KEY} names it (git config --unset-all {READ_ONLY_KEY} to lift it)")
 
 
 def restricted_paths(store: Store, paths: Iterable[str]) -> list[str]:
@@ -201,8 +217,9 @@ def load_all(store: Store) -> dict[str, Assignment]:
         return {}
     out = {}
     for e in store.commit(oid).tree:
-        if e.name.endswith(".json"):
-            agent = e.name[:-5]
+        name = str(e.name)
+        if name.endswith(".json"):
+            agent = name[:-5]
             out[agent] = _parse(store, agent, e.id)
     return dict(sorted(out.items()))
 
@@ -238,11 +255,11 @@ def _write(store: Store, changes: dict[str, bytes | None], by: str, message: str
     """CAS one commit on the assignments chain; caller holds the workspace lock."""
     while True:
         ref = store.ref(ASSIGNMENTS_REF)
-        tree = store.commit(ref.target).tree if ref else store.repo[store.empty_tree()]
+        tree = store.commit(ref_oid(ref)).tree if ref else store.tree(store.empty_tree())
         new_tree = store.tree_with(tree, {
             name: None if data is None else (store.write_blob(data), MODE_BLOB) for name, data in changes.items()
         })
-        commit = store.make_commit(new_tree, [ref.target] if ref else [], by, message)
+        commit = store.make_commit(new_tree, [ref_oid(ref)] if ref else [], by, message)
         if store.cas(ref, ASSIGNMENTS_REF, commit, "storm: assign"):
             return
 

@@ -4,7 +4,7 @@ STORM asks agents to leave a short comment naming themselves and the reason
 next to a non-obvious change, so another agent about to touch that line knows
 whose decision it undoes. This module finds them and tells who wrote them:
 
-* :func:`annotations` parses a text for them. An annotation names an agent
+* :func:`find_annotations` parses a text for them. An annotation names an agent
   storm knows (one with a read set or writes: ``refs/notes/storm/agents/*``,
   plus ``storm.manager``), so ordinary tags (``# TODO: …``, ``# noqa: …``,
   ``# Returns: …``) never count.
@@ -91,7 +91,7 @@ def parse_line(text: str, agents: set[str]) -> tuple[str, str] | None:
     return None
 
 
-def annotations(path: str, data: bytes | None, agents: set[str]) -> list[Annotation]:
+def find_annotations(path: str, data: bytes | None, agents: set[str]) -> list[Annotation]:
     """The annotation lines of one file's content (none for binary content)."""
     if not data or is_binary(data) or not _QUICK.search(data):
         return []
@@ -113,8 +113,8 @@ def _git(store: Store, args: list[str]) -> subprocess.CompletedProcess:
 def _candidates(store: Store, paths: list[str], rev: str) -> dict[str, list[tuple[int, str]]]:
     """{path: [(line, text)]} of lines that look like annotations, by ``git grep``
     on ``rev``'s tree (no checkout, no reading of files without a hit)."""
-    r = _git(store, ["grep", "-I", "-n", "-z", "-E", r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]",
-                     rev, "--", *paths])
+    r = _git(store, ["grep", "-I", "-n", "-z", "-E",
+                     r"(^|[[:space:]])(#|//)[[:space:]]*[A-Za-z0-9][A-Za-z0-9_.-]*:[[:space:]]", rev, "--", *paths])
     if r.returncode not in (0, 1):
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RepoStateError(f"git grep failed: {err[-1] if err else r.returncode}", hint="run git storm doctor")
@@ -190,7 +190,7 @@ def _lost(old: list[Annotation], new_data: bytes | None, agents: set[str]) -> li
     same agent and reason, on any line and beside any code (a write that changes the
     code on an annotated line keeps the intent; one that rewords or drops it does not).
     Counted, so dropping one of two equal annotations loses one."""
-    have = Counter((a.agent, a.why) for a in annotations("", new_data, agents))
+    have = Counter((a.agent, a.why) for a in find_annotations("", new_data, agents))
     lost = []
     for a in old:
         if have[(a.agent, a.why)] > 0:
@@ -265,7 +265,7 @@ def flag_write(store: Store, agent: str, old_tree: pygit2.Tree, blobs: dict[str,
         if agents is None:
             agents = set()
         agents |= {n for n in named if _known(store, n)}
-        theirs = [a for a in annotations(path, data, agents) if a.agent != agent]
+        theirs = [a for a in find_annotations(path, data, agents) if a.agent != agent]
         if not theirs:
             continue
         new = store.blob_bytes(blob) if isinstance(blob, pygit2.Oid) else None  # None: deleted

@@ -201,7 +201,7 @@ class Conversions:
         kind = self._kind(path, FilterMode.TO_ODB)
         if kind is None or (kind == ENCODING and not from_disk):
             return data
-        if kind in (EXTERNAL, ENCODING):
+        if isinstance(kind, str):  # EXTERNAL or ENCODING
             oid = self._git_hash(path, data, write=True)
             return self.store.blob_bytes(oid)
         return self._apply(kind, path, data)
@@ -211,7 +211,7 @@ class Conversions:
         kind = self._kind(path, FilterMode.TO_ODB)
         if kind is None:
             return pygit2.hash(data)
-        if kind in (EXTERNAL, ENCODING):
+        if isinstance(kind, str):  # EXTERNAL or ENCODING
             return self._git_hash(path, data, write=False)
         return pygit2.hash(self._apply(kind, path, data))
 
@@ -220,7 +220,7 @@ class Conversions:
         kind = self._kind(path, FilterMode.TO_WORKTREE)
         if kind is None:
             return data
-        if kind in (EXTERNAL, ENCODING):
+        if isinstance(kind, str):  # EXTERNAL or ENCODING
             if oid is None:
                 oid = self.store.write_blob(data)
             r = self._git(["cat-file", "--filters", f"--path={path}", str(oid)], path)
@@ -281,7 +281,8 @@ class Conversions:
         if r.returncode != 0:
             msg = (r.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             raise ConversionFailed(f"git's filter for {path} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}",
-                                   hint="check the filter driver that .gitattributes names (git check-attr filter -- PATH)")
+                                   hint="check the filter driver that .gitattributes names "
+                                        "(git check-attr filter -- PATH)")
         return r
 
 

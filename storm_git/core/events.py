@@ -8,7 +8,8 @@ made under the workspace lock.
 
 Event types (``type``; every event also has ``agent``, ``time`` and, when read,
 ``summary`` and ``id``): ``rejection`` (storm_git.storm.write), ``release``,
-``boundary`` (storm_git.coordination.assignments), ``intent_overwritten`` (storm_git.coordination.intents), ``assign``, ``mode`` (storm_git.admin.modes),
+``boundary`` (storm_git.coordination.assignments), ``intent_overwritten``
+(storm_git.coordination.intents), ``assign``, ``mode`` (storm_git.admin.modes),
 ``commit`` (storm_git.storm.commit, and storm_git.worktree.workspace in worktree mode),
 ``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
 ``cleanup`` (storm_git.worktree.worktrees). ``storm_git.render.log_entry`` renders each; a type
@@ -28,7 +29,7 @@ import pygit2
 
 from . import trailers
 from .errors import UsageError
-from .store import EVENTS_REF, Store
+from .store import EVENTS_REF, Store, ref_oid
 
 
 def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, Any]) -> None:
@@ -38,7 +39,7 @@ def append(store: Store, kind: str, agent: str, summary: str, data: dict[str, An
     empty = store.empty_tree()
     while True:
         ref = store.ref(EVENTS_REF)
-        commit = store.make_commit(empty, [ref.target] if ref else [], agent, message)
+        commit = store.make_commit(empty, [ref_oid(ref)] if ref else [], agent, message)
         if store.cas(ref, EVENTS_REF, commit, f"storm {kind}"):
             return
 

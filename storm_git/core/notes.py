@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 
 import pygit2
 
-from .store import MODE_BLOB, MODE_TREE, Store
+from .store import MODE_BLOB, MODE_TREE, Store, ref_oid
 
 
 def _split(target: str) -> tuple[str, str]:
@@ -23,7 +23,7 @@ def _split(target: str) -> tuple[str, str]:
 def notes_tree(store: Store, ref: pygit2.Reference | None) -> pygit2.Tree | None:
     if ref is None:
         return None
-    return store.commit(ref.target).tree
+    return store.commit(ref_oid(ref)).tree
 
 
 def read_note(store: Store, tree: pygit2.Tree | None, target: str) -> bytes | None:
@@ -45,9 +45,9 @@ def iter_notes(store: Store, tree: pygit2.Tree | None, _prefix: str = "") -> Ite
     if tree is None:
         return
     for entry in tree:
-        name = _prefix + entry.name
+        name = _prefix + str(entry.name)
         if entry.filemode == MODE_TREE:
-            yield from iter_notes(store, store.repo[entry.id], name)
+            yield from iter_notes(store, store.tree(entry.id), name)
         elif len(name) == 40:
             yield name, entry.id
 
@@ -78,7 +78,7 @@ def update_notes(
                 root.remove(target)
         for a, items in groups.items():
             existing = root.get(a)
-            sub_tree = store.repo[existing.id] if existing is not None and existing.filemode == MODE_TREE else None
+            sub_tree = store.tree(existing.id) if existing is not None and existing.filemode == MODE_TREE else None
             sub = store.repo.TreeBuilder(sub_tree) if sub_tree is not None else store.repo.TreeBuilder()
             for b, blob in items.items():
                 if blob is None:
@@ -93,7 +93,7 @@ def update_notes(
         new_tree = store.write_tree(root)
         if tree is not None and new_tree == tree.id:
             return None
-        parents = [ref.target] if ref is not None else []
+        parents = [ref_oid(ref)] if ref is not None else []
         commit = store.make_commit(new_tree, parents, agent, message)
         if store.cas(ref, refname, commit, message):
             return commit

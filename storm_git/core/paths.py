@@ -73,7 +73,7 @@ def _from_absolute(raw: str, top: str | None, shown: str) -> str:
             return os.path.relpath(path, root)
     real_top = os.path.realpath(top)
     # The shortest leading part of raw that is the top (through a symlinked parent such as /tmp).
-    head, rest = path, []
+    head, rest = path, list[str]()
     chain = []
     while True:
         chain.append((head, list(reversed(rest))))

@@ -49,7 +49,7 @@ from . import notes, trailers
 from .errors import CorruptState
 from .files import append_all, read_own, replace_file
 from .locks import flocked, try_flocked
-from .store import AGENTS_PREFIX, Store
+from .store import AGENTS_PREFIX, Store, blob_at, ref_oid
 
 ABSENT = "absent"
 READ_SET_HEADER = "storm read set"
@@ -251,7 +251,7 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
         elif not old.endswith(b"\n"):
             os.truncate(path, old.rfind(b"\n") + 1)
     st = append_all(path, raw)  # all of it or nothing: a full disk leaves no torn line
-    if current and st.st_size == known.size + len(raw) and st.st_ino == known.inode:
+    if current and known is not None and st.st_size == known.size + len(raw) and st.st_ino == known.inode:
         _absorb(known, data, agent, copy=copy)
         known.size, known.mtime = st.st_size, st.st_mtime_ns
     return st.st_size
@@ -330,7 +330,7 @@ def _base_of(store: Store, agent: str) -> tuple[pygit2.Oid | None, str, pygit2.T
     ref = store.ref(agent_ref(agent))
     tree = notes.notes_tree(store, ref)
     blob = _note_blob(store, tree, _key(agent))
-    return (ref.target if ref is not None else None), (str(blob) if blob else NO_BASE), tree
+    return (ref_oid(ref) if ref is not None else None), (str(blob) if blob else NO_BASE), tree
 
 
 def _load_locked(store: Store, agent: str) -> _Cached:
@@ -443,7 +443,7 @@ def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, re
     base_text = None if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
     lines = {} if reset else _lines(base_text, agent)
     changes: dict[str, bytes | None] = {}
-    if journal is not None and journal.lines:
+    if raw is not None and journal is not None and journal.lines:
         # kept for good under a key naming its base: the provenance of this journal's
         # writes (Storm-Read-Set: <base> <n>) points into it
         jbytes = raw[:journal.size]
@@ -549,12 +549,12 @@ def read_set_at(repo: pygit2.Repository, tree: pygit2.Tree | None, agent: str, b
     ``base`` plus the first ``reads`` reads of the journal that extended it — its note
     in the notes tree ``tree`` (the agent's ref), else ``live`` (the journal file, while
     ``base`` is not folded yet). Raises ProvenanceNotFound, CorruptReadSet, KeyError."""
-    text = None if base == NO_BASE else repo[pygit2.Oid(hex=base)].data.decode("utf-8", "surrogateescape")
+    text = None if base == NO_BASE else blob_at(repo, pygit2.Oid(hex=base)).data.decode("utf-8", "surrogateescape")
     lines = _lines(text, agent)
     if reads:
         jblob = _note_blob(None, tree, _journal_key(agent, base))  # type: ignore[arg-type]
         if jblob is not None:
-            raw = repo[jblob].data
+            raw = blob_at(repo, jblob).data
         elif live is not None and live.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
             raw = live
         else:

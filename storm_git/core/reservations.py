@@ -18,7 +18,7 @@ import pygit2
 
 from .errors import CorruptState
 from .readsets import path_key
-from .store import MODE_BLOB, RESERVATIONS_REF, Store
+from .store import MODE_BLOB, RESERVATIONS_REF, Store, blob_at, ref_oid
 
 CLOCK_ENV = "STORM_TEST_NOW"
 # A reservation lasts storm.reservationSeconds (default 30). One that ends further
@@ -75,7 +75,7 @@ def max_ahead(store: Store) -> float:
 
 def _tree(store: Store) -> tuple[pygit2.Reference | None, pygit2.Tree | None]:
     ref = store.ref(RESERVATIONS_REF)
-    return ref, (store.commit(ref.target).tree if ref is not None else None)
+    return ref, (store.commit(ref_oid(ref)).tree if ref is not None else None)
 
 
 def _decode(data: bytes) -> Reservation:
@@ -162,8 +162,8 @@ def held_by_others(repo: pygit2.Repository, paths: list[str], agent: str, max_ah
     out = []
     for p in paths:
         try:
-            r = _decode(repo[tree[path_key(p)].id].data)
-        except (KeyError, ValueError, TypeError, AttributeError, pygit2.GitError):
+            r = _decode(blob_at(repo, tree[path_key(p)].id).data)
+        except (KeyError, ValueError, TypeError, AttributeError, pygit2.GitError, CorruptState):
             continue
         if r.holder != agent and r.live(now, max_ahead_seconds):
             out.append(p)
@@ -189,7 +189,7 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
             for e in tree:
                 r = readable(store, e)
                 if r is None or not r.live(now, ahead):  # expired, from a skewed clock, or unreadable
-                    tb.remove(e.name)
+                    tb.remove(str(e.name))
         for path, res in changes.items():
             key = path_key(path)
             if res is None:
@@ -201,7 +201,7 @@ def update(store: Store, changes: dict[str, Reservation | None], *, agent: str, 
         new_tree = store.write_tree(tb)
         if tree is not None and new_tree == tree.id:
             return
-        commit = store.make_commit(new_tree, [ref.target] if ref else [], agent, message)
+        commit = store.make_commit(new_tree, [ref_oid(ref)] if ref else [], agent, message)
         if store.cas(ref, RESERVATIONS_REF, commit, message):
             return
 

@@ -3,9 +3,10 @@
 The manager's commit (storm mode) and the merge commits of ``git storm merge``
 (worktree mode) land on the user's branch. libgit2 makes them unsigned whatever
 ``commit.gpgSign`` says, and a repository that requires signed commits (a host's
-branch protection, ``git verify-commit`` in CI) would refuse the branch. When signing is asked for, such a commit is made by ``git commit-tree
--S``, so git's own signing settings hold (``gpg.format`` openpgp, ssh or x509,
-``gpg.program``, ``user.signingKey``, an agent holding the key), and a signature
+branch protection, ``git verify-commit`` in CI) would refuse the branch. When
+signing is asked for, such a commit is made by ``git commit-tree -S``, so git's
+own signing settings hold (``gpg.format`` openpgp, ssh or x509, ``gpg.program``,
+``user.signingKey``, an agent holding the key), and a signature
 that cannot be made is an error before the branch moves. The shared workspace's
 own commits (one per accepted write, on ``refs/storm/workspace``) are storm's
 record, not a person's branch, and stay unsigned: a signing process per write

@@ -7,10 +7,12 @@ and remotes all work on it. Refs only move by compare-and-swap
 """
 from __future__ import annotations
 
+import enum
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final, TypeVar
 
 import pygit2
 
@@ -53,7 +55,15 @@ BIG_BLOB_BYTES = 16 << 20
 ENTRY_CACHE_LIMIT = 1 << 16
 SUBTREE_CACHE_LIMIT = 256
 SUBTREE_ENTRIES_LIMIT = 1 << 20
-_MISSING = object()
+
+
+class _Missing(enum.Enum):
+    """The marker of a key the memo tables do not hold (an enum: mypy narrows ``is not``)."""
+
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING
 
 
 @dataclass(frozen=True)
@@ -220,7 +230,7 @@ class Store:
 
     def ref_target(self, name: str) -> pygit2.Oid | None:
         ref = self.ref(name)
-        return None if ref is None else ref.target
+        return None if ref is None else ref_oid(ref)
 
     def cas(self, ref: pygit2.Reference | None, name: str, new: pygit2.Oid, message: str) -> bool:
         """Move ``name`` to ``new`` iff it still has the value ``ref`` was read with.
@@ -329,7 +339,7 @@ class Store:
         at_tip, at_anc = tip, ancestor
         try:
             for _ in range(DESCENDS_STEPS):
-                parents = repo[at_tip].parent_ids
+                parents = commit_at(repo, at_tip).parent_ids
                 if len(parents) != 1:
                     break
                 at_tip = parents[0]
@@ -338,16 +348,20 @@ class Store:
                 if at_tip in seen_anc:
                     return False
                 seen_tip.add(at_tip)
-                parents = repo[at_anc].parent_ids
+                parents = commit_at(repo, at_anc).parent_ids
                 if len(parents) != 1:
                     break
                 at_anc = parents[0]
                 if at_anc in seen_tip:
                     return False
                 seen_anc.add(at_anc)
-        except (KeyError, ValueError):
-            pass  # a missing object: libgit2 says what it says
+        except (KeyError, ValueError, CorruptState):
+            pass  # a missing object, or not a commit: libgit2 says what it says
         return repo.descendant_of(tip, ancestor)
+
+    def tree(self, oid: pygit2.Oid) -> pygit2.Tree:
+        """The tree ``oid`` names (:func:`tree_at`)."""
+        return tree_at(self.repo, oid)
 
     def commit(self, oid: pygit2.Oid) -> pygit2.Commit:
         try:
@@ -394,8 +408,10 @@ class Store:
             with subprocess.Popen(["git", "--git-dir", self.gitdir, "cat-file", "blob", str(oid)],
                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, env=git_env()) as proc:
-                data = proc.stdout.read(size)
-                extra = proc.stdout.read(1)
+                out = proc.stdout
+                assert out is not None  # stdout=PIPE
+                data = out.read(size)
+                extra = out.read(1)
         except OSError:
             return None
         return data if proc.returncode == 0 and len(data) == size and not extra else None
@@ -462,7 +478,7 @@ class Store:
                                       "submodules", hint=f"work in {dirpath} with git itself")
                     what = "a symbolic link" if mode == MODE_LINK else "a file"
                     raise BadPath(f"{dirpath!r} is {what} in the shared workspace, so {path!r} cannot exist")
-                found = self.repo[obj.id]
+                found = tree_at(self.repo, obj.id)
         size = len(found) if found is not None else 0
         if len(self._trees) >= SUBTREE_CACHE_LIMIT or self._tree_entries + size > SUBTREE_ENTRIES_LIMIT:
             self._trees.clear()
@@ -478,7 +494,7 @@ class Store:
         if mode == pygit2.GIT_FILEMODE_COMMIT:
             raise BadPath(f"{path!r} is a submodule; storm does not write inside submodules")
 
-    def tree_with(self, tree: pygit2.Tree, changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
+    def tree_with(self, tree: pygit2.Tree, changes: Mapping[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
         """Write ``tree`` with ``changes`` applied (None deletes): :func:`tree_with`."""
         return tree_with(self.repo, tree, changes)
 
@@ -491,7 +507,7 @@ class Store:
 
 
 def tree_with(repo: pygit2.Repository, tree: pygit2.Tree,
-              changes: dict[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
+              changes: Mapping[str, tuple[pygit2.Oid, int] | None]) -> pygit2.Oid:
     """Write ``tree`` with ``changes`` applied (None deletes), rebuilding only
     the trees along the changed paths; empty directories disappear as in git.
     A function of the repository, not of a Store: the server (a bare repository)
@@ -530,7 +546,7 @@ def _rebuild(repo: pygit2.Repository, tree: pygit2.Tree | None, node: dict) -> p
                 try:
                     obj = tree[name]
                     if obj.filemode == MODE_TREE:
-                        sub = repo[obj.id]
+                        sub = tree_at(repo, obj.id)
                 except KeyError:
                     pass
             new = _rebuild(repo, sub, value)
@@ -666,6 +682,43 @@ def git_env(**overrides: str) -> dict[str, str]:
 def signature(agent: str) -> pygit2.Signature:
     """Author/committer for an agent's commits (agent ids are declared, not verified)."""
     return pygit2.Signature(agent, f"{agent}@storm.invalid")
+
+
+def ref_oid(ref: pygit2.Reference) -> pygit2.Oid:
+    """The object a reference names (a symbolic one followed, as git does)."""
+    target = ref.target
+    if isinstance(target, pygit2.Oid):
+        return target
+    target = ref.resolve().target
+    if isinstance(target, pygit2.Oid):
+        return target
+    raise CorruptState(f"{ref.name} names no object", hint="run git storm doctor")
+
+
+def tree_at(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    """The tree ``oid`` names (a tree entry's id, a commit's tree_id). As ``repo[oid]``,
+    KeyError if it is missing; CorruptState if it is another kind of object."""
+    return _object_at(repo, oid, pygit2.Tree, "a tree")
+
+
+def commit_at(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Commit:
+    """The commit ``oid`` names, in any repository (a server's bare one too)."""
+    return _object_at(repo, oid, pygit2.Commit, "a commit")
+
+
+def blob_at(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Blob:
+    """The blob ``oid`` names (KeyError if missing; CorruptState if not a blob)."""
+    return _object_at(repo, oid, pygit2.Blob, "a blob")
+
+
+_O = TypeVar("_O", pygit2.Tree, pygit2.Commit, pygit2.Blob)
+
+
+def _object_at(repo: pygit2.Repository, oid: pygit2.Oid, kind: type[_O], what: str) -> _O:
+    obj = repo[oid]
+    if not isinstance(obj, kind):
+        raise CorruptState(f"{oid} is not {what}", hint="run git fsck")
+    return obj
 
 
 def hex_(oid: pygit2.Oid | None) -> str | None:

@@ -5,7 +5,7 @@ from typing import Any
 
 import pygit2
 
-from .store import MODE_TREE, Store
+from .store import MODE_TREE, Store, tree_at
 
 BIG_DIR_ENTRIES = 1024  # from here on, a pair of directories is compared by libgit2 (tree_changes)
 FLAT_DIR_ENTRIES = 128  # ... and from here on, a pair without subdirectories (tree_changes)
@@ -29,8 +29,8 @@ def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str =
         _big_changes(old, new, prefix, out)
         return out
     repo = store.repo
-    old_e = {e.name: e for e in old}
-    new_e = {e.name: e for e in new}
+    old_e = {str(e.name): e for e in old}
+    new_e = {str(e.name): e for e in new}
     for name in old_e.keys() | new_e.keys():
         a, b = old_e.get(name), new_e.get(name)
         if a is not None and b is not None and a.id == b.id and a.filemode == b.filemode:
@@ -38,15 +38,15 @@ def tree_changes(store: Store, old: pygit2.Tree, new: pygit2.Tree, prefix: str =
         path = prefix + name
         a_tree = a is not None and a.filemode == MODE_TREE
         b_tree = b is not None and b.filemode == MODE_TREE
-        if a_tree and b_tree:
-            tree_changes(store, repo[a.id], repo[b.id], path + "/", out)
+        if a is not None and b is not None and a_tree and b_tree:
+            tree_changes(store, tree_at(repo, a.id), tree_at(repo, b.id), path + "/", out)
             continue
-        if a_tree:
-            _all_blobs(store, repo[a.id], path + "/", out, delete=True)
+        if a is not None and a_tree:
+            _all_blobs(store, tree_at(repo, a.id), path + "/", out, delete=True)
         elif a is not None and (b is None or b_tree):
             out.append((path, None))
-        if b_tree:
-            _all_blobs(store, repo[b.id], path + "/", out, delete=False)
+        if b is not None and b_tree:
+            _all_blobs(store, tree_at(repo, b.id), path + "/", out, delete=False)
         elif b is not None:
             out.append((path, (b.id, b.filemode)))
     return out
@@ -91,9 +91,10 @@ def _big_changes(old: pygit2.Tree, new: pygit2.Tree, prefix: str, out: list[tupl
 
 def _all_blobs(store: Store, tree: pygit2.Tree, prefix: str, out: list, *, delete: bool) -> None:
     for e in tree:
+        name = prefix + str(e.name)
         if e.filemode == MODE_TREE:
-            _all_blobs(store, store.repo[e.id], prefix + e.name + "/", out, delete=delete)
+            _all_blobs(store, tree_at(store.repo, e.id), name + "/", out, delete=delete)
         else:
-            out.append((prefix + e.name, None if delete else (e.id, e.filemode)))
+            out.append((name, None if delete else (e.id, e.filemode)))
 
 

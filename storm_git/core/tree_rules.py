@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from .paths import LINK_MODE, tree_entry_refusal
+from .store import blob_at, tree_at
 
 if TYPE_CHECKING:
     from .store import Store
@@ -29,7 +30,7 @@ def link_text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes | 
         return None
     if entry.filemode != LINK_MODE:
         return None
-    return repo[entry.id].data
+    return blob_at(repo, entry.id).data
 
 
 def entry_refusal(repo: pygit2.Repository, tree: pygit2.Tree, path: str, oid: pygit2.Oid, mode: int,
@@ -37,7 +38,7 @@ def entry_refusal(repo: pygit2.Repository, tree: pygit2.Tree, path: str, oid: py
     """Why the entry (``path``, ``oid``, ``mode``) of ``tree`` is refused, or None.
     The size is read from the object's header: a 200 MB blob is not loaded to be refused."""
     if mode == LINK_MODE:
-        target = repo[oid].data
+        target = blob_at(repo, oid).data
         return tree_entry_refusal(path, mode, link_target=target,
                                   links=lambda p: link_text(repo, tree, p))
     size = repo.odb.read_header(oid)[1] if limit is not None else None
@@ -48,9 +49,9 @@ def walk(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Iterat
     """Every non-tree entry of ``tree``, with its full path (names as git stores them,
     decoded with surrogateescape so a name that is not UTF-8 is seen, then refused)."""
     for e in tree:
-        path = prefix + e.raw_name.decode("utf-8", "surrogateescape")
+        path = prefix + (e.raw_name or b"").decode("utf-8", "surrogateescape")
         if e.filemode == TREE_MODE:
-            yield from walk(repo, repo[e.id], path + "/")
+            yield from walk(repo, tree_at(repo, e.id), path + "/")
         else:
             yield path, e.id, e.filemode
 
@@ -98,8 +99,8 @@ def case_twin(tree: pygit2.Tree, path: str, deleted: Container[str] = ()) -> str
         for e in node:
             if e.name == part:
                 exact = e
-            elif e.name.casefold() == low:
-                twin = prefix + e.name
+            elif str(e.name).casefold() == low:
+                twin = prefix + str(e.name)
                 if isinstance(e, pygit2.Tree) or twin not in deleted:
                     return twin
         if exact is None or not isinstance(exact, pygit2.Tree):

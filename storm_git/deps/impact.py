@@ -99,8 +99,9 @@ def _unit_names(node: ast.stmt) -> list[str] | None:
         return [node.name]
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if all(isinstance(t, ast.Name) for t in targets):
-            return [t.id for t in targets]  # type: ignore[union-attr]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if len(names) == len(targets):
+            return names
     return None
 
 
@@ -151,7 +152,7 @@ def _units(tree: ast.Module, may_cycle: Callable[[ast.stmt], bool] | None,
             continue  # the module's docstring
         if _is_main_guard(node):
             continue
-        if _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node):
             body += [(n, False) for n in node.body]
         else:
             body.append((node, True))
@@ -282,11 +283,11 @@ def target_uses(r: Resolver, target: str, source: bytes) -> Uses:
         for orig, asname in names:
             for p in resolve(target, module, level, r.known, [orig]):
                 if orig != "*" and _is_module(p, parts + [orig]):  # from pkg import submodule
-                    sub = aliases.get(asname, set())
-                    if sub is None:
+                    members = aliases.get(asname, set())
+                    if members is None:
                         _add(uses, p, None)
                     else:
-                        for a in sub:
+                        for a in members:
                             _chain(r, p, a, uses)
                         _add(uses, p, set())
                 elif _is_module(p, parts) or (not parts and level):

@@ -158,7 +158,8 @@ def parse(source: bytes) -> ModuleInfo | None:
                 info.imports.append((a.name, 0, None))
                 bound.add((a.asname or a.name).split(".")[0])
         elif t is ast.ImportFrom:
-            info.imports.append((node.module or "", node.level or 0, [(a.name, a.asname or a.name) for a in node.names]))
+            names = [(a.name, a.asname or a.name) for a in node.names]
+            info.imports.append((node.module or "", node.level or 0, names))
             bound.update(a.asname or a.name for a in node.names if a.name != "*")
         elif t in _DEFS:
             bound.add(node.name)

@@ -57,9 +57,9 @@ class Record:
     def get(self, store: Store, path: str) -> Entry | None:
         if path in self.overlay:
             return self.overlay[path]
-        return entry_or_none(store, store.repo[self.base], path)
+        return entry_or_none(store, store.tree(self.base), path)
 
-    def is_storms(self, store: Store, path: str, have: "DiskState") -> bool:
+    def is_storms(self, store: Store, path: str, have: DiskState) -> bool:
         """Whether the disk state ``have`` of ``path`` is one storm put there: the
         recorded version, or the one a write left pending."""
         return same(have, self.get(store, path)) or (path in self.pending and same(have, self.pending[path]))
@@ -123,7 +123,7 @@ def load(store: Store) -> Record:
         known = cache.get("record")
         if (known is not None and known[0] == st.st_ino and known[1] <= st.st_size
                 and os.pread(fd, len(known[3]), 0) == known[3]):  # same file: its header names a unique reset
-            _ino, start, cached, _head = known
+            _ino, start, cached, cached_header = known
             os.lseek(fd, start, os.SEEK_SET)
             data = b""
             while len(data) < st.st_size - start:
@@ -150,7 +150,7 @@ def load(store: Store) -> Record:
             offset = len(data) - len(rest)
             header = data[:offset]
         else:
-            header = known[3]
+            header = cached_header
         items = rest.split(b"\0")
         for item in items[:-1]:  # the last piece is '' or a torn (killed) append
             kind, _, body = item.partition(b" ")
@@ -208,7 +208,8 @@ def reset(store: Store, base: pygit2.Oid, synced: pygit2.Oid | None,
     path = record_path(store)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     # a fresh token: a cached parse can tell this file from an earlier one with the same inode
-    body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii") + (encode("s", oid=synced) if synced else b"")
+    body = HEADER + f"base {base} {os.urandom(8).hex()}\n".encode("ascii")
+    body += encode("s", oid=synced) if synced else b""
     body += b"".join(encode("w", p, e) for p, e in (pending or {}).items())
     replace_file(path, body, tmp=f"{path}.{os.getpid()}")
 
@@ -228,7 +229,7 @@ def fold(store: Store, rec: Record) -> Record:
     """Fold the journal into a new base tree (an ordinary git tree object)."""
     if rec.overlay:
         changes = {p: (None if e is None else (e.oid, e.mode)) for p, e in rec.overlay.items()}
-        base = store.tree_with(store.repo[rec.base], changes)
+        base = store.tree_with(store.tree(rec.base), changes)
     else:
         base = rec.base
     reset(store, base, rec.synced, rec.pending)

@@ -13,7 +13,7 @@ import os
 import stat as stat_mod
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeAlias
 
 import pygit2
 
@@ -27,7 +27,7 @@ HASH_CHUNK = 1 << 20
 
 # A path's state on disk: (blob id, mode), None when absent, False when something
 # storm does not manage is there (a directory, a fifo, a path through a symlink).
-DiskState = "tuple[pygit2.Oid, int] | None | bool"
+DiskState: TypeAlias = "tuple[pygit2.Oid, int] | None | bool"
 # The mode of a regular file whose exec bit the file system does not keep
 # (core.fileMode=false): either file mode, as git then takes it from the index.
 # Where links are checked out as plain files (core.symlinks=false) a regular file
@@ -171,7 +171,7 @@ def _split(path: str) -> tuple[str, str]:
     return (path[:cut], path[cut + 1:]) if cut >= 0 else ("", path)
 
 
-def disk_state(top: str, path: str, dirs: DirFds | None = None, conv: Conversions | None = None) -> "DiskState":
+def disk_state(top: str, path: str, dirs: DirFds | None = None, conv: Conversions | None = None) -> DiskState:
     """(blob id, mode) of ``path`` under ``top`` as git would record it, without
     following symlinks anywhere; None if absent; False if not a file or link.
     ``dirs``: directory descriptors shared by a batch (see DirFds). ``conv``: the
@@ -189,7 +189,7 @@ def disk_state(top: str, path: str, dirs: DirFds | None = None, conv: Conversion
         return False
 
 
-def state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = "") -> "DiskState":
+def state_at(dfd: int, name: str, conv: Conversions | None = None, path: str = "") -> DiskState:
     """disk_state of ``name`` (``path`` in the tree) in the open directory ``dfd``."""
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -227,7 +227,7 @@ def disk_oid(full: str) -> pygit2.Oid | None | bool:
     return s[0] if isinstance(s, tuple) else s
 
 
-def same(state: "DiskState", entry: Entry | None) -> bool:
+def same(state: DiskState, entry: Entry | None) -> bool:
     if entry is None:
         return state is None or state is False
     return isinstance(state, tuple) and state[0] == entry.oid and (

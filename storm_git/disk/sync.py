@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pygit2
 
 from ..core import tree_rules
 from ..core.convert import ConversionFailed, Conversions
-from ..core.errors import CorruptState
+from ..core.errors import CorruptState, NotInitialised
 from ..core.files import reason, stamp
 from ..core.locks import flocked
 from ..core.paths import tree_entry_refusal
@@ -52,7 +53,7 @@ class SyncResult:
     record_error: str | None = None
 
 
-def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
+def sync_locked(store: Store, paths: Sequence[str] = (), *, full: bool = False,
                 contents: dict[pygit2.Oid, bytes] | None = None,
                 step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
                 entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
@@ -84,7 +85,7 @@ def sync_locked(store: Store, paths: list[str] = (), *, full: bool = False,
             wants = {p: entry_or_none(store, htree, p) for p in candidates}
     else:
         htree = store.commit(head).tree
-        since = store.repo[rec.base] if full or rec.synced is None else store.commit(rec.synced).tree
+        since = store.tree(rec.base) if full or rec.synced is None else store.commit(rec.synced).tree
         # the record is exactly ``since`` (journal folded): the candidates below are then every
         # path where the record and the head differ
         clean = not rec.overlay and rec.base == since.id
@@ -145,7 +146,7 @@ def _settle_many(store: Store, top: str, candidates: list[str], wants: dict[str,
                 dirs.close()  # the directories changed: later reads open them afresh
 
 
-def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskState", rec: Record,
+def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: DiskState, rec: Record,
                 contents: dict[pygit2.Oid, bytes] | None, res: SyncResult, new: dict[str, Entry | None],
                 conv: Conversions) -> bool:
     """Bring one path from ``have`` to ``want`` unless someone else edited it;
@@ -182,7 +183,7 @@ def _settle_one(store: Store, top: str, p: str, want: Entry | None, have: "DiskS
     return True
 
 
-def _still(have: "DiskState", path: str, conv: Conversions) -> Expect:
+def _still(have: DiskState, path: str, conv: Conversions) -> Expect:
     """The check a disk write repeats on the file it displaces: still ``have``, the
     state the caller found to be storm's own version of ``path``."""
     return lambda dfd, name: state_at(dfd, name, conv, path) == have
@@ -265,7 +266,7 @@ def _settle_in_place(store: Store, top: str, p: str, want: Entry, rec: Record,
         return None
 
 
-def sync(store: Store, paths: list[str] = (), *, full: bool = False,
+def sync(store: Store, paths: Sequence[str] = (), *, full: bool = False,
          contents: dict[pygit2.Oid, bytes] | None = None,
          step: tuple[pygit2.Oid, pygit2.Oid] | None = None,
          entries: dict[str, Entry | None] | None = None, keep_going: bool = False,
@@ -295,7 +296,7 @@ def materialize(store: Store, paths: list[str], contents: dict[pygit2.Oid, bytes
 def record_tree(store: Store) -> tuple[pygit2.Tree, Record]:
     """The record folded into one tree (caller holds the worktree lock)."""
     rec = fold(store, load(store))
-    return store.repo[rec.base], rec
+    return store.tree(rec.base), rec
 
 
 def restore(store: Store, paths: list[str]) -> dict[str, str]:
@@ -303,6 +304,8 @@ def restore(store: Store, paths: list[str]) -> dict[str, str]:
     the one place storm discards an unmediated edit, on the user's explicit word."""
     with flocked(store.commondir, "worktree"):
         head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
         htree = store.commit(head).tree
         rec = load(store)
         out, new = {}, {}

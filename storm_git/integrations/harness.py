@@ -436,8 +436,8 @@ def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[s
             tree = store.commit(head).tree
             now = reservations.clock()
             chk = validate.check(store, agent, paths, now,
-                                 lambda: validate.verdict(store, tree, paths, reads, dict(reads), None, {}),
-                                 ignore=lambda r: _never_ran(store, r, now))
+                                 lambda tree=tree: validate.verdict(store, tree, paths, reads, dict(reads), None, {}),
+                                 ignore=lambda r, now=now: _never_ran(store, r, now))
             verdict = chk.verdict
             if chk.blocked is None and verdict.reason is None:
                 reservations.update(store, {p: Reservation(p, agent, now + lease, now) for p in paths},

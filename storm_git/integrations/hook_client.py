@@ -80,7 +80,8 @@ def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
 def _request(fp: str, cwd: str, args: list[str], data: bytes) -> bytes:
     streams = []
     for s in (sys.stdin, sys.stdout, sys.stderr):
-        streams += [(getattr(s, "encoding", None) or "utf-8").encode(), (getattr(s, "errors", None) or "strict").encode()]
+        streams += [(getattr(s, "encoding", None) or "utf-8").encode(),
+                    (getattr(s, "errors", None) or "strict").encode()]
     umask = os.umask(0o022)
     os.umask(umask)
     fields = [fp.encode("utf-8", "surrogateescape"), os.fsencode(cwd), str(umask).encode(),

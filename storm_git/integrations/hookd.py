@@ -58,7 +58,7 @@ class Request:
 def decode_request(fields: list[bytes]) -> Request:
     fp, cwd, umask, streams, argv, args, env, data = fields
     s = [x.decode() for x in hookd_wire.unpack(streams[8:])]
-    return Request(fp.decode("utf-8", "surrogateescape"), cwd, int(umask), list(zip(s[::2], s[1::2])),
+    return Request(fp.decode("utf-8", "surrogateescape"), cwd, int(umask), list(zip(s[::2], s[1::2], strict=False)),
                    [os.fsdecode(a) for a in hookd_wire.unpack(argv[8:])],
                    [os.fsdecode(a) for a in hookd_wire.unpack(args[8:])], hookd_wire.env_from(env), data)
 
@@ -336,7 +336,7 @@ def child(conn: socket.socket, fp: str, daemons_fds: list[int]) -> None:
                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for i in range(0, len(d) - 3, 4)]
         if go != hookd_wire.GO or len(fds) != 3:
             return  # the client gave up waiting and runs the call itself
-        for target, fd in zip((0, 1, 2), fds):
+        for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
         conn.settimeout(None)

@@ -45,7 +45,8 @@ file you read or change: view records what you read; create, str_replace, insert
 are accepted only if nothing you read has changed since. When a write is rejected (isError), the
 result says what changed, by whom, with the diff; the target's current version then counts as read, so
 re-apply your change to it and retry (other files it names as stale you must view again). When it says
-your change re-applies cleanly, write with rebased true accepts that after you have looked at it. Paths may be absolute inside the working tree or relative to its top.
+your change re-applies cleanly, write with rebased true accepts that after you have looked at it.
+Paths may be absolute inside the working tree or relative to its top.
 Start a new task with forget (an empty read set)."""
 
 ReadOnly = ToolAnnotations(read_only_hint=True)

@@ -244,14 +244,16 @@ class StormTools:
         if isinstance(ws, SharedWorkspace):
             tree = self._head_tree(ws)
             root = tree[p] if p else tree
+            assert isinstance(root, pygit2.Tree), "a listing is asked of a directory"
             for e in root:
-                if e.name.startswith("."):
+                name = str(e.name)
+                if name.startswith("."):
                     continue
                 is_dir = isinstance(e, pygit2.Tree)
-                entries.append((e.name, is_dir))
-                if is_dir:
-                    entries.extend((f"{e.name}/{s.name}", isinstance(s, pygit2.Tree))
-                                   for s in e if not s.name.startswith("."))
+                entries.append((name, is_dir))
+                if isinstance(e, pygit2.Tree):
+                    entries.extend((f"{name}/{s.name}", isinstance(s, pygit2.Tree))
+                                   for s in e if not str(s.name).startswith("."))
         else:
             base = os.path.join(self._top(ws), p)
             for name in os.listdir(base):
@@ -521,10 +523,13 @@ class StormTools:
         from ..core.store import WORKSPACE_REF
         from ..worktree.worktrees import target_branch
 
-        if self.store.config_get("storm.mode") == "storm" and self.store.ref_target(WORKSPACE_REF) is not None:
-            return self.store.commit(self.store.ref_target(WORKSPACE_REF)).tree_id
+        if self.store.config_get("storm.mode") == "storm":
+            head = self.store.ref_target(WORKSPACE_REF)
+            if head is not None:
+                return self.store.commit(head).tree_id
         try:
-            return self.store.commit(self.store.ref_target("refs/heads/" + target_branch(self.store))).tree_id
+            tip = self.store.ref_target("refs/heads/" + target_branch(self.store))
+            return None if tip is None else self.store.commit(tip).tree_id
         except StormError:
             return None
 

@@ -390,10 +390,11 @@ def _relative(store: Store, p: str) -> str:
 def _walk(tree: pygit2.Tree, base: str, depth: int, out: list[str]) -> None:
     if depth < 1:
         return
-    for e in sorted(tree, key=lambda e: e.name):
-        if e.name.startswith("."):
+    for e in sorted(tree, key=lambda e: str(e.name)):
+        entry = str(e.name)
+        if entry.startswith("."):
             continue
-        name = f"{base}/{e.name}" if base else e.name
+        name = f"{base}/{entry}" if base else entry
         if isinstance(e, pygit2.Tree):
             out.append(name + "/")
             _walk(e, name, depth - 1, out)

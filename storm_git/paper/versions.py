@@ -146,7 +146,7 @@ def _commit_or_none(store: Store, hexid: str) -> pygit2.Commit | None:
         return None
 
 
-def _steps(store: Store, synced: str, head: pygit2.Oid) -> list[tuple[str, pygit2.Tree | None, pygit2.Tree]] | None:
+def _steps(store: Store, synced: str, head: pygit2.Oid) -> list[tuple[str, pygit2.Tree, pygit2.Tree]] | None:
     """(commit, tree before, tree after) for each commit from ``synced`` (excluded) to
     ``head``, oldest first; None when ``head`` does not descend from ``synced``."""
     return _linear(store, synced, head, MAX_WALK)
@@ -166,7 +166,7 @@ def _advance(store: Store, t: _Table, head: pygit2.Oid) -> dict[str, bytes | Non
         old = _commit_or_none(store, t.synced)
         if old is None:  # and its commits are gone: every file of head is numbered anew
             origin = str(head)
-        steps = [(str(head), old.tree if old is not None else store.repo[store.empty_tree()],
+        steps = [(str(head), old.tree if old is not None else store.tree(store.empty_tree()),
                   store.commit(head).tree)]
     pending = _numbered_steps(store, t, {}, steps, floor, keep_origin=origin == t.origin)
     out: dict[str, bytes | None] = {path_key(p): _format(p, s) for p, s in pending.items()}
@@ -175,7 +175,7 @@ def _advance(store: Store, t: _Table, head: pygit2.Oid) -> dict[str, bytes | Non
 
 
 def _numbered_steps(store: Store, t: _Table, pending: dict[str, list[Version]],
-                    steps: list[tuple[str, pygit2.Tree | None, pygit2.Tree]], floor: int, *,
+                    steps: list[tuple[str, pygit2.Tree, pygit2.Tree]], floor: int, *,
                     keep_origin: bool = True) -> dict[str, list[Version]]:
     """``pending`` (path -> states, on top of ``t``) with each change of ``steps`` numbered;
     a new dict, the lists given are not changed."""
@@ -209,7 +209,7 @@ class _View:
 
 
 def _linear(store: Store, since: str, head: pygit2.Oid,
-            limit: int) -> list[tuple[str, pygit2.Tree | None, pygit2.Tree]] | None:
+            limit: int) -> list[tuple[str, pygit2.Tree, pygit2.Tree]] | None:
     """The steps from ``since`` to ``head`` when ``head`` is at most ``limit`` commits on
     from it along first parents; None otherwise."""
     chain: list[pygit2.Commit] = []

@@ -93,7 +93,8 @@ def _take_ticket(gitdir: str, who: str) -> tuple[int, int]:
         fd = os.open(os.path.join(d, _name(ticket)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, f"{os.getpid()} {who}\n".encode("utf-8", "replace"))
-        replace_file(os.path.join(d, "next"), f"{ticket + 1}\n".encode("ascii"), tmp=os.path.join(d, f"next.{os.getpid()}"))
+        replace_file(os.path.join(d, "next"), f"{ticket + 1}\n".encode("ascii"),
+                     tmp=os.path.join(d, f"next.{os.getpid()}"))
         return ticket, fd
     finally:
         os.close(guard)

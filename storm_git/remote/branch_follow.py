@@ -22,7 +22,7 @@ import pygit2
 from ..core import trailers
 from ..core.errors import RepoStateError
 from ..core.locks import flocked
-from ..core.store import WORKSPACE_REF, Store
+from ..core.store import WORKSPACE_REF, Store, ref_oid
 from ..storm import branch as storm_branch, index
 from ..storm.commit import COMMITTED_REF
 from . import transport
@@ -64,13 +64,13 @@ def follow(store: Store, remote: str) -> BranchFollow:
     repo = store.repo
     if repo.head_is_detached:
         return BranchFollow(None, None, DETACHED)
-    name = repo.lookup_reference("HEAD").target
+    name = str(repo.lookup_reference("HEAD").target)  # not detached: a branch's name
     short = name[len("refs/heads/"):] if name.startswith("refs/heads/") else name
     src, tracking = _upstream(store, remote, short)
     if not transport.fetch_branch(store, remote, src, tracking):
         return BranchFollow(short, None, NO_UPSTREAM)
     theirs = store.ref_target(tracking)
-    mine = None if repo.head_is_unborn else repo.head.target
+    mine = None if repo.head_is_unborn else ref_oid(repo.head)
     out = BranchFollow(short, tracking, UP_TO_DATE, str(mine) if mine else None, str(theirs))
     if theirs is None or mine == theirs:
         return out
@@ -84,7 +84,7 @@ def follow(store: Store, remote: str) -> BranchFollow:
         return out
     with index.locked(store):  # before the branch moves, held until the index has its tree
         with flocked(store.commondir, "workspace"):
-            current = None if repo.head_is_unborn else repo.head.target
+            current = None if repo.head_is_unborn else ref_oid(repo.head)
             if current != mine:
                 raise RepoStateError(f"{short} moved while storm was following {tracking}; nothing was changed",
                                      hint="run git storm sync again")
@@ -115,7 +115,7 @@ def _record_if_held(store: Store, tip: pygit2.Oid) -> bool:
         return False
     storm_branch.record(store, tip)
     committed = store.ref(COMMITTED_REF)
-    if committed is None or store.descends(shared, committed.target):
+    if committed is None or store.descends(shared, ref_oid(committed)):
         store.cas(committed, COMMITTED_REF, shared, "storm: committed (by the manager of another clone)")
     return True
 

@@ -92,7 +92,7 @@ def adopt_tracking(store: Store, remote: str) -> None:
         name = AGENTS_PREFIX + tracked[len(prefix):]
         theirs = store.ref_target(tracked)
         mine = store.ref_target(name)
-        if mine == theirs:
+        if theirs is None or mine == theirs:  # None: gone since it was listed
             continue
         if mine is None or store.descends(theirs, mine):
             with flocked(store.commondir, agent_lock(name[len(AGENTS_PREFIX):])):

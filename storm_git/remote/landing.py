@@ -154,7 +154,7 @@ class Landing:
             raise Busy(f"{WORKSPACE_REF} on {self.remote} {lost}",
                        hint="other machines kept writing first; retry the write (or raise storm.remoteRetrySeconds)")
 
-    def _after_landing(self, pushed: list[tuple[str, str, str]]) -> None:
+    def _after_landing(self, pushed: list[tuple[str, str, str | None]]) -> None:
         """The tracking refs after a push of ``pushed`` landed (workspace lock held)."""
         for src, dst, _lease in pushed:
             if src:
@@ -186,6 +186,7 @@ class Landing:
             self.fetch_adopt()
             self._fresh = True
             return
+        assert base is not None, "a queued tip is leased on the server's head"
         for a in to_fold(store, tip, base):
             readsets.fold(store, a)  # the journal reads each queued write names travel with it
         updates = push_updates(store, self.remote, tip, base, agents)
@@ -245,6 +246,7 @@ class Landing:
         write. False when it does not order writes after all: push with the lease."""
         store = self.store
         (tip, _ws, base), notes_updates = updates[0], updates[1:]
+        assert base is not None, "the shared ref's update is leased on the server's head"
         notes = {dst[len(AGENTS_PREFIX):]: pygit2.Oid(hex=src) for src, dst, _lease in notes_updates}
         ans = inbox.push(store, self.remote, pygit2.Oid(hex=tip), notes)
         self.pushes += 1
@@ -314,7 +316,7 @@ class Landing:
         with flocked(self.store.commondir, "workspace"):
             tracked = tracked_head(self.store, self.remote)
             queued = tracked is not None and write_state(self.store, self.remote, commit)[0] == QUEUED
-            if queued:
+            if tracked is not None and queued:
                 force(self.store, WORKSPACE_REF, tracked)
         if queued:
             self._queued = None

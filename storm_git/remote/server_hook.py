@@ -10,7 +10,8 @@ parent and agreeing with the parent's tree: every path of the read set it names
 has, in the parent, the blob it recorded. The read set is resolved from the
 agent's notes ref as pushed in the same push (or already there): the read-set
 note blob plus the first reads of the journal folded under that blob's key (the
-client folds before it queues a write, so both travel with it). An agent's notes ref only moves forward (its journals are never rewritten). A client
+client folds before it queues a write, so both travel with it). An agent's
+notes ref only moves forward (its journals are never rewritten). A client
 that skips validation, rewrites history or pushes a hand-made commit is refused.
 
 Run by git as ``python -m storm_git.remote.server_hook pre-receive`` with the
@@ -33,7 +34,7 @@ from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
-from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF
+from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF, blob_at
 from ..core.trailers import parse as parse_trailers, provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 from ..storm.validate import moved
@@ -58,7 +59,7 @@ class _Repo:
         self.repo = repo
 
     def blob_bytes(self, oid: pygit2.Oid) -> bytes:
-        return self.repo[oid].data  # a server's blob is there (or the push is refused)
+        return blob_at(self.repo, oid).data  # a server's blob is there (or the push is refused)
 
 
 def open_repo(path: str) -> pygit2.Repository:
@@ -231,7 +232,7 @@ def check_tree_paths(repo: pygit2.Repository, c: pygit2.Commit, parent: pygit2.T
         found = tree_rules.refusals(repo, c.tree)
     else:
         changed = [(d.new_file.raw_path.decode("utf-8", "surrogateescape"), d.new_file.id, d.new_file.mode)
-                   for d in repo.diff(parent, c.tree).deltas if d.status_char() != "D"]
+                   for d in parent.diff_to_tree(c.tree).deltas if d.status_char() != "D"]
         found = tree_rules.refusals(repo, c.tree, changed, _server_limit(repo))
     why = next(found, None)
     if why is not None:
@@ -247,7 +248,7 @@ def _server_limit(repo: pygit2.Repository) -> int:
 
 
 def _changed(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
-    diff = repo.diff(a, b)
+    diff = a.diff_to_tree(b)
     out = []
     for d in diff.deltas:
         out += [d.old_file.path, d.new_file.path]
@@ -343,7 +344,8 @@ def render(python: str) -> str:
             '    fi ;;\n'
             'esac\n'
             "# only pushes that move storm's refs (but for the inbox) pay for the interpreter\n"
-            f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}" | grep -q " refs/storm/\\| refs/notes/storm/"; then\n'
+            f'if printf "%s\\n" "$input" | grep -v " {INBOX_PREFIX}"'
+            ' | grep -q " refs/storm/\\| refs/notes/storm/"; then\n'
             '    printf "%s\\n" "$input" | "$STORM_PYTHON" -m storm_git.remote.server_hook pre-receive || exit 1\n'
             'fi\n'
             'if [ -x "$0.storm-chained" ]; then\n'

@@ -53,8 +53,8 @@ from ..core.files import append_log_line
 from ..core.gitcmd import run_git
 from ..core.readsets import provenance_entries
 from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
-from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
-from ..core.trailers import parse as parse_trailers
+from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, commit_at
+from ..core.trailers import Provenance, parse as parse_trailers
 from . import arrival, pktline, queue_move
 from .server_hook import GUARD_NAME as GUARD, INBOX_PREFIX, ZERO, Refused, check_commit, open_repo
 
@@ -155,10 +155,11 @@ def serve(gitdir: str, commands: list[Command]) -> Outcome:
             targets.append(target_of(c.ref))
             if c.new == ZERO:
                 raise Refused(f"{c.ref}: deleting an inbox ref is not a write (inbox refs are never created)")
-        queues = [c for c, (_clone, t) in zip(commands, targets) if t == WORKSPACE_REF]
+        queues = [c for c, (_clone, t) in zip(commands, targets, strict=True) if t == WORKSPACE_REF]
         if len(queues) > 1:
             raise Refused("one queue per push: push one refs/storm/inbox/<clone>/workspace")
-        notes = {t[len(AGENTS_PREFIX):]: c for c, (_clone, t) in zip(commands, targets) if t != WORKSPACE_REF}
+        notes = {t[len(AGENTS_PREFIX):]: c
+                 for c, (_clone, t) in zip(commands, targets, strict=True) if t != WORKSPACE_REF}
         who = targets[0][0] if targets else "?"
         repo = open_repo(gitdir)
         checked = _precheck(repo, queues[0] if queues else None, notes)
@@ -236,7 +237,7 @@ def _plan(repo: pygit2.Repository, queue: Command | None, notes: dict[str, Comma
     head = _ref(repo, WORKSPACE_REF)
     post = {AGENTS_PREFIX + a: c.new for a, c in notes.items()}
     held = {a: _ref(repo, AGENTS_PREFIX + a) for a in notes}
-    not_forward = set()
+    not_forward: set[str] = set()
     for a, c in notes.items():
         obj = repo.get(c.new)
         if not isinstance(obj, pygit2.Commit):
@@ -268,14 +269,14 @@ def _plan(repo: pygit2.Repository, queue: Command | None, notes: dict[str, Comma
 
 
 def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post: dict[str, str],
-                 not_forward: set[str], checked: set[pygit2.Oid], out: Outcome) -> tuple[Report, str | None, set[str]]:
+                 not_forward: set[str], checked: set[pygit2.Oid], out: Outcome) -> tuple[Report, str, set[str]]:
     """The queue's report, the new head, and the agents with a write not applied."""
     if head is None:
         raise Refused(f"the server has no shared workspace ({WORKSPACE_REF}): a clone creates it with "
                       "git storm init --remote")
     writes = _writes(repo, queue, head)
     if not writes:  # the whole queue is on the head already (an answer lost): landed
-        obj = repo[pygit2.Oid(hex=queue.new)]
+        obj = commit_at(repo, pygit2.Oid(hex=queue.new))
         parent = str(obj.parent_ids[0]) if obj.parent_ids else ZERO
         return Report(queue.ref, updates=[(WORKSPACE_REF, parent, str(obj.id))]), head, set()
     for c in writes:
@@ -292,18 +293,18 @@ def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post
                              reserved_ahead=_reserved_ahead(repo))
         for q, paths in mv.dropped:
             moved_under.setdefault(q, paths)
-        agents = drop | {_agent(repo[q]) for q, _paths in mv.dropped}
+        agents = drop | {_agent(commit_at(repo, q)) for q, _paths in mv.dropped}
         if agents == drop:
             break
         drop = frozenset(agents)  # a write not applied: nothing else of its agent is (its notes are not)
     for _q, now in mv.moved:
-        _check(repo, queue, repo[now], post)
+        _check(repo, queue, commit_at(repo, now), post)
     updates = []
-    for q, now in mv.landed + mv.placed:
-        c = repo[now]
+    for _q, now in mv.landed + mv.placed:
+        c = commit_at(repo, now)
         updates.append((WORKSPACE_REF, str(c.parent_ids[0]), str(now)))
     for q, _paths in mv.dropped:
-        c, paths = repo[q], moved_under[q]
+        c, paths = commit_at(repo, q), moved_under[q]
         why = (f"{', '.join(paths[:5])}{' and more' if len(paths) > 5 else ''} changed since it was validated"
                if paths else "its agent's notes or other write were not applied")
         out.messages.append(f"git storm order: {str(q)[:10]} of {_agent(c)} not applied: {why}")
@@ -317,7 +318,7 @@ def _apply_queue(repo: pygit2.Repository, queue: Command, head: str | None, post
 def _reserved_ahead(repo: pygit2.Repository) -> float:
     """storm_git.core.reservations.max_ahead, from the server's own config."""
     try:
-        seconds = float(repo.config["storm.reservationSeconds"])
+        seconds = float(repo.config["storm.reservationSeconds"] or "")  # no value: as unparsable
     except (KeyError, ValueError, pygit2.GitError):
         seconds = 30.0
     return max(MAX_AHEAD_SECONDS, MAX_AHEAD_FACTOR * seconds)
@@ -329,7 +330,7 @@ def _agent(c: pygit2.Commit) -> str:
 
 def _scopes(repo: pygit2.Repository, post: dict[str, str]) -> queue_move.ScopeOf:
     """The paths of a write's whole read set, from its agent's notes as pushed (or held)."""
-    def scope_of(c: pygit2.Commit, prov) -> frozenset[str]:  # type: ignore[no-untyped-def]
+    def scope_of(c: pygit2.Commit, prov: Provenance) -> frozenset[str]:
         agent = _agent(c)
         tip = post.get(AGENTS_PREFIX + agent) or _ref(repo, AGENTS_PREFIX + agent)
         tree = repo[pygit2.Oid(hex=tip)].peel(pygit2.Commit).tree if tip else None

@@ -89,7 +89,8 @@ def _git(store: Store, args: list[str], timeout: float, pre: list[str] | None = 
                               timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise Unreachable(f"git {args[0]} {args[-1] if args[0] == 'ls-remote' else ''}".strip()
-                          + f" took more than {timeout:.0f}s", hint="check the network and the server, then retry") from None
+                          + f" took more than {timeout:.0f}s",
+                          hint="check the network and the server, then retry") from None
 
 
 def _first_line(raw: bytes) -> str:
@@ -296,5 +297,6 @@ def read_push(returncode: int, stdout: bytes, stderr: bytes) -> PushOutcome:
 def describe_failure(out: PushOutcome) -> str:
     """One line naming why a push failed."""
     if out.refs:
-        return "; ".join(f"{ref}: {s}" for ref, (f, s) in out.refs.items() if f == "!") or _first_line(out.stderr.encode())
+        refused = "; ".join(f"{ref}: {s}" for ref, (f, s) in out.refs.items() if f == "!")
+        return refused or _first_line(out.stderr.encode())
     return _first_line(out.stderr.encode())

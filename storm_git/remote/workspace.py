@@ -49,9 +49,12 @@ from ..core import readsets
 from ..core.agents import seen_agents, validate_agent
 from ..core.files import read_own, replace_file
 from ..core.locks import flocked
+from ..core.payloads import ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import agent_lock, agent_ref, journal_path
+from ..core.reservations import Reservation
 from ..core.store import RESERVATIONS_REF, WORKSPACE_REF, Store
 from ..storm.publication import Publication
+from ..storm.validated_writer import OnWait
 from ..storm.workspace import SharedWorkspace
 from . import transport
 from .exchange import adopt_tracking, exchanging, learn_writers, write_lock
@@ -205,7 +208,9 @@ class RemoteWorkspace(Landing, SharedWorkspace):
             readsets.drop_cached(store, agent)
 
     # -- verbs that change shared state ---------------------------------------------
-    def apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+    def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+              wait: bool, op: str, expected: dict[str, str | None] | None = None,
+              on_wait: OnWait | None = None) -> WriteResult:
         """The validated write, one per agent at a time on this clone. A write dropped
         after a stale lease puts the agent's journal and notes back to the snapshot it
         took before it wrote: with two writes of one agent in flight, that would take
@@ -213,15 +218,19 @@ class RemoteWorkspace(Landing, SharedWorkspace):
         back last) bring the dropped write's versions back as read."""
         # patient: the write ahead is this agent's own, bounded by storm.remoteRetrySeconds
         with flocked(self.store.commondir, write_lock(agent), patient=True):
-            return self._apply(agent, changes, **kw)
+            return self._apply(agent, changes, intent=intent, deps=deps, wait=wait, op=op, expected=expected,
+                               on_wait=on_wait)
 
-    def _apply(self, agent: str, changes: dict[str, Any], **kw: Any) -> Any:
+    def _apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
+               wait: bool, op: str, expected: dict[str, str | None] | None,
+               on_wait: OnWait | None) -> WriteResult:
         self._stale_now, self._started, self._fresh, self._queued = 0, time.monotonic(), False, None
         self._unclear = 0
         self._moves = 0
         self._take_snapshot(agent)
         try:
-            res = super().apply(agent, changes, **kw)
+            res = super().apply(agent, changes, intent=intent, deps=deps, wait=wait, op=op, expected=expected,
+                                on_wait=on_wait)
         except BaseException:
             if self._queued is not None:  # queued, not landed: it must not land after this failure
                 self._unqueue(self._queued)
@@ -239,23 +248,28 @@ class RemoteWorkspace(Landing, SharedWorkspace):
 
     # edit and rm look at the head before the write (is the file there?), exec runs a
     # command on the disk: each starts from the remote's head, not the local copy's
-    def edit(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False, agent=kw.get("agent"))
-        return super().edit(*args, **kw)
+    def edit(self, path: str, old: str, new: str, *, agent: str | None, intent: str | None = None,
+             deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(disk=False, agent=agent)
+        return super().edit(path, old, new, agent=agent, intent=intent, deps=deps, wait=wait, on_wait=on_wait)
 
-    def rm(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(disk=False, agent=kw.get("agent"))
-        return super().rm(*args, **kw)
+    def rm(self, path: str, *, agent: str | None, intent: str | None = None,
+           deps: Iterable[str] | None = None, wait: bool = True, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(disk=False, agent=agent)
+        return super().rm(path, agent=agent, intent=intent, deps=deps, wait=wait, on_wait=on_wait)
 
-    def exec(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(agent=kw.get("agent"))
-        return super().exec(*args, **kw)
+    def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
+             timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
+        self.refresh(agent=agent)
+        return super().exec(argv, agent=agent, intent=intent, timeout=timeout, wait=wait, on_wait=on_wait)
 
-    def adopt(self, *args: Any, **kw: Any) -> Any:
-        self.refresh(agent=kw.get("agent"))
-        return super().adopt(*args, **kw)
+    def adopt(self, paths: list[str], *, agent: str | None, intent: str | None = None,
+              wait: bool = True, allow_revert: bool = False, on_wait: OnWait | None = None) -> WriteResult:
+        self.refresh(agent=agent)
+        return super().adopt(paths, agent=agent, intent=intent, wait=wait, allow_revert=allow_revert,
+                             on_wait=on_wait)
 
-    def release(self, path: str, *, agent: str | None) -> Any:
+    def release(self, path: str, *, agent: str | None) -> Reservation | None:
         self.refresh(disk=False, agent=agent)
         r = super().release(path, agent=agent)
         self._push_reservations()
@@ -288,14 +302,14 @@ class RemoteWorkspace(Landing, SharedWorkspace):
                     force(store, tracking_ref(self.remote, RESERVATIONS_REF), local)
 
     # -- reads and reports see the remote's head -------------------------------------
-    def read(self, paths: Iterable[str], *, agent: str | None) -> Any:
+    def read(self, paths: Iterable[str], *, agent: str | None) -> list[ReadResult]:
         self.refresh(agent=agent)
         return super().read(paths, agent=agent)
 
-    def status(self, **kw: Any) -> Any:
+    def status(self, *, diffs: bool = False, untracked_content: bool = False) -> Status:
         self.flush()
         self.refresh(notes=True)  # status reports every agent's read set
-        st = super().status(**kw)
+        st = super().status(diffs=diffs, untracked_content=untracked_content)
         st.extra["remote"] = self.remote
         return st
 

@@ -180,7 +180,7 @@ def _chain_between(store: Store, base: pygit2.Oid, tip: pygit2.Oid) -> list[pygi
         for _ in range(QUEUE_WALK_STEPS):
             if at == base:
                 return out[::-1]
-            parents = store.repo[at].parent_ids
+            parents = store.commit(at).parent_ids
             if len(parents) != 1:
                 return None
             out.append(at)

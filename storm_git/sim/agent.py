@@ -137,7 +137,7 @@ class Agent:
         content, judged = apply_change(change, view)
         last_judged = judged  # the judgement the content being written already took
         rec["judgement"] += judged
-        for attempt in range(MAX_ATTEMPTS):
+        for _attempt in range(MAX_ATTEMPTS):
             res = self._write(change, content, view)
             if res is not None:
                 rec["waited_s"] += res.waited
@@ -176,7 +176,7 @@ class Agent:
         return rec
 
     def run(self) -> dict[str, Any]:
-        for rnd, (change, plan) in enumerate(zip(self.spec["changes"], self.spec["plans"])):
+        for rnd, (change, plan) in enumerate(zip(self.spec["changes"], self.spec["plans"], strict=True)):
             self.report["tasks"].append(self.task(rnd, Change.from_json(change), plan))
         return self.report
 

@@ -125,7 +125,7 @@ def _lines(c: bytes | None) -> list[bytes]:
 def added_lines(base: bytes | None, written: bytes | None) -> list[bytes]:
     """Non-blank lines the write added (insert/replace hunks of base -> written)."""
     a, b = _lines(base), _lines(written)
-    out = []
+    out: list[bytes] = []
     for tag, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag in ("insert", "replace"):
             out.extend(line for line in b[j1:j2] if line.strip())

@@ -119,7 +119,8 @@ def markdown(data: dict[str, Any], plot: str | None = None) -> str:
         n = clean[0][1]["clean_pairs"]
         lines += ["", f"Pairs git merges cleanly: {n}. " + "; ".join(
             f"{m}: {t['clean_pairs_rejections']:.0f} rejections"
-            + (f", {t['clean_pairs_cleared']:.0f} pairs cleared by one rebased change a rejection" if "rebased" in m else "")
+            + (f", {t['clean_pairs_cleared']:.0f} pairs cleared by one rebased change a rejection"
+               if "rebased" in m else "")
             + f", {t['clean_pairs_calls'] / n:.1f} agent calls a pair" for m, t in clean) + "."]
     g = data["gold"]
     if g["compared"]:
@@ -128,7 +129,8 @@ def markdown(data: dict[str, Any], plot: str | None = None) -> str:
                   f"dataset: {g['gold_conflicting']} conflicting)."]
         lines += [f"* {d}" for d in g["differ"]]
     lines += ["", "## Every pair", "",
-              "| pair | shared files | mode | caught | rejections | rebased | calls | lost | tests | semantic | wall s |",
+              "| pair | shared files | mode | caught | rejections | rebased | calls | lost | tests | semantic "
+              "| wall s |",
               "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
     for p in pairs:
         for mode, r in p["modes"].items():
@@ -170,7 +172,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[str | None, str | None]:
     for key, name, color in CAUGHT:
         vals = [data["totals"][m][key] for m in modes]
         left.bar(modes, vals, bottom=bottom, color=color, edgecolor="black", linewidth=0.4, label=name)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     left.set_ylabel("pairs")
     left.set_title("How each mode caught the pairs", fontsize=10)
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)

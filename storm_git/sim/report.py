@@ -13,7 +13,8 @@ COLUMNS = [  # (header, key in a run's dict)
     ("at write", "caught_at_write"), ("at merge", "caught_at_merge"), ("by tests", "caught_by_tests"),
     ("differs from reference", "caught_never"), ("lost updates", "lost_updates"), ("rejections", "rejections"),
     ("needed", "rejections_needed"), ("needless", "rejections_needless"), ("re-reads", "rereads"),
-    ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"), ("of it merge/commit s", "integrate_s"),
+    ("judgement", "judgement"), ("reservation waits", "reservation_waits"), ("wall s", "wall_s"),
+    ("of it merge/commit s", "integrate_s"),
     ("tests", "test_passed"),
 ]
 TOTALS = ["caught_at_write", "caught_at_merge", "caught_by_tests", "caught_never", "lost_updates",
@@ -104,7 +105,8 @@ def parse_markdown_runs(text: str) -> list[dict[str, str]]:
     """The "Every run" table back as rows of strings (tests compare it with the JSON)."""
     part = text.split("## Every run", 1)[1].split("## Definitions", 1)[0]
     rows = [ln for ln in part.splitlines() if ln.startswith("|")][2:]
-    return [dict(zip([k for _, k in COLUMNS], [c.strip() for c in ln.strip("|").split("|")])) for ln in rows]
+    return [dict(zip([k for _, k in COLUMNS], [c.strip() for c in ln.strip("|").split("|")], strict=False))
+            for ln in rows]
 
 
 def write(data: dict[str, Any], out: str) -> dict[str, Any]:
@@ -150,7 +152,7 @@ def figures(data: dict[str, Any]) -> list[tuple[str, Any]]:
     import matplotlib.pyplot as plt
 
     runs = data["runs"]
-    made = [(name, fn(plt, runs)) for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall))]
+    made = [(name, fn(plt, runs)) for name, fn in zip(PLOTS, (_conflicts, _rejections, _wall), strict=True)]
     return [(name, fig) for name, fig in made if fig is not None]
 
 
@@ -198,7 +200,7 @@ def _conflicts(plt: Any, runs: list[dict[str, Any]]) -> Any:
             xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(groups))]
             ax.bar(xs, vals, width, bottom=bottom, color=color, hatch=hatches[j % 3], edgecolor="black",
                    linewidth=0.4, label=f"{name}" if j == 0 else None)
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("conflicts")
     _count_axes(ax, len(groups))

@@ -83,7 +83,7 @@ def _start_agents(w: Workload, mode: str, repo: str, root: str, names: list[str]
     sync_dir = os.path.join(root, "sync")
     os.makedirs(sync_dir)
     procs = []
-    for name, changes, plans in zip(names, w.agents, _plans(w, names)):
+    for name, changes, plans in zip(names, w.agents, _plans(w, names), strict=True):
         spec = {"agent": name, "mode": mode, "repo": repo, "kind": w.kind, "deps": deps, "sync_dir": sync_dir,
                 "changes": [c.to_json() for c in changes], "plans": plans,
                 "out": os.path.join(root, f"{name}.json"), **opts}

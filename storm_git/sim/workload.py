@@ -130,9 +130,9 @@ def merge3(base: bytes | None, current: bytes | None, post: bytes | None) -> Mer
             raise RuntimeError(f"git merge-file failed: {r.stderr.decode(errors='replace')}")
         if r.returncode == 0:
             return Merged(r.stdout, 0)
-        n = r.returncode
+        conflicts = r.returncode
         r = subprocess.run(["git", "merge-file", "-p", "--theirs", *names], capture_output=True)
-        return Merged(r.stdout, n)
+        return Merged(r.stdout, conflicts)
 
 
 # -- Python import graph -------------------------------------------------------------

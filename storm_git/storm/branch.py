@@ -24,7 +24,7 @@ import pygit2
 from ..core import trailers
 from ..core.errors import RepoStateError
 from ..core.locks import flocked
-from ..core.store import WORKSPACE_REF, Store
+from ..core.store import WORKSPACE_REF, Store, ref_oid
 from .validated_writer import ValidatedWriter
 
 INTEGRATED_REF = "refs/storm/integrated"
@@ -57,7 +57,7 @@ def known(store: Store, head: pygit2.Oid, tip: pygit2.Oid) -> pygit2.Oid | None:
     history (init, a mode switch). One history walk, not one per commit."""
     ref = store.ref(INTEGRATED_REF)
     if ref is not None:
-        return ref.target
+        return ref_oid(ref)
     repo = store.repo
     meet = repo.merge_base(head, tip)
     c = store.commit(tip)
@@ -82,7 +82,9 @@ def news(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid | None = N
     """What the branch gained outside storm since the shared workspace last held it
     (None: nothing, or nothing storm can tell: unrelated histories, see ``unrelated``)."""
     head = head if head is not None else store.ref_target(WORKSPACE_REF)
-    tip = branch_ref.target
+    if head is None:
+        return None  # no shared head: nothing the shared workspace held
+    tip = ref_oid(branch_ref)
     x = known(store, head, tip)
     if x is None or x == tip:
         return None
@@ -185,8 +187,9 @@ def _check_related(store: Store, branch_ref: pygit2.Reference, head: pygit2.Oid)
     """Refuse a branch rewritten past what storm held (``git filter-repo``, an orphan
     branch): it gains no "news" (no merge base), and committing the shared tree on
     top would bring back whatever the rewrite removed."""
-    x = known(store, head, branch_ref.target)
-    if x is None or x == branch_ref.target or store.repo.merge_base(x, branch_ref.target) is not None:
+    tip = ref_oid(branch_ref)
+    x = known(store, head, tip)
+    if x is None or x == tip or store.repo.merge_base(x, tip) is not None:
         return
     raise BranchUnrelated(
         f"{branch_ref.shorthand} shares no history with {str(x)[:10]}, the commit the shared workspace last held "
@@ -216,7 +219,7 @@ def integrate(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
         shared = store.commit(head).tree
         repo = store.repo
         theirs, _own = without_own_versions(store, head, found)
-        merging = repo.merge_trees(store.commit(found.base).tree, shared, repo[theirs])
+        merging = repo.merge_trees(store.commit(found.base).tree, shared, store.tree(theirs))
         conflicts = sorted({next(side for side in sides if side is not None).path
                             for sides in merging.conflicts}) if merging.conflicts is not None else []
         if conflicts and not keep_shared:
@@ -232,7 +235,7 @@ def integrate(ws: ValidatedWriter, manager: str, *, keep_shared: bool = False,
             entry = _entry(shared, path)
             if entry is not None:
                 merging.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
-        merged = repo[merging.write_tree(repo)]
+        merged = store.tree(merging.write_tree(repo))
         changes: dict[str, object] = {}
         expected: dict[str, str | None] = {}
         for d in shared.diff_to_tree(merged).deltas:

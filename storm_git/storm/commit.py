@@ -26,7 +26,7 @@ from ..core.agents import validate_agent
 from ..core.errors import OperationInProgress, RepoStateError, StormError, UsageError
 from ..core.locks import flocked
 from ..core.payloads import CommitResult
-from ..core.store import Store, git_env, signature
+from ..core.store import Store, git_env, ref_oid, signature
 from . import branch, index
 from .tracking import adopt, unmediated
 from .validated_writer import ValidatedWriter
@@ -116,7 +116,8 @@ def _commit_msg(store: Store, text: str) -> str:
         r = _hook(store, "commit-msg", path)
         if r.returncode != 0:
             said = (r.stderr or r.stdout).decode("utf-8", "replace").strip().splitlines()
-            raise HookRefused(f"the commit-msg hook refused the commit: {said[-1] if said else 'exit ' + str(r.returncode)}",
+            raise HookRefused("the commit-msg hook refused the commit: "
+                              + (said[-1] if said else f"exit {r.returncode}"),
                               hint="fix the message (-m), or commit without the hooks: git storm commit --no-verify")
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             return fh.read()
@@ -184,9 +185,9 @@ def commit(ws: ValidatedWriter, message: str, *, agent: str | None = None, adopt
             if branch.news(store, branch_ref, head) is not None:  # moved again since it was merged in
                 raise RepoStateError(f"{branch_ref.shorthand} moved outside storm while committing; nothing "
                                      "was committed", hint="run git storm commit again")
-            parent = store.commit(branch_ref.target)
+            parent = store.commit(ref_oid(branch_ref))
             committed = store.ref(COMMITTED_REF)
-            since = committed.target if committed is not None else None
+            since = ref_oid(committed) if committed is not None else None
             writes = writes_since(store, head, since)
             agents = sorted({trailers.parse(c.message).get("Storm-Agent", [c.author.name])[0] for c in writes})
             paths = sorted({p for c in writes for p in trailers.parse(c.message).get("Storm-Path", [])})

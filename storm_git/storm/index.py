@@ -19,7 +19,7 @@ import pygit2
 from ..core.errors import Busy, RepoStateError
 from ..core.files import index_copy
 from ..core.locks import pid_alive
-from ..core.store import Store, git_env
+from ..core.store import Store, git_env, ref_oid
 
 INDEX_LOCK_MARK = b"git-storm manager-commit"
 
@@ -67,7 +67,7 @@ def repair_index(store: Store, new: str | None) -> bool:
     lock = os.path.join(store.gitdir, "index.lock")
     done = False
     try:
-        tip = store.repo.lookup_reference("HEAD").resolve().target
+        tip = ref_oid(store.repo.lookup_reference("HEAD"))
         if new is not None and str(tip) == new:
             reset(store, store.commit(tip).tree_id)
             done = True

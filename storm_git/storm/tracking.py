@@ -53,7 +53,7 @@ from ..core.store import MODE_BLOB, MODE_LINK, WORKSPACE_REF, Entry, Store, git_
 from ..core.tree_diff import changed_paths, tree_changes
 from ..disk import safe_fs, sync as disk_sync
 from ..disk.record import entry_or_none
-from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
+from ..disk.safe_fs import TEMP_PREFIX, DiskState, disk_state, same
 from . import branch
 from .validated_writer import AS_WRITTEN, OnWait, ValidatedWriter
 
@@ -65,10 +65,6 @@ CLOCK_PATIENCE_SECONDS = 0.05
 # Above this many changed entries, re-reading the whole tree is cheaper than --index-info.
 FULL_REREAD_THRESHOLD = 20000
 KILL_GRACE_SECONDS = 2.0
-
-# A path's state on disk: a blob id, None (absent), or False (not a regular file:
-# a directory or something storm does not write).
-DiskState = "pygit2.Oid | None | bool"
 
 
 class CommandNotFound(UsageError):
@@ -93,7 +89,7 @@ class Snapshot:
     head: pygit2.Oid
     tree: pygit2.Tree
     record: pygit2.Tree  # what storm last put on disk, as one tree
-    dirty: dict[str, Any]  # path -> DiskState
+    dirty: dict[str, DiskState]
     nested: list[str] = field(default_factory=list)  # git repositories of their own (not recorded)
 
 
@@ -685,7 +681,8 @@ def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: di
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = with_mode(read_disk_content(store, path, dirs), a, _entry(store, start, path)) if a is not None else None
+    changes[path] = (with_mode(read_disk_content(store, path, dirs), a, _entry(store, start, path))
+                     if a is not None else None)
     expected[path] = hex_(_version(store, start, path))
 
 

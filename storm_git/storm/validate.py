@@ -21,6 +21,7 @@ from typing import Any
 
 import pygit2
 
+from ..coordination import assignments
 from ..core import events, readsets, reservations
 from ..core.errors import BadPath
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, Rejection
@@ -88,7 +89,8 @@ def verdict(store: Store, tree: pygit2.Tree, paths: list[str], reads: dict[str, 
     current = {p: target_entry(store, tree, p, changes or {}) for p in paths}
     conflicts, unread = [], []
     for p in paths:
-        cur = hex_(current[p].oid) if current[p] else None
+        entry = current[p]
+        cur = hex_(entry.oid) if entry else None
         exp = expected.get(p, AS_WRITTEN) if expected is not None else AS_WRITTEN
         if exp != AS_WRITTEN:
             if exp != cur:
@@ -157,7 +159,9 @@ def check(store: Store, agent: str, paths: list[str], now: float, judge: Callabl
           *, ignore: Callable[[Reservation], bool] | None = None) -> Check:
     """Under the workspace lock: another agent's reservation on a target stops the
     write (``ignore`` may pass over one, a harness lease whose edit never ran);
-    otherwise ``judge`` gives the verdict at the locked head."""
+    otherwise ``judge`` gives the verdict at the locked head. A read-only agent
+    (``storm.readOnly``) is refused outright."""
+    assignments.check_writable(store, agent)
     live = reservations.live_on(store, paths, now)  # one ref lookup for the batch
     held = []
     for p in paths:
@@ -221,4 +225,4 @@ def _files(tree: pygit2.Tree, prefix: str = "") -> Iterable[str]:
         if isinstance(e, pygit2.Tree):
             yield from _files(e, f"{prefix}{e.name}/")
         else:
-            yield prefix + e.name
+            yield prefix + str(e.name)

@@ -35,7 +35,7 @@ from ..core.payloads import (
 )
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
-from ..core.store import MODE_LINK, WORKSPACE_REF, hex_
+from ..core.store import MODE_LINK, WORKSPACE_REF, hex_, ref_oid
 from ..core.workspace import BaseWorkspace, replace_once
 from . import branch, rebased, write
 from .publication import Publication
@@ -79,7 +79,7 @@ class SharedWorkspace(BaseWorkspace):
         return ref
 
     def head(self) -> pygit2.Oid:
-        return self.head_ref().target
+        return ref_oid(self.head_ref())
 
     def catch_up(self, agent: str | None = None) -> None:
         """Bring the shared head to the truth before a decision made outside ``apply``

@@ -32,7 +32,7 @@ from ..core.paths import normalize
 from ..core.payloads import RESERVED, STALE_DEPENDENCY, ReservationWait, WriteResult
 from ..core.readsets import ReadEntry, ReadSetView
 from ..core.reservations import Reservation
-from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, Entry, Store, hex_
+from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, Entry, Store, hex_, ref_oid
 from ..deps import impact as depimpact, scope as depscope
 from ..disk.record import check_record
 from ..disk.safe_fs import parent_fd
@@ -119,6 +119,7 @@ class Write:
     def set_auto_scope(self) -> None:
         """The scope, its name and the deps listed in provenance, from the computed scope."""
         auto, reads = self.auto, self.reads
+        assert auto is not None, "only --deps auto computes a scope"
         if auto.paths is None:
             self.scope, self.scope_name, self.dep_list = dict(reads), auto.name, None
             return
@@ -189,6 +190,7 @@ def analyse(ws: WriteHost, w: Write, head: pygit2.Oid, stale: list[str]) -> None
     write uses (depimpact: those that do not leave the scope). Runs without the lock
     except after ANALYSE_OUTSIDE rounds lost to other writers."""
     auto, store = w.auto, ws.store
+    assert auto is not None, "only --deps auto analyses"
     if depscope.widen(auto, store, w.agent, w.changes, w.reads, head):
         w.set_auto_scope()
     if not stale or auto.paths is None:
@@ -247,7 +249,7 @@ def attempt(ws: WriteHost, w: Write, pre: validate.Pre | None, *, hold: float, g
     store, pub, agent, paths = ws.store, ws.publication, w.agent, w.paths
     with flocked(store.commondir, "workspace"):
         ref = ws.head_ref()
-        head = ref.target
+        head = ref_oid(ref)
         tree = store.commit(head).tree
         if _behind(w, head) and w.analysed_outside < ANALYSE_OUTSIDE:
             return Attempt(ANALYSE, head, tree)
@@ -267,10 +269,11 @@ def attempt(ws: WriteHost, w: Write, pre: validate.Pre | None, *, hold: float, g
             if not pub.verdict_is_final():
                 return Attempt(REFRESH, head, tree)
             if give_up:
-                found = validate.refuse_reserved(store, agent, w.op, paths, chk.blocked, head, tree)
-                return Attempt(GAVE_UP, head, tree, verdict=found, blocked=chk.blocked)
+                refused = validate.refuse_reserved(store, agent, w.op, paths, chk.blocked, head, tree)
+                return Attempt(GAVE_UP, head, tree, verdict=refused, blocked=chk.blocked)
             return Attempt(BLOCKED, head, tree, blocked=chk.blocked)
         found = chk.verdict
+        assert found is not None, "check judges whenever nothing blocks"
         if _unjudged(w, head, found):
             if w.analysed_outside < ANALYSE_OUTSIDE:
                 return Attempt(ANALYSE, head, tree, stale=found.stale)
@@ -371,12 +374,14 @@ def apply(ws: WriteHost, agent: str, changes: dict[str, Any], *, intent: str | N
                     _after_landing(warnings, "ending the writer's reservation", None,
                                    end_reservations, store, agent, at.held)
         if at.outcome == BLOCKED:
-            if at.blocked != announced:
+            blocked = at.blocked
+            assert blocked is not None, "a BLOCKED attempt names the reservation"
+            if blocked != announced:
                 blocked_at = blocked_at or time.monotonic()
-                announced = at.blocked
+                announced = blocked
                 if on_wait is not None:
-                    on_wait(at.blocked)
-            time.sleep(min(0.05, max(0.001, at.blocked.remaining())))
+                    on_wait(blocked)
+            time.sleep(min(0.05, max(0.001, blocked.remaining())))
             blocked_end = time.monotonic()
             continue
         break
@@ -404,7 +409,8 @@ def _accepted(ws: WriteHost, w: Write, at: Attempt, warnings: list[str], retries
                                  store, agent, at.tree, w.blobs, commit) if landed else []
     versions = {p: hex_(b) if b is not None else None for p, b in w.blobs.items()}
     synced = materialize(store, paths, w.contents, step=(at.head, commit),
-                         entries={p: v and Entry(*v) for p, v in at.placed.items()}, conv=w.conv) if landed else None
+                         entries={p: v and Entry(*v) for p, v in at.placed.items()},
+                         conv=w.conv) if commit is not None else None
     if synced is not None and synced.record_error:
         warnings.append(f"recording the disk write failed: {synced.record_error} (it stays recorded "
                         "as pending; the next storm command records it)")
@@ -432,6 +438,7 @@ def _rejected(ws: WriteHost, w: Write, at: Attempt, retries: int, waited: float,
         if v != AS_WRITTEN:
             seen[p] = ReadEntry(p, v, "")
     found, auto = at.verdict, w.auto
+    assert found is not None, "a rejected attempt carries its verdict"
     reservation = at.granted if found.reason != RESERVED else at.blocked
     rejection = validate.reject(ws, w.agent, w.op, found, at.head, seen, reservation,
                                 w.changes.get(found.conflicts[0]) if found.conflicts else None)
@@ -470,7 +477,8 @@ def _refuse_case_twins(store: Store, tree: pygit2.Tree, created: list[str], dele
             meant = twin + p[len(twin):]  # the path as the file system already spells it
             raise BadPath(f"{p!r} is {meant!r} on this case-insensitive file system (core.ignoreCase=true): "
                           f"{twin!r} is already there",
-                          hint=f"write {meant!r} instead" + ("" if meant != twin else ", or delete it in the same change"))
+                          hint=f"write {meant!r} instead"
+                          + ("" if meant != twin else ", or delete it in the same change"))
 
 
 def _mode(current: Entry | None) -> int:

@@ -34,7 +34,7 @@ from ..core.diffs import text_lines
 from ..core.errors import RepoStateError, UsageError
 from ..core.gitcmd import run_git
 from ..core.locks import flocked
-from ..core.store import Store, signature
+from ..core.store import Store, ref_oid, signature, tree_at
 from .worktrees import ahead_behind, branch_for, list_worktrees, storm_branches, target_branch
 
 STRATEGIES = ("abort", "ours", "theirs")
@@ -250,7 +250,7 @@ def resolve(store: Store, tm: TreeMerge, conflicts: list[ConflictFile], favor: s
             cf.resolution = f"whole-file {favor}"
             for h in cf.hunks:
                 h.overridden = loser
-    base = store.repo[pygit2.Oid(hex=tm.tree)]
+    base = store.tree(pygit2.Oid(hex=tm.tree))
     return store.tree_with(base, changes)
 
 
@@ -261,7 +261,7 @@ def files_changed(store: Store, old_tree: pygit2.Oid, new_tree: pygit2.Oid) -> l
     repo = store.repo
 
     def entries(oid: pygit2.Oid | None) -> dict[str, tuple[pygit2.Oid, int]]:
-        return {} if oid is None else {e.name: (e.id, e.filemode) for e in repo[oid]}
+        return {} if oid is None else {str(e.name): (e.id, e.filemode) for e in tree_at(repo, oid)}
 
     def walk(a: pygit2.Oid | None, b: pygit2.Oid | None, prefix: str) -> None:
         ea, eb = entries(a), entries(b)
@@ -273,7 +273,7 @@ def files_changed(store: Store, old_tree: pygit2.Oid, new_tree: pygit2.Oid) -> l
             xt = x is not None and x[1] == pygit2.GIT_FILEMODE_TREE
             yt = y is not None and y[1] == pygit2.GIT_FILEMODE_TREE
             if xt or yt:
-                walk(x[0] if xt else None, y[0] if yt else None, path + "/")
+                walk(x[0] if x is not None and xt else None, y[0] if y is not None and yt else None, path + "/")
             if x is not None and not xt and (y is None or yt):
                 out.append({"status": "D", "path": path})
             elif y is not None and not yt and (x is None or xt):
@@ -328,7 +328,10 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
     sign = signing.wanted(store) and not dry_run  # a dry run's commits land nowhere
     with flocked(store.commondir, "merge"):
         ref = store.ref(tref)
-        before = ref.target
+        if ref is None:
+            raise RepoStateError(f"the target branch {target} does not exist",
+                                 hint="pass --into BRANCH naming an existing branch")
+        before = ref_oid(ref)
         if agents:
             order = list(dict.fromkeys(validate_agent(a) for a in agents))
             for a in order:
@@ -347,6 +350,8 @@ def merge(store: Store, agents: list[str] | None = None, *, into: str | None = N
             t0 = time.perf_counter()
             branch = branch_for(store, agent)
             tip = store.ref_target("refs/heads/" + branch)
+            if tip is None:
+                raise RepoStateError(f"the branch {branch} of {agent} is gone", hint="nothing was merged")
             res = AgentMerge(agent, branch, str(tip), "up_to_date")
             if tip == cur or store.repo.descendant_of(cur, tip):
                 results.append(res)

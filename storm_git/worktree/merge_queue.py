@@ -68,7 +68,8 @@ def dependencies(store: Store, agents: list[str], target: pygit2.Oid) -> dict[st
             info[a] = _changed(store, tip, target)
 
     def owners(path: str) -> set[str]:
-        return {b for b in agents if (b in assigned and assigned[b].covers(path)) or path in info.get(b, (None, set()))[1]}
+        return {b for b in agents
+                if (b in assigned and assigned[b].covers(path)) or path in info.get(b, (None, set()))[1]}
 
     deps: dict[str, list[str]] = {}
     for a, (tree, changed) in info.items():
@@ -135,7 +136,7 @@ def remove_scratch(store: Store, path: str) -> None:
 def remove_leftovers(store: Store) -> list[str]:
     """Scratch worktrees of storm processes that are gone (killed with SIGKILL)."""
     root = scratch_root(store)
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(root)
     except FileNotFoundError:

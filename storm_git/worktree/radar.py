@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import pygit2
 
@@ -86,6 +86,10 @@ class RadarReport:
 
 
 # -- the scan ------------------------------------------------------------------------------------
+@overload
+def _tree(store: Store, oid: pygit2.Oid) -> pygit2.Oid: ...
+@overload
+def _tree(store: Store, oid: pygit2.Oid | None) -> pygit2.Oid | None: ...
 def _tree(store: Store, oid: pygit2.Oid | None) -> pygit2.Oid | None:
     return None if oid is None else store.commit(oid).tree_id
 
@@ -106,7 +110,7 @@ def _blob(store: Store, tree: pygit2.Oid | None, path: str) -> bytes | None:
     if tree is None:
         return None
     try:
-        e = store.entry(store.repo[tree], path)
+        e = store.entry(store.tree(tree), path)
     except StormError:
         return None
     return None if e is None else store.blob_bytes(e.oid)
@@ -116,7 +120,8 @@ def _conflicts(store: Store, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: 
                paths: set[str]) -> dict[str, tuple[str, list[Hunk]]]:
     """{path: (kind, hunks)} of the in-memory merge's conflicts among ``paths``."""
     repo = store.repo
-    index = repo.merge_trees(repo[base if base is not None else store.empty_tree()], repo[ours], repo[theirs])
+    index = repo.merge_trees(store.tree(base if base is not None else store.empty_tree()), store.tree(ours),
+                             store.tree(theirs))
     out: dict[str, tuple[str, list[Hunk]]] = {}
     if index.conflicts is None:
         return out
@@ -177,8 +182,10 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
         """What the other agent's branch has that the target lacks."""
         if other not in own_changes:
             tip = tips[other]
+            assert tip is not None, "asked only of branches with a tip"
             fork = _base(store, tip, target) if target is not None else None
-            own_changes[other] = (fork, set() if fork == tip else _changed(store, _tree(store, fork), _tree(store, tip)))
+            own_changes[other] = (fork, set() if fork == tip
+                                  else _changed(store, _tree(store, fork), _tree(store, tip)))
         return own_changes[other]
 
     hits: list[RadarHit] = []
@@ -194,14 +201,16 @@ def scan(store: Store, agents: list[str] | None = None, *, ours_tree: pygit2.Oid
         ours = ours_tree if ours_tree is not None else _tree(store, tip)
         sources: list[tuple[str, str, str, pygit2.Oid, set[str]]] = []
         for other, branch in branches.items():
-            if other == agent or tips.get(other) is None or branch == target_name:
+            their = tips.get(other)
+            if other == agent or their is None or branch == target_name:
                 continue
-            if tips[other] == tip or store.repo.descendant_of(tip, tips[other]):
+            if their == tip or store.repo.descendant_of(tip, their):
                 continue  # the agent has all of it already
             _, changed = changes_of(other)
             if changed & mine:
-                sources.append((other, branch, "agent", tips[other], changed & mine))
-        if target is not None and target_name is not None and target != tip and not store.repo.descendant_of(tip, target):
+                sources.append((other, branch, "agent", their, changed & mine))
+        if (target is not None and target_name is not None and target != tip
+                and not store.repo.descendant_of(tip, target)):
             fork = _base(store, tip, target)
             gained = _changed(store, _tree(store, fork), _tree(store, target)) & mine
             if gained:
@@ -235,10 +244,12 @@ def render_hit(h: dict[str, Any], max_lines: int | None = None) -> list[str]:
     body = [f"    {line}" for line in diff.rstrip("\n").split("\n")] if diff else []
     for hk in h.get("hunks") or []:
         body.append(f"    conflict @@ line {hk['ours_line']}")
-        for label, key in (("ancestor", "ancestor"), (f"ours ({h['agent']})", "ours"), (f"theirs ({h['other']})", "theirs")):
+        for label, key in (("ancestor", "ancestor"), (f"ours ({h['agent']})", "ours"),
+                           (f"theirs ({h['other']})", "theirs")):
             text = hk.get(key)
             body.append(f"      {label}:")
-            body.extend(f"        {line}" for line in (text if text is not None else "(binary)").rstrip("\n").split("\n"))
+            shown = text if text is not None else "(binary)"
+            body.extend(f"        {line}" for line in shown.rstrip("\n").split("\n"))
     if max_lines is not None and len(body) > max_lines:
         body = body[:max_lines] + [f"    ... ({len(body) - max_lines} more line(s): git storm radar {h['agent']})"]
     return out + body

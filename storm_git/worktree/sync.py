@@ -96,6 +96,9 @@ def sync(store: Store, agent: str, *, onto: str | None = None, by: str | None = 
                                 f"or stash them (git -C {w.path} stash -u), then sync again")
     tip_oid = store.ref_target("refs/heads/" + branch)
     target_oid = store.ref_target("refs/heads/" + target)
+    if tip_oid is None or target_oid is None:
+        raise RepoStateError(f"the branch {branch if tip_oid is None else target} does not exist",
+                             hint="git branch lists the branches; pass --onto BRANCH naming the target")
     tip, target_tip = str(tip_oid), str(target_oid)
     res = SyncResult(agent, branch, target, w.path, tip, tip, target_tip, "up_to_date")
     with flocked(store.commondir, "worktrees"):

@@ -354,7 +354,8 @@ class WorktreeWorkspace(BaseWorkspace):
             except readsets.CorruptReadSet as exc:
                 corrupt.append(str(exc))
         return Status(self.mode, str(target_oid) if target_oid else "", agents, [],
-                      extra={"target": target, "worktrees": rows, "radar": radar.status_items(self.store, dirty_by_agent),
+                      extra={"target": target, "worktrees": rows,
+                             "radar": radar.status_items(self.store, dirty_by_agent),
                              **({"corrupt_read_sets": corrupt} if corrupt else {})})
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:

@@ -434,7 +434,8 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                 ahead, _ = ahead_behind(store, str(tip), target)
                 wt = next((w for w in wts if w.branch == branch), None)
                 if wt is not None and wt.main:
-                    res.kept.append({"agent": agent, "branch": branch, "reason": "checked out in the main working tree"})
+                    res.kept.append({"agent": agent, "branch": branch,
+                                     "reason": "checked out in the main working tree"})
                     continue
                 dirty = dirty_paths(store, wt.path) if wt else []
                 if not all_:
@@ -442,7 +443,7 @@ def cleanup(store: Store, *, merged: bool = False, all_: bool = False, into: str
                         res.kept.append({"agent": agent, "branch": branch,
                                          "reason": f"{ahead} commit(s) not merged into {target_name}"})
                         continue
-                    if dirty:
+                    if wt is not None and dirty:
                         res.kept.append({"agent": agent, "branch": branch,
                                          "reason": f"{len(dirty)} uncommitted change(s) in {wt.path}"})
                         continue

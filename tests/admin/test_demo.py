@@ -75,7 +75,8 @@ def test_demo_keep_json_leaves_both_repositories(tmp_path):
     storm_repo, wt_repo = d / "storm-mode", d / "worktree-mode"
     authors = git(storm_repo, "log", "--format=%an", "refs/storm/workspace").stdout.decode().split()
     assert {"engineer_1", "engineer_2", "engineer_3"} <= set(authors)
-    assert (storm_repo / "src/api.py").read_text() == "def fetch_url(url, timeout=10, retries=3):\n    return http_get(url)\n"
+    want = "def fetch_url(url, timeout=10, retries=3):\n    return http_get(url)\n"
+    assert (storm_repo / "src/api.py").read_text() == want
     assert git(wt_repo, "merge-base", "--is-ancestor", "storm/engineer_2", "main", check=False).returncode == 1
     assert git(wt_repo, "merge-base", "--is-ancestor", "storm/engineer_3", "main").returncode == 0
 

@@ -44,7 +44,8 @@ def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
     assert tops == {"storm_git"}
     # every module of the source tree, under its installed name
     sources = {f"storm_git/{p.relative_to(ROOT / 'storm_git')}" for p in (ROOT / "storm_git").rglob("*.py")}
-    sources |= {f"storm_git/{top}/{p.relative_to(ROOT / top)}" for top in ("cli", "hooks") for p in (ROOT / top).rglob("*.py")}
+    sources |= {f"storm_git/{top}/{p.relative_to(ROOT / top)}"
+                for top in ("cli", "hooks") for p in (ROOT / top).rglob("*.py")}
     assert sources - set(names) == set()
     assert any(n.endswith("share/man/man1/git-storm.1") for n in names)
     assert "storm_git/hooks/shims/pre-commit" in names

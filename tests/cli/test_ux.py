@@ -365,8 +365,9 @@ def test_accepted_write_and_edit_say_the_byte_count(repo):
 
 def test_a_lock_held_too_long_is_named_and_given_up_on(repo, tmp_path):
     """Another process sits on storm's workspace lock (a hook waiting for input, a
-    stopped job). A command must not wait silently forever: it says who holds it, gives up after storm.lockTimeout (exit 3, busy), and
-    changes nothing; with time left it goes on once the lock is free."""
+    stopped job). A command must not wait silently forever: it says who holds it,
+    gives up after storm.lockTimeout (exit 3, busy), and changes nothing; with
+    time left it goes on once the lock is free."""
     from helpers import hold
 
     git(repo, "config", "storm.lockTimeout", "1.5")

@@ -10,7 +10,8 @@ from helpers import git
 
 
 @pytest.mark.parametrize("old,new", [
-    (b"x = 1\n\x0c\ndef f():\n    pass\n", b"x = 2\n\x0c\ndef f():\n    pass\n"),  # a form feed line (Python's stdlib has them)
+    # a form feed line (Python's stdlib has them)
+    (b"x = 1\n\x0c\ndef f():\n    pass\n", b"x = 2\n\x0c\ndef f():\n    pass\n"),
     (b"a\x0cb\nz\n", b"a\x0cc\nz\n"),
     (b"a\rb\nz\n", b"a\rc\nz\n"),  # a lone CR inside a line
     (b"a\x0bb\x1cc\x1dd\x1ee\nz\n", b"a\x0bb\x1cc\x1dd\x1ee!\nz\n"),

@@ -301,7 +301,8 @@ def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
         r = storm(repo, "maintenance", "--auto", "--json", timeout=30)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
-        assert out["tasks"] == ["loose-objects", "loose-objects", "pack-refs"], out  # the roll-up was skipped, not waited for
+        # the roll-up was skipped, not waited for
+        assert out["tasks"] == ["loose-objects", "loose-objects", "pack-refs"], out
         # the last 200 writes: 4 new objects each (blob, two trees, commit; no note per write)
         assert out["before"]["loose"] >= 800 and out["after"]["loose"] <= 5, out
         assert out["after"]["packs"] == out["before"]["packs"] + 1

@@ -84,7 +84,7 @@ def test_forget_then_a_replayed_journal_cannot_resurrect_paths(repo):
 def test_a_writer_killed_between_its_journal_and_its_cas(repo):
     """The write's entries are journaled before the CAS: killed there, nothing is
     published, the agent's own view errs on the side of a rejection."""
-    ws = open_workspace(str(repo))
+    open_workspace(str(repo))
     head = rev(repo, "refs/storm/workspace")
     assert storm(repo, "read", "src/api.py", "src/util.py", agent="e1").returncode == 0
     lock = repo / ".git/refs/storm/workspace.lock"

@@ -158,7 +158,8 @@ def test_a_dependency_added_while_the_write_waited_for_the_lock_is_not_missed(re
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        p = start_write(repo, "a", "pkg/core.py", "def helper(strict=False):\n    return 1\n", "--deps", "auto", "--json")
+        p = start_write(repo, "a", "pkg/core.py", "def helper(strict=False):\n    return 1\n",
+                        "--deps", "auto", "--json")
         deadline = time.monotonic() + 60
         while _waiters(lock) == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -187,7 +188,8 @@ def test_a_deletion_falls_back_to_the_whole_read_set(repo):
     _read(repo, "a", "pkg/models.py", "notes.py")
     _change(repo, "notes.py", "X = 1", "X = 4")
     code, out = storm_json(repo, "rm", "pkg/models.py", "--deps", "auto", agent="a")
-    assert code == 1 and out["rejection"]["scope"]["name"] == "auto:all" and "deleted" in out["rejection"]["scope"]["why"]
+    scope = out["rejection"]["scope"]
+    assert code == 1 and scope["name"] == "auto:all" and "deleted" in scope["why"]
 
 
 def _mixed_write(repo, *extra_reads, moved=("notes.py", "X = 1", "X = 7")):

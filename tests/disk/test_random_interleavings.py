@@ -130,7 +130,7 @@ def run(repo, seed: int, steps: int) -> World:
     w = World(repo, rng)
     ops = [(w.write, 5), (w.exec_, 2), (w.killed_writer, 1), (w.editor, 2), (w.stash_or_reset, 1),
            (w.commit_adopt, 2), (w.checkout, 1)]
-    funcs, weights = zip(*ops)
+    funcs, weights = zip(*ops, strict=True)
     counts: dict[str, int] = {}
     for _ in range(steps):
         f = rng.choices(funcs, weights)[0]

@@ -80,7 +80,8 @@ def test_symlink_inside_is_readable_not_writable(repo):
     _assert_refused(repo, storm(repo, "write", "alias.py/x", input="x", agent="e1"), 2, "symbolic link")
 
 
-@pytest.mark.parametrize("agent", ["bad agent", "-leading", "a..b", "x.lock", "a/b", "trailing.", "ü", "x" * 65, "a:b", "a~1", "a^", "a*"])
+@pytest.mark.parametrize("agent", ["bad agent", "-leading", "a..b", "x.lock", "a/b", "trailing.", "ü", "x" * 65,
+                                   "a:b", "a~1", "a^", "a*"])
 def test_bad_agent_ids(repo, agent):
     before = snapshot_refs(repo)
     r = storm(repo, "read", "README.md", "--agent", agent)

@@ -90,12 +90,13 @@ LAYOUT = {
 }
 
 CORRUPTIONS = {
-    "workspace-ref-is-a-blob": lambda r: _write_file(".git/refs/storm/workspace", forge.blob(r, b"x").encode() + b"\n")(r),
+    "workspace-ref-is-a-blob":
+        lambda r: _write_file(".git/refs/storm/workspace", forge.blob(r, b"x").encode() + b"\n")(r),
     "workspace-ref-is-garbage": _write_file(".git/refs/storm/workspace", b"garbage\n"),
     "workspace-ref-names-a-missing-object": _write_file(".git/refs/storm/workspace", b"1" * 40 + b"\n"),
     "journal-garbage": _journals(b"\x00\xffgarbage\nr zz\n"),
-    "journal-entry-escaping-the-tree-was-logged-as-a-rejection": _journals(b"storm journal 1 base none\nr " + b"a" * 40 + b" " + b"b" * 40
-                                                 + b" ../../etc/passwd\n"),
+    "journal-entry-escaping-the-tree-was-logged-as-a-rejection":
+        _journals(b"storm journal 1 base none\nr " + b"a" * 40 + b" " + b"b" * 40 + b" ../../etc/passwd\n"),
     "disk-record-garbage-write-landed-then-exit-3": _write_file(".git/storm/disk-record", b"garbage\n"),
     **LAYOUT,
     "reservation-not-json-was-exit-4": lambda r: _commit_with(r, "refs/storm/reservations",

@@ -89,8 +89,8 @@ FLAGS = ["--json", "--no-wait", "--deps", "--intent", "--old", "--new", "--agent
 @given(data=st.data())
 def test_fuzz_cli_arguments(fx, data):
     verb = data.draw(st.sampled_from(VERBS))
-    words = data.draw(st.lists(st.one_of(hostile_path, st.sampled_from(FLAGS), st.builds(fx.outside_path, hostile_path)),
-                               max_size=5))
+    words = data.draw(st.lists(st.one_of(hostile_path, st.sampled_from(FLAGS),
+                                         st.builds(fx.outside_path, hostile_path)), max_size=5))
     words = [w for w in words if "\x00" not in w]  # argv cannot hold a NUL
     agent = data.draw(st.one_of(st.just("e1"), hostile_path.filter(lambda a: "\x00" not in a)))
     stdin = data.draw(st.binary(max_size=64))
@@ -347,8 +347,9 @@ def _mutate(data, original: bytes) -> bytes:
     if how == "append":
         return original + data.draw(st.binary(max_size=80))
     if how == "splice":
-        junk = data.draw(st.sampled_from([b"\0", b"e 100644 zz x\0", b"s nothex\0", b"w 120000 " + b"0" * 40 + b" ../x\0",
-                                          b"d ../../outside\0", b"\n", b"e 100644 " + b"1" * 40 + b" src/util.py\0"]))
+        junk = data.draw(st.sampled_from([b"\0", b"e 100644 zz x\0", b"s nothex\0",
+                                          b"w 120000 " + b"0" * 40 + b" ../x\0", b"d ../../outside\0", b"\n",
+                                          b"e 100644 " + b"1" * 40 + b" src/util.py\0"]))
         return original[:i] + junk + original[i:]
     if how == "empty":
         return b""

@@ -45,11 +45,13 @@ def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_agai
     script = play(harness_bin, repo, home, log, {
         # A edits only once B has read (B's read is of the old version), and B edits after A
         "A": [{"tool": "Read", "input": {"file_path": api}},
-              {"after": ["B", 1], "tool": "Edit", "input": {"file_path": api, "old_string": "def fetch(url):",
-                                                            "new_string": "def fetch(url, timeout=10):  # A: callers hang"}}],
+              {"after": ["B", 1], "tool": "Edit",
+               "input": {"file_path": api, "old_string": "def fetch(url):",
+                         "new_string": "def fetch(url, timeout=10):  # A: callers hang"}}],
         "B": [{"tool": "Read", "input": {"file_path": api}},
               {"after": ["A", 2], "tool": "Edit",
-               "input": {"file_path": api, "old_string": "return http_get(url)", "new_string": "return http_get(url, 5)"}},
+               "input": {"file_path": api, "old_string": "return http_get(url)",
+                         "new_string": "return http_get(url, 5)"}},
               {"tool": "Read", "input": {"file_path": api}},
               {"tool": "Edit", "input": {"file_path": api, "old_string": "return http_get(url)",
                                          "new_string": "return http_get(url, 5)"}}],
@@ -148,7 +150,8 @@ def test_an_edit_refused_by_permissions_leaves_no_lease_that_holds_another_sessi
                                          "new_string": "def fetch(url, timeout=10):"}}],
         "B": [{"tool": "Read", "input": {"file_path": api}},
               {"after": ["A", 2], "tool": "Edit",
-               "input": {"file_path": api, "old_string": "return http_get(url)", "new_string": "return http_get(url, 5)"}}],
+               "input": {"file_path": api, "old_string": "return http_get(url)",
+                         "new_string": "return http_get(url, 5)"}}],
     })
     server, port = serve(script)
     runs = [hx.claude(harness_bin, repo, "[[A]] do the task", port, home, log, skip_permissions=False),

@@ -111,7 +111,8 @@ def test_a_stale_dependency_is_denied_with_the_diff_and_the_command_that_reads_i
     agent can never write again in this task."""
     repo, home, log = world
     script = play(harness_bin, repo, home, log, {
-        "A": [{"tool": "apply_patch", "patch": patch("src/util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))},
+        "A": [{"tool": "apply_patch",
+               "patch": patch("src/util.py", ("def clamp(x, lo, hi):", "def clamp(x, lo, hi=9):"))},
               {"after": ["B", 1], "tool": "apply_patch",
                "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url)  # A"))},
               {"tool": "exec_command", "input_from": ["cmd", r"command (\S+ read \S+ --agent \S+)"], "input": {}},

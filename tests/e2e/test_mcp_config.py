@@ -37,7 +37,9 @@ def test_claude_code_starts_storms_mcp_server_from_the_documented_entry(harness_
     assert entry["command"] == git_storm and entry["args"] == ["mcp", "--agent", "engineer_1"]
     api = str(repo / "src/api.py")
     tool = "mcp__storm-engineer_1__"
-    other = "git storm read src/api.py --agent engineer_2 >/dev/null && printf 'def fetch(url):\\n    return http_get(url, 2)\\n' | git storm write src/api.py --agent engineer_2"
+    other = ("git storm read src/api.py --agent engineer_2 >/dev/null && "
+             "printf 'def fetch(url):\\n    return http_get(url, 2)\\n' | "
+             "git storm write src/api.py --agent engineer_2")
     script = Script({"A": [
         # Claude Code does not wait for MCP servers before the first turn; its tool for it:
         {"tool": "WaitForMcpServers", "input": {}},

@@ -106,7 +106,8 @@ def test_codex_apply_patch_paths_and_write(repo):
              "*** Update File: src/api.py\n@@\n-    return http_get(url)\n+    return http_get(url, timeout=5)\n"
              "*** Add File: src/new.py\n+VALUE = 1\n"
              "*** Delete File: src/util.py\n"
-             "*** Update File: src/client.py\n*** Move to: src/loader.py\n@@\n-from api import fetch\n+from api import fetch  # noqa\n"
+             "*** Update File: src/client.py\n*** Move to: src/loader.py\n"
+             "@@\n-from api import fetch\n+from api import fetch  # noqa\n"
              "*** End Patch\n")
     assert patch_paths(patch) == ["src/api.py", "src/new.py", "src/util.py", "src/client.py", "src/loader.py"]
     pre = codex_event(repo, "019a-codex", "PreToolUse", "apply_patch", patch, "call_1")
@@ -123,7 +124,8 @@ def test_codex_apply_patch_paths_and_write(repo):
     post = codex_event(repo, "019a-codex", "PostToolUse", "apply_patch", patch, "call_1")
     assert decision(hook(repo, post, "--harness", "codex")) is None
     tree = git(repo, "ls-tree", "-r", "--name-only", "refs/storm/workspace").stdout.decode().split()
-    assert "src/loader.py" in tree and "src/new.py" in tree and "src/util.py" not in tree and "src/client.py" not in tree
+    assert "src/loader.py" in tree and "src/new.py" in tree
+    assert "src/util.py" not in tree and "src/client.py" not in tree
     msg = git(repo, "log", "-1", "--format=%B", "refs/storm/workspace").stdout.decode()
     assert "Storm-Agent: codex-019acodex" in msg
     st = json.loads(storm(repo, "status", "--json").stdout)
@@ -236,7 +238,8 @@ def test_read_of_an_unmediated_edit_is_validated_against_its_base(repo):
     api = repo / "src/api.py"
     api.write_text(api.read_text().replace("http_get", "get"))  # edited on disk first...
     assert storm(repo, "read", "src/api.py", agent="engineer_2").returncode == 0
-    assert storm(repo, "write", "src/api.py", input="def fetch(url):\n    return 2\n", agent="engineer_2").returncode == 0
+    wrote = storm(repo, "write", "src/api.py", input="def fetch(url):\n    return 2\n", agent="engineer_2")
+    assert wrote.returncode == 0
     assert "return get(url)" in api.read_text()  # ...so storm kept it on disk (unmediated, made on v1)
     hook(repo, claude_event(repo, "s", "PostToolUse", "Read", {"file_path": str(api)}, "r2"), "-a", "engineer_1")
     w = {"file_path": str(api), "old_string": "get", "new_string": "get2", "replace_all": False}

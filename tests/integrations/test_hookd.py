@@ -108,7 +108,8 @@ def test_an_upgraded_storm_gets_a_new_daemon_and_the_old_one_exits(drepo: Path, 
     r = hook(drepo, b"not json", env)
     assert r.returncode == 2 and r.stderr.startswith(b"git storm harness hook: "), r.stderr
     hm = copy / "storm_git" / "integrations" / "hook_main.py"
-    hm.write_text(hm.read_text().replace('f"git storm harness hook: {what}"', 'f"git storm harness hook (new): {what}"'))
+    hm.write_text(hm.read_text().replace('f"git storm harness hook: {what}"',
+                                         'f"git storm harness hook (new): {what}"'))
     for _ in range(3):  # at once, and from then on: never the old daemon's answer
         r = hook(drepo, b"not json", env)
         assert r.returncode == 2 and r.stderr.startswith(b"git storm harness hook (new): "), r.stderr

@@ -244,7 +244,7 @@ def test_bad_arguments_are_clear_tool_errors_and_change_nothing(repo):
         return out
 
     results = anyio.run(main)
-    for (name, args, expected), (_, res) in zip(BAD_CALLS, results):
+    for (name, args, expected), (_, res) in zip(BAD_CALLS, results, strict=True):
         t = text(res)
         if name == "release":  # not an error: there is simply nothing to release
             assert not res.is_error and expected in t
@@ -254,7 +254,7 @@ def test_bad_arguments_are_clear_tool_errors_and_change_nothing(repo):
         assert "Traceback" not in t and 'File "' not in t, t
         if res.structured_content is not None:  # storm's own errors carry their kind and exit code
             assert res.structured_content["error"]["exit_code"] in (2, 3, 127), res.structured_content
-    multi = next(text(res) for (name, args, _), (_, res) in zip(BAD_CALLS, results)
+    multi = next(text(res) for (name, args, _), (_, res) in zip(BAD_CALLS, results, strict=True)
                  if "Multiple occurrences" in text(res))
     assert "[1, 2]" in multi  # the lines of each occurrence
 
@@ -334,7 +334,8 @@ def test_write_deps_auto_skips_an_unrelated_stale_read_and_deps_all_does_not(rep
             assert r.is_error and "cannot be combined" in text(r)
 
     anyio.run(main)
-    assert show(repo, "refs/storm/workspace", "src/util.py").decode().startswith("def clamp(x, lo, hi):\n    return min")
+    landed = show(repo, "refs/storm/workspace", "src/util.py").decode()
+    assert landed.startswith("def clamp(x, lo, hi):\n    return min")
 
 
 def test_undo_is_refused_when_another_agent_changed_the_file_since(repo):

@@ -335,7 +335,7 @@ def test_several_processes_on_one_repository_agree_on_versions(tmp_path: Path) -
     procs = [subprocess.Popen([sys.executable, str(script), str(repo), f"p{n}_a,p{n}_b", "4", str(SUPPORT)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()
     versions = sorted(v for out, _ in outs for got in json.loads(out) for v in got)
     assert versions == list(range(2, 26))  # every process handed out distinct numbers, in one sequence
@@ -367,14 +367,14 @@ def test_a_process_killed_mid_session_leaves_numbers_that_match_the_history(tmp_
 def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> None:
     first = Manager(repo)
 
-    async def before() -> tuple[ReadResponse, ReadResponse]:
-        a, b = Agent(first, "engineer_1"), Agent(first, "engineer_2")
+    async def before(m: Manager) -> tuple[ReadResponse, ReadResponse]:
+        a, b = Agent(m, "engineer_1"), Agent(m, "engineer_2")
         await a.view("src/api.py")
         await b.view("src/api.py")
         assert (await a.str_replace("src/api.py", "def fetch(", "def fetch_url(")).new_version == 2
         return a.cache["src/api.py"], b.cache["src/api.py"]
 
-    a_view, b_view = run(before())
+    a_view, b_view = run(before(first))
     del first
     # a new Manager object in this process: the versions handed out before still hold
     second = Manager(repo)
@@ -392,7 +392,8 @@ def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> Non
         m = Manager({str(repo)!r})
         async def main():
             r = await m.read_file("engineer_3", "src/api.py")
-            w = await m.write_file("engineer_1", "src/api.py", r.content + "# again\\n", 3, snapshot={{"src/api.py": 3}})
+            w = await m.write_file("engineer_1", "src/api.py", r.content + "# again\\n", 3,
+                                   snapshot={{"src/api.py": 3}})
             print(json.dumps([r.version, w.success, w.new_version]))
         asyncio.run(main())
     """)
@@ -512,7 +513,8 @@ def test_a_forged_path_note_is_refused_and_reaches_no_read_set(repo: Path, row: 
         sub = git(repo, "mktree", input=f"100644 blob {blob}\t{k[2:]}\n".encode()).stdout.decode().strip()
         entries.append(f"040000 tree {sub}\t{k[:2]}\n")
     tree = git(repo, "mktree", input="".join(entries).encode()).stdout.decode().strip()
-    git(repo, "update-ref", "refs/notes/storm/versions", git(repo, "commit-tree", tree, "-m", "forged").stdout.decode().strip())
+    forged = git(repo, "commit-tree", tree, "-m", "forged").stdout.decode().strip()
+    git(repo, "update-ref", "refs/notes/storm/versions", forged)
     with pytest.raises(CorruptState, match="versions"):
         run(m.write_file("engineer_1", "README.md", "x\n", 2))
     assert run(m.read_file("engineer_1", "src/api.py")).version == 1  # its read set took nothing from it

@@ -40,7 +40,8 @@ def _forged(a: Path, h: str, name: str) -> str:
     if changes is None:  # a submodule entry (a gitlink): mktree takes a commit id as it is
         entries = git(a, "ls-tree", f"{h}^{{tree}}").stdout + f"160000 commit {h}\tsub\n".encode()
         tree = git(a, "mktree", input=entries).stdout.decode().strip()
-        return git(a, "commit-tree", "-p", h, "-m", forge.storm_message("eng_x", ["sub"], h), tree).stdout.decode().strip()
+        msg = forge.storm_message("eng_x", ["sub"], h)
+        return git(a, "commit-tree", "-p", h, "-m", msg, tree).stdout.decode().strip()
     return forge.commit(a, h, changes)
 
 

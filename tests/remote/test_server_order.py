@@ -173,7 +173,8 @@ def test_pushes_are_applied_in_arrival_order(site) -> None:
     srv, _a, b, c = site
     _sb, qb, _nb = queue(b, "bob", "README.md", "# bob\n")
     _sc, qc, _nc = queue(c, "cy", "src/api.py", "cy = 1\n")
-    holder = subprocess.Popen(["flock", "-o", lock_path(str(srv), "order"), "sleep", "60"])  # -o: killing flock frees it
+    # -o: killing flock frees it
+    holder = subprocess.Popen(["flock", "-o", lock_path(str(srv), "order"), "sleep", "60"])
     try:
         wait_for(lambda: os.path.exists(lock_path(str(srv), "order")) and holder.poll() is None, "the lock")
         time.sleep(0.2)
@@ -246,7 +247,8 @@ def test_a_lease_push_beside_the_inbox_is_never_overwritten(site) -> None:
     _st, q, _notes = queue(b, "bob", "README.md", "# bob\n")
     _sa, qa, na = queue(a, "al", "src/util.py", "x = 1\n")
     head = rev(srv, WS)
-    holder = subprocess.Popen(["flock", "-o", lock_path(str(srv), "order"), "sleep", "60"])  # -o: killing flock frees it
+    # -o: killing flock frees it
+    holder = subprocess.Popen(["flock", "-o", lock_path(str(srv), "order"), "sleep", "60"])
     try:
         time.sleep(0.2)
         p = plain_push(b, q, "bob")

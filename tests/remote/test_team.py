@@ -172,7 +172,8 @@ def test_log_shows_a_write_moved_onto_a_newer_head_in_landing_order(tmp_path):
     parent = rev(repo, WS)
     t = float(git(repo, "log", "-1", "--format=%(trailers:key=Storm-Time,valueonly)", WS).stdout.decode())
     tree = git(repo, "rev-parse", f"{WS}^{{tree}}").stdout.decode().strip()
-    msg = f"eng_b: moved write\n\nStorm-Agent: eng_b\nStorm-Op: write\nStorm-Path: src/api.py\nStorm-Time: {t - 60:.6f}\n"
+    msg = (f"eng_b: moved write\n\nStorm-Agent: eng_b\nStorm-Op: write\nStorm-Path: src/api.py\n"
+           f"Storm-Time: {t - 60:.6f}\n")
     moved = git(repo, "commit-tree", tree, "-p", parent, input=msg.encode()).stdout.decode().strip()
     git(repo, "update-ref", WS, moved, parent)
     code, entries = storm_json(repo, "log")

@@ -152,7 +152,7 @@ def test_the_users_ssh_command_reaches_the_server(tmp_path, monkeypatch, how):
 
 
 def test_unreachable_server_changes_nothing(tmp_path, daemon):
-    srv = bare(daemon.base / "proj.git")
+    bare(daemon.base / "proj.git")
     url = daemon.url("proj.git")
     a = seed(tmp_path, url)
     assert storm(a, "read", "src/util.py", agent="eng_a").returncode == 0
@@ -273,7 +273,8 @@ def test_a_push_cut_off_before_the_server_decided_is_not_reported_failed(tmp_pat
     go.touch()  # the first copy's update may now run: its lease is stale if the second landed
     assert code == 0 and res["accepted"], res
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(hook)], capture_output=True).returncode == 0:
+    while (time.monotonic() < deadline
+           and subprocess.run(["pgrep", "-f", str(hook)], capture_output=True).returncode == 0):
         time.sleep(0.05)
     landed = server_log(srv, h0)
     assert landed == [res["commit"]], landed  # once, and the one the writer reported
@@ -375,7 +376,8 @@ def test_reads_and_writes_do_not_fetch_other_agents_notes_status_and_log_do(tmp_
     assert "eng_a" in (b / ".git/storm/agents-seen").read_text().split()
     code, log = storm_json(b, "log")
     assert code == 0 and _has_ref(b, TRACKED_NOTES + "eng_a")
-    assert git(b, "rev-parse", "refs/notes/storm/agents/eng_a").stdout == git(srv, "rev-parse", "refs/notes/storm/agents/eng_a").stdout
+    notes = "refs/notes/storm/agents/eng_a"
+    assert git(b, "rev-parse", notes).stdout == git(srv, "rev-parse", notes).stdout
     mine = next(e for e in log if e.get("commit") == ra["commit"])
     assert mine["agent"] == "eng_a", mine
 
@@ -405,7 +407,8 @@ def test_an_agent_that_moves_to_another_clone_extends_its_notes_there(tmp_path):
     assert storm(a, "read", "src/util.py", agent="eng_x").returncode == 0
     code, r3 = storm_json(a, "write", "src/util.py", input="three\n", agent="eng_x")
     assert code == 0 and r3["accepted"], r3
-    assert git(srv, "merge-base", "--is-ancestor", after, rev(srv, "refs/notes/storm/agents/eng_x"), check=False).returncode == 0
+    notes = rev(srv, "refs/notes/storm/agents/eng_x")
+    assert git(srv, "merge-base", "--is-ancestor", after, notes, check=False).returncode == 0
     assert git(srv, "fsck", "--no-progress").returncode == 0
 
 

@@ -6,7 +6,8 @@ A synthetic pairs directory (one task, four features on one base commit of a rea
 repository): features 1 and 2 change one file where git merges them cleanly, but
 feature 1 renames what feature 2's new code calls (a semantic conflict its test
 finds); feature 3 changes feature 1's line differently (a conflict) and a second
-file both change where git merges them; feature 4 changes another file (disjoint). The long variant runs one real click pair."""
+file both change where git merges them; feature 4 changes another file
+(disjoint). The long variant runs one real click pair."""
 from __future__ import annotations
 
 import json

@@ -213,7 +213,7 @@ def test_cli_report_files_and_markdown_matches_json(tmp_path):
     assert json.loads((out / "report.json").read_text())["runs"] == data["runs"]
     rows = report.parse_markdown_runs((out / "report.md").read_text())
     assert len(rows) == len(data["runs"]) == 4
-    for row, run in zip(rows, data["runs"]):
+    for row, run in zip(rows, data["runs"], strict=True):
         assert row == {k: report.cell(k, run[k]) for _, k in report.COLUMNS}
     assert "simulate: registry, 2 agents, in storm mode" in r.stderr
     if not _plots_possible():
@@ -278,7 +278,7 @@ def test_a_rejection_whose_re_application_needed_judgement_is_needed(tmp_path):
     content is what c2 first wrote, yet the rejection surfaced a conflict, so it is needed.
     (It was counted as needless: 'unchanged' looked at the content only.)"""
     gap = "".join(f"pad{i} = {i}\n" for i in range(6))
-    f = lambda m, l: f"m = {m}\n{gap}L = {l}\n".encode()  # noqa: E731
+    f = lambda m, lo: f"m = {m}\n{gap}L = {lo}\n".encode()  # noqa: E731
     base, c1, c2, c3 = f(0, 0), f(1, 0), f(1, 2), f(1, 3)
     ch = lambda parent, post, order: workload.Change(  # noqa: E731
         f"to {post!r}", ["f.py"], [], {"f.py": parent}, {"f.py": post}, None, {"_order": order})
@@ -409,7 +409,7 @@ def test_plots_tell_the_kinds_apart_count_in_whole_numbers_and_start_at_zero():
         assert set(figs) == set(report.PLOTS)
         ax = figs["conflicts.png"].axes[0]
         handles, labels = ax.get_legend_handles_labels()
-        colors = {lab: _rgb(h.patches[0].get_facecolor()) for h, lab in zip(handles, labels)}
+        colors = {lab: _rgb(h.patches[0].get_facecolor()) for h, lab in zip(handles, labels, strict=True)}
         assert "never" not in labels and any(lab.startswith("differs from reference") for lab in labels)
         for (a, ca), (b, cb) in itertools.combinations(colors.items(), 2):
             assert math.dist(ca, cb) > 0.3, (a, b, ca, cb)  # "by tests" and "differs" were two oranges

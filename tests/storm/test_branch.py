@@ -143,7 +143,8 @@ def test_a_manager_commit_rewritten_by_pull_rebase_is_storms_own_work(tmp_path):
     code, res = storm_json(repo, "commit", "-m", "second", agent="manager")
     assert code == 0, res
     assert res["branch_news"]["paths"] == ["README.md"]
-    assert show(repo, "HEAD", "src/util.py") == b"x = 2\n" and show(repo, "HEAD", "README.md") == b"# service (upstream)\n"
+    assert show(repo, "HEAD", "src/util.py") == b"x = 2\n"
+    assert show(repo, "HEAD", "README.md") == b"# service (upstream)\n"
     assert git(repo, "status", "--porcelain").stdout == b""
 
 

@@ -339,7 +339,8 @@ def test_doctor_finishes_a_manager_commit_killed_after_the_branch_moved(repo):
     git(repo, "read-tree", "HEAD~1")  # the index as the dead commit left it
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (repo / ".git/index.lock").write_bytes(f"git-storm manager-commit pid={dead.pid} new={rev(repo, 'HEAD')}\n".encode())
+    stale = f"git-storm manager-commit pid={dead.pid} new={rev(repo, 'HEAD')}\n"
+    (repo / ".git/index.lock").write_bytes(stale.encode())
     code, rep = storm_json(repo, "doctor")
     [f] = [f for f in rep["findings"] if f["kind"] == "stale_index_lock"]
     assert "after the branch moved" in f["detail"]

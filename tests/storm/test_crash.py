@@ -82,7 +82,8 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
     for a in random.sample(acked, min(5, len(acked))):
         agent = a["line"].split()[0]
         got = readsets.load_provenance(store, agent, a["commit"])
-        assert got is not None and got[0]["validated-at"] == git(repo, "rev-parse", a["commit"] + "^").stdout.decode().strip(), a
+        parent = git(repo, "rev-parse", a["commit"] + "^").stdout.decode().strip()
+        assert got is not None and got[0]["validated-at"] == parent, a
         assert a["path"] in {e.path for e in got[1]}, a  # the writer read the file it wrote
 
 
@@ -183,7 +184,7 @@ def run_crashes(tmp_path: Path, kills: int, name: str) -> None:
             if done % 10 == 0 or done == kills:
                 # every writer dies at once; doctor repairs what is left, then a second
                 # doctor finds nothing to repair and changes nothing
-                for a, q in procs.items():
+                for q in procs.values():
                     q.send_signal(signal.SIGKILL)
                     q.wait()
                     done += 1

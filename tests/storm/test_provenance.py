@@ -159,7 +159,8 @@ def test_no_note_per_write(repo):
     ws = open_workspace(str(repo))
     commits = [ws.write("notes.py", f"X = {i}\n".encode(), agent="a").commit for i in range(5)]
     assert storm(repo, "status").returncode == 0
-    annotated = {ln.split()[1] for ln in git(repo, "notes", "--ref=storm/agents/a", "list").stdout.decode().splitlines()}
+    listed = git(repo, "notes", "--ref=storm/agents/a", "list").stdout.decode()
+    annotated = {ln.split()[1] for ln in listed.splitlines()}
     assert not annotated & set(commits)
     keys = {git(repo, "hash-object", "--stdin", input=k).stdout.decode().strip()
             for k in (b"storm read set: a\n", b"storm journal: a none\n")}

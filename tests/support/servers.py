@@ -37,7 +37,7 @@ class Daemon:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"git daemon did not start (see {self.log.name})")
+                    raise RuntimeError(f"git daemon did not start (see {self.log.name})") from None
                 time.sleep(0.02)
 
     def url(self, name: str) -> str:

@@ -110,7 +110,8 @@ def test_storm_interrupted_during_a_test_removes_the_scratch_worktree_and_the_te
     env.pop("STORM_AGENT", None)
     # Ctrl-C reaches a foreground job, whose SIGINT is at its default: restore it, since
     # a test run started as a background job (`cmd &` in a script) inherits it ignored
-    p = subprocess.Popen([sys.executable, "-m", "storm_git", "merge", "z_lib", "--test", f"echo $$ > {pidfile}; sleep 60"],
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", "merge", "z_lib", "--test",
+                          f"echo $$ > {pidfile}; sleep 60"],
                          cwd=qrepo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 30

@@ -54,7 +54,8 @@ def test_sync_leaves_a_conflict_for_the_agent_then_merge_succeeds(wrepo):
     # the manager's merge of b is now clean
     code, rep = storm_json(wrepo, "merge", "b")
     assert code == 0 and rep["merged"] == ["b"], rep
-    assert git(wrepo, "show", "main:src/api.py").stdout == b"def fetch(url):\n    return http_get(url, timeout=5, retries=3)\n"
+    merged = git(wrepo, "show", "main:src/api.py").stdout
+    assert merged == b"def fetch(url):\n    return http_get(url, timeout=5, retries=3)\n"
     _, log = storm_json(wrepo, "log")
     [ev] = [e for e in log if e["type"] == "sync"]
     assert ev["agent"] == "b" and ev["status"] == "conflicted" and ev["conflicts"] == ["src/api.py"]
