@@ -427,7 +427,7 @@ def install_phases(prof: PhaseProfiler) -> None:
     prof.wrap(St, "cas", "CAS set_target")
     prof.wrap(St, "ref", "ref lookup")
     prof.wrap(St, "entry", "tree entry lookup")
-    import storm_git.core.intents as intents
+    import storm_git.coordination.intents as intents
 
     prof.wrap(readsets, "load", "readsets.load (whole read set)")
     prof.wrap(readsets, "load_view", "readsets.load_view (journal + notes)")

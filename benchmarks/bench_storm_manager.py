@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from storm_git import open_workspace
-    from storm_git.integrations.storm_manager import Manager
+    from storm_git.paper.manager import Manager
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="storm-bench-manager-")
     repo, paths = bench_core.build_repo(workdir, args.files)

@@ -70,7 +70,7 @@ def intents(paths: tuple[str, ...], rev: str | None, as_json: bool) -> None:
       git storm intents src/ --json
       git storm intents --rev main
     """
-    from storm_git.core.intents import list_intents
+    from storm_git.coordination.intents import list_intents
     from storm_git.core.paths import normalize
     from storm_git.core.store import WORKSPACE_REF, Store
 

@@ -48,7 +48,7 @@ def write_options(f: Callable) -> Callable:
 
 
 def report_write(res: Any, as_json: bool, sizes: dict[str, int | None] | None = None) -> None:
-    from storm_git.core import render
+    from storm_git import render
 
     if as_json:
         emit_json(res.to_dict())
@@ -88,8 +88,8 @@ def cli() -> None:
 
 
 def lock_timeout(commondir: str, *, cap: float | None = None) -> float | None:
-    """``storm.lockTimeout`` (storm_git.core.lockconfig), imported when a lock is waited for."""
-    from storm_git.core.lockconfig import lock_timeout as configured
+    """``storm.lockTimeout`` (storm_git.core.locks), imported when a lock is waited for."""
+    from storm_git.core.locks import lock_timeout as configured
 
     return configured(commondir, cap=cap)
 

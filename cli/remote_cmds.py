@@ -111,7 +111,8 @@ def sync_remote(as_json: bool) -> None:
     """``git storm sync`` without AGENT in a clone with storm.remote (from worktree_cmds.sync)."""
     from storm_git.core.errors import UsageError
     from storm_git.disk.sync import FAILED, KEPT, WRITTEN
-    from storm_git.remote.workspace import remote_of, sync_remote as do_sync
+    from storm_git.remote.clone_sync import sync_remote as do_sync
+    from storm_git.remote.workspace import remote_of
 
     store = open_store_here()
     remote = remote_of(store)
@@ -153,7 +154,7 @@ def push_reads(agent: str | None, as_json: bool) -> None:
       git storm push-reads --agent engineer_1
     """
     from storm_git.core.agents import validate_agent
-    from storm_git.remote.workspace import push_reads as do_push
+    from storm_git.remote.clone_sync import push_reads as do_push
 
     store = open_store_here()
     remote = _require_remote(store)

@@ -56,7 +56,7 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
       git storm exec --agent engineer_2 -- black src/
       git storm exec -a engineer_1 --timeout 600 --json -- pytest -q
     """
-    from storm_git.core import render
+    from storm_git import render
 
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -233,7 +233,7 @@ def commit(message: str, agent: str | None, adopt_: bool, strict: bool, sign: bo
 
         click.echo(commit_radar_lines(res), err=True)
     if not as_json and res.unmediated:
-        from storm_git.core import render
+        from storm_git import render
 
         click.echo(render.left_on_disk(res.unmediated, adopt_=adopt_), err=True)
 

@@ -242,7 +242,7 @@ def wait_kw(ws: object) -> dict:
         return {}  # worktree mode: no reservations
 
     def on_wait(r: object) -> None:
-        from storm_git.core import render
+        from storm_git import render
 
         click.echo(render.waiting(r), err=True)
 
@@ -450,7 +450,7 @@ def status(verbose: int, all_agents: bool, as_json: bool) -> None:
       git storm status --all       # also the idle agents
       git storm status --json
     """
-    from storm_git.core import render
+    from storm_git import render
     from storm_git.testwatch import report
 
     ws = open_workspace_here()
@@ -478,7 +478,7 @@ def log(limit: int, as_json: bool) -> None:
       git storm log -n 20
       git log refs/storm/workspace   # each write's trailers say what it was validated against
     """
-    from storm_git.core import render
+    from storm_git import render
     from storm_git.testwatch.report import log_entries
 
     ws = open_workspace_here()
@@ -514,7 +514,7 @@ def demo(keep: str | None, as_json: bool) -> None:
       git storm demo
       git storm demo --keep /tmp/storm-demo && git -C /tmp/storm-demo/storm-mode storm log
     """
-    from storm_git.sim.demo import run_demo
+    from storm_git.admin.demo import run_demo
 
     report = run_demo(keep)
     if as_json:
@@ -532,8 +532,8 @@ def _print_demo(report) -> None:
     import shutil
     import textwrap
 
+    from storm_git import render
     from storm_git.cli.worktree_cmds import render_merge
-    from storm_git.core import render
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
     wrap: dict[str, Any] = {"width": width, "break_long_words": False, "break_on_hyphens": False}

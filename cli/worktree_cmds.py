@@ -214,7 +214,7 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     require_worktree_mode(store)
     if test_cmd is not None:
         from storm_git.cli.radar_cmds import sigterm_as_interrupt
-        from storm_git.worktree.queue import merge_tested
+        from storm_git.worktree.merge_queue import merge_tested
 
         with sigterm_as_interrupt():
             rep = merge_tested(store, list(agents) or None, test_cmd, into=into, strategy=strategy, by=_by(agent),
@@ -335,7 +335,7 @@ def assign(assignee: str | None, globs: tuple[str, ...], files: tuple[str, ...],
       git config --add storm.restricted __init__.py
       git storm assign --json
     """
-    from storm_git.core import assignments as scope
+    from storm_git.coordination import assignments as scope
     from storm_git.core.errors import UsageError
 
     files = tuple(globs) + tuple(files)

@@ -13,7 +13,7 @@ from .core.workspace import MODES
 from .storm.workspace import SharedWorkspace
 
 if TYPE_CHECKING:
-    from .worktree.isolated import WorktreeWorkspace
+    from .worktree.workspace import WorktreeWorkspace
 
 
 def open_workspace(path: str | None = None, *, store: Store | None = None) -> "SharedWorkspace | WorktreeWorkspace":
@@ -30,7 +30,7 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
             return RemoteWorkspace(store, str(remote))
         return SharedWorkspace(store)
     if mode == "worktree":
-        from .worktree.isolated import WorktreeWorkspace
+        from .worktree.workspace import WorktreeWorkspace
 
         return WorktreeWorkspace(store)
     raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",

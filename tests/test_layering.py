@@ -6,16 +6,19 @@
   only hides the cycle until the call);
 * the layers themselves form no cycle (the table below is a DAG);
 * each layer imports only from the layers below it: ``core`` from nothing above,
-  ``storm`` and ``worktree`` from ``core`` only (neither from the other), and
+  ``storm`` and ``worktree`` from ``core`` and what lies between (neither from the other), and
   nothing in the library from the command line;
 * the library never imports click and never prints (it returns payloads).
 """
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
+
+from helpers import claude_event, storm
 
 TOP = Path(__file__).resolve().parent.parent
 ROOT = TOP / "storm_git"
@@ -26,19 +29,24 @@ ALLOWED = {
     "core": set(),
     "disk": {"core"},  # the working tree on disk: safe file primitives, the disk record, sync
     "deps": {"core"},  # Python-source analysis: which files a write depends on
-    "storm": {"core", "disk", "deps"},
-    "worktree": {"core", "disk", "deps"},
+    "coordination": {"core"},  # what both modes share about agents: assignments, intent notes
+    "render": {"core"},  # the text the doors show (the command line, the hooks, MCP)
+    "storm": {"core", "disk", "deps", "coordination"},
+    "worktree": {"core", "disk", "deps", "coordination"},
     "hooks": set(),  # the shims' templates (data); their logic is admin.guard
     "testwatch": {"core", "deps"},  # the shared head's tests as writes land, blame, notices
-    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote"},  # set-up, join, doctor see every part
+    # set-up, join, doctor, the demo see every part
+    "admin": {"core", "disk", "storm", "worktree", "hooks", "remote", "api"},
     "remote": {"core", "disk", "storm"},  # storm mode on a git server
     "api": {"core", "storm", "worktree", "remote"},
-    "integrations": {"core", "disk", "storm", "worktree", "remote", "api", "testwatch"},
-    # drives both modes as a user would (the demo too)
+    "integrations": {"core", "coordination", "render", "disk", "storm", "worktree", "remote", "api", "testwatch"},
+    # research: drives both modes as a user would
     "sim": {"core", "disk", "storm", "worktree", "admin", "api", "testwatch"},
-    "team": {"core", "storm", "worktree", "admin", "integrations", "testwatch"},  # a manager and its engineer sessions
-    "cli": {"core", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api", "integrations", "sim",
-            "team", "testwatch", "click"},
+    "paper": {"core", "storm", "api"},  # the STORM paper's manager interface (optional)
+    # a manager and its engineers
+    "team": {"core", "coordination", "storm", "worktree", "admin", "integrations", "testwatch"},
+    "cli": {"core", "coordination", "render", "disk", "deps", "storm", "worktree", "hooks", "admin", "remote", "api",
+            "integrations", "sim", "team", "testwatch", "click"},
 }
 
 
@@ -201,3 +209,40 @@ def test_the_private_name_check_sees_both_forms(tmp_path):
     p = tmp_path / "m.py"
     p.write_text("from a import _x\nimport b\nb._y()\nself_ok = object()._z\n")
     assert [r.split(" ", 1)[1] for r in _private_reaches(p)] == ["from a import _x", "b._y"]
+
+
+# The optional parts: research tooling (the simulator) and the STORM paper's interface,
+# and what only they need. A user's commands, the hooks and the write path load none.
+OPTIONAL = ("storm_git.sim", "storm_git.paper", "matplotlib")
+
+
+def _loaded(stderr: str) -> set[str]:
+    """The modules a ``-X importtime`` run imported (its report on stderr)."""
+    return {ln.rsplit("|", 1)[-1].strip() for ln in stderr.splitlines() if ln.startswith("import time:")}
+
+
+def test_the_importtime_report_is_read(repo):
+    r = storm(repo, "--help", fresh=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert r.returncode == 0 and {"storm_git.cli.main", "click"} <= _loaded(r.stderr)
+
+
+def test_the_cli_the_hooks_and_the_write_path_load_no_optional_part(repo):
+    """Each command as its own interpreter: its import-time report names every module it
+    loaded, lazy imports included (``demo`` too: it is a user's first command, not research)."""
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    event = claude_event(repo, "s1", "PreToolUse", "Write", {"file_path": str(repo / "src/new.py"),
+                                                             "content": "x = 1\n"}, "w1")
+    runs = [(("--help",), None), (("read", "README.md", "--agent", "e1"), None),
+            (("write", "src/made.py", "--agent", "e1"), "y = 2\n"),
+            (("exec", "--agent", "e1", "--", "sh", "-c", "echo z > src/z.txt"), None),
+            (("status", "--json"), None), (("log",), None), (("doctor",), None),
+            (("harness", "hook"), json.dumps(event)), (("simulate", "--help"), None), (("demo",), None)]
+    loaded: dict[str, set[str]] = {}
+    for args, data in runs:
+        r = storm(repo, *args, input=data, env=env, fresh=True)
+        assert r.returncode == 0, (args, r.stdout, r.stderr[-2000:])
+        loaded[" ".join(args[:2])] = {m for m in _loaded(r.stderr) if m.startswith(OPTIONAL)}
+    assert loaded == {k: set() for k in loaded}
+    r = storm(repo, "commit", "-m", "the shared state", fresh=True, env=env)  # the manager's commit
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not {m for m in _loaded(r.stderr) if m.startswith(OPTIONAL)}

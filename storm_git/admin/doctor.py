@@ -63,15 +63,6 @@ What it looks for:
   names, the index still holds the old tree, and the person's next ``git commit``
   would record a revert of the agents' work: the fix resets the index to the
   branch's tree (keeping stat data), then removes the lock.
-* ``stale_harness_hooks``: Claude Code's or Codex's settings hold storm's hook
-  groups as an older git storm installed them, missing tools this version hooks
-  (such as NotebookEdit): the harness runs those tools without storm, so
-  their edits are neither validated nor recorded. The fix brings storm's groups to
-  this version's matchers, keeping their command and every other hook
-  (``git storm harness install`` again does the same).
-* ``unused_remote_state`` (harmless): copies of server refs and files that older
-  remote clients kept (a turn ref, a line of waiting clones, a relay's records);
-  nothing reads them. The fix deletes them.
 * ``codex_hooks_untrusted``: ``.codex/hooks.json`` holds storm's hooks but the
   user's Codex config does not trust the project or a hook's current hash, so
   Codex silently never runs them. Not fixed here: trusting hooks is the user's
@@ -90,7 +81,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -102,13 +92,11 @@ from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
-from ..core.files import remove_quietly
 from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
     FUTURE_REF_LOCK_SECONDS,
-    ORDERING_REF,
     REMOTE_TRACKING_PREFIX,
     RESERVATIONS_REF,
     STALE_REF_LOCK_SECONDS,
@@ -217,61 +205,9 @@ def _server_ref_locks(store: Store, fix: bool, out: list[Finding]) -> None:
             f.fixed = bool(ref_locks.clear_stale(gitdir, [lock.ref]))
 
 
-def _unused_remote_state(store: Store) -> tuple[list[str], list[str]]:
-    """Refs and files under storm's names that no version of the remote client uses any
-    more: copies of server refs other than the shared ones and the agents' notes
-    (``refs/storm-remote/<remote>/storm/turn``, ``…/waiting/*``, ``…/next``,
-    ``…/ahead``), the clone-id file, and the relay's records and locks."""
-    refs = []
-    for name in store.refs_under(REMOTE_TRACKING_PREFIX):
-        rest = name[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
-        if len(rest) == 2 and not rest[1].startswith("notes/storm/") \
-                and rest[1] not in {r[len("refs/"):] for r in (WORKSPACE_REF, RESERVATIONS_REF, ORDERING_REF)}:
-            refs.append(name)
-    root = os.path.join(store.commondir, "storm")
-    files = [os.path.join(root, "remote-clone"), os.path.join(root, "relay")]
-    locks = os.path.join(root, "locks")
-    if os.path.isdir(locks):
-        files += [os.path.join(locks, n) for n in sorted(os.listdir(locks)) if n.startswith("relay-")]
-    return refs, [f for f in files if os.path.lexists(f)]
-
-
-def _unused_remote(store: Store, leftovers: tuple[list[str], list[str]], fix: bool, out: list[Finding]) -> None:
-    """``unused_remote_state`` (harmless): leftovers of remote clients that took turns
-    and ran a relay; the fix deletes them (under the remote lock: no fetch moves them)."""
-    refs, files = leftovers
-    if not refs and not files:
-        return
-    shown = [*refs, *(os.path.relpath(f, store.commondir) for f in files)]
-    detail = "left by an older remote client; nothing reads it"
-    by_remote: dict[str, list[str]] = {}
-    for r in refs:  # a clone copies refs/storm/* as the server has them: they come back until deleted there
-        remote, rest = r[len(REMOTE_TRACKING_PREFIX):].split("/", 1)
-        if rest.startswith("storm/"):
-            by_remote.setdefault(remote, []).append("refs/" + rest)
-    for remote, names in sorted(by_remote.items()):
-        detail += f"; {remote} has them too: git push {remote} --delete {' '.join(sorted(names))}"
-    f = Finding("unused_remote_state", ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
-                detail, True, harmless=True)
-    out.append(f)
-    if not fix:
-        return
-    with flocked(store.commondir, REMOTE_LOCK):
-        for ref in refs:
-            store.delete_ref(ref)
-        for path in files:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                remove_quietly(path)
-    f.fixed = True
-
-
-def _broken_refs(store: Store, out: list[Finding], unused: frozenset[str] = frozenset()) -> None:
-    """Storm refs that do not resolve to a commit (the leftovers of older remote
-    clients, ``unused``, are reported by _unused_remote instead)."""
-    names = [r for r in store.repo.references
-             if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS)) and r not in unused]
+def _broken_refs(store: Store, out: list[Finding]) -> None:
+    """Storm refs that do not resolve to a commit."""
+    names = [r for r in store.repo.references if r.startswith(tuple(root + "/" for root in STORM_REF_ROOTS))]
     for name in names:
         try:
             ref = store.repo.lookup_reference(name)
@@ -441,14 +377,6 @@ def _harness_hooks(store: Store, fix: bool, out: list[Finding]) -> None:
         out.append(Finding("codex_hooks_untrusted", harness_install.TARGETS["codex"],
                            "Codex will not run storm's hooks: " + "; ".join(trust.missing())
                            + " (git storm harness install codex --trust writes the entries and shows them)", False))
-    for st in harness_install.stale_installs(store):
-        f = Finding("stale_harness_hooks", st.file,
-                    f"storm's {st.harness} hooks predate this git storm: {', '.join(st.missing)} "
-                    "run without storm (their edits are neither validated nor recorded)", True)
-        out.append(f)
-        if fix:
-            harness_install.refresh(store, st.harness)
-            f.fixed = not any(s.harness == st.harness for s in harness_install.stale_installs(store))
 
 
 def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
@@ -478,9 +406,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
         return rep
     _ref_locks(store, fix, rep.findings)
     _server_ref_locks(store, fix, rep.findings)
-    leftovers = _unused_remote_state(store)
-    _broken_refs(store, rep.findings, frozenset(leftovers[0]))
-    _unused_remote(store, leftovers, fix, rep.findings)
+    _broken_refs(store, rep.findings)
     broken = {f.what for f in rep.findings if f.kind == "broken_ref"}
     if not broken & {RESERVATIONS_REF}:
         _expired_reservations(store, fix, rep.findings)

@@ -40,7 +40,7 @@ from typing import Any
 from ..core.agents import validate_agent
 from ..core.errors import UsageError
 from ..core.files import replace_file
-from ..core.program import storm_program
+from ..core.installation import storm_program
 from ..core.store import Store, git_env as store_git_env
 from . import codex_trust
 
@@ -358,87 +358,6 @@ def status(store: Store, env: dict[str, str] | None = None) -> list[HarnessStatu
                                  "" if tr.ok else "git storm harness install codex --trust (or review the hooks "
                                                   "with /hooks in Codex)"))
     return out
-
-
-@dataclass
-class StaleHooks:
-    """An installation whose hook groups call storm for fewer tools than this version
-    handles (made by an older git storm, without NotebookEdit, say). The
-    harness then runs those tools without storm: their edits are not validated."""
-
-    harness: str
-    file: str  # relative to the working tree's top
-    missing: list[str]  # tools this version hooks that the installed groups do not
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _covered(groups: list[Any]) -> set[str] | None:
-    """The tools storm's groups match (None: every tool, a ``*`` or empty matcher)."""
-    tools: set[str] = set()
-    for g in groups:
-        m = str(g.get("matcher") or "")
-        if m in ("", "*"):
-            return None
-        tools |= set(m.split("|"))
-    return tools
-
-
-def stale_installs(store: Store) -> list[StaleHooks]:
-    """Installations (recorded by ``install``) whose groups miss tools that
-    ``GROUPS`` hooks now. An unreadable settings file is not judged here: the
-    harness itself reports it."""
-    out = []
-    for harness, rel in TARGETS.items():
-        if not os.path.exists(_manifest_path(store, harness)):
-            continue
-        try:
-            _, data = _load_json(os.path.join(store.top, rel))
-        except UsageError:
-            continue
-        if data is None:
-            continue
-        hooks = data.get("hooks") or {}
-        missing: set[str] = set()
-        for event, matcher in GROUPS[harness].items():
-            covered = _covered([g for g in hooks.get(event) or [] if _ours(g)])
-            if covered is not None:
-                missing |= set(matcher.split("|")) - covered
-        if missing:
-            out.append(StaleHooks(harness, rel, sorted(missing)))
-    return out
-
-
-def refresh(store: Store, harness: str) -> bool:
-    """Bring storm's groups in the harness's settings to this version's matchers,
-    keeping their command as installed (its ``--agent``, its interpreter) and every
-    other hook. True when the file changed."""
-    rel = TARGETS[harness]
-    path = os.path.join(store.top, rel)
-    _, data = _load_json(path)
-    if data is None:
-        return False
-    hooks = data.setdefault("hooks", {})
-    commands = [h["command"] for gs in hooks.values() for g in gs or [] if _ours(g)
-                for h in g.get("hooks") or [] if isinstance(h, dict) and MARKER in str(h.get("command", ""))]
-    if not commands:
-        return False
-    changed = False
-    for event, matcher in GROUPS[harness].items():
-        ours = [g for g in hooks.get(event) or [] if _ours(g)]
-        if not ours:
-            hooks[event] = [*(hooks.get(event) or []),
-                            {"matcher": matcher, "hooks": [{"type": "command", "command": commands[0]}]}]
-            changed = True
-        want = matcher.split("|")
-        for g in ours:
-            covered = _covered([g])
-            if covered is not None and not set(want) <= covered:  # tools added by hand stay
-                g["matcher"], changed = "|".join(want + sorted(covered - set(want))), True
-    if changed:
-        _write(path, data)
-    return changed
 
 
 def uninstall(store: Store, harness: str, *, scope: str = "project",

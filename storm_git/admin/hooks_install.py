@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import RepoStateError
 from ..core.files import replace_file
-from ..core.install_hint import pip_install
+from ..core.installation import pip_install
 from ..core.store import Store, git_env
 
 CHAINED_SUFFIX = ".storm-chained"

@@ -16,9 +16,9 @@ from ..core.locks import flocked
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, Store
 from ..remote import transport
 from ..remote.branch_follow import follow
-from ..remote.queue import tracked_head
+from ..remote.exchange import adopt_tracking, exchanging, learn_writers
 from ..remote.transport import RemoteRefused, Unreachable
-from ..remote.workspace import adopt_tracking, exchanging, learn_writers
+from ..remote.write_queue import tracked_head
 from .hooks_install import install
 from .setup import init
 

@@ -14,8 +14,8 @@ from typing import Any
 import pygit2
 
 from ..core.errors import RepoStateError
+from ..core.gitcmd import parse_status_z
 from ..core.locks import flocked
-from ..core.porcelain import parse_status_z
 from ..core.store import WORKSPACE_REF, Store, git_env, resolve_commit
 from ..core.workspace import MODES
 from ..storm import branch

@@ -49,7 +49,7 @@ def agent_from_env(agent: str | None) -> str:
 # notes refs (storm_git.remote.workspace: holding every agent's notes ref made every git
 # fetch and push of the clone walk them all). The ids of the agents whose writes it
 # fetched are recorded here, one per line, so that intent comments of agents of other
-# machines are recognised (storm_git.core.intents) without their notes.
+# machines are recognised (storm_git.coordination.intents) without their notes.
 SEEN_FILE = "agents-seen"
 _SEEN_CACHE: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
 

@@ -8,11 +8,11 @@ made under the workspace lock.
 
 Event types (``type``; every event also has ``agent``, ``time`` and, when read,
 ``summary`` and ``id``): ``rejection`` (storm_git.storm.write), ``release``,
-``boundary`` (storm_git.core.assignments), ``intent_overwritten``
-(storm_git.core.intents), ``assign``, ``mode`` (storm_git.admin.modes),
-``commit`` (storm_git.storm.manager, and storm_git.worktree.isolated in worktree mode),
+``boundary`` (storm_git.coordination.assignments), ``intent_overwritten``
+(storm_git.coordination.intents), ``assign``, ``mode`` (storm_git.admin.modes),
+``commit`` (storm_git.storm.commit, and storm_git.worktree.workspace in worktree mode),
 ``commit_refused``, ``write`` (worktree mode only), ``merge``, ``spawn`` and
-``cleanup`` (storm_git.worktree.worktrees). ``storm_git.core.render.log_entry`` renders each; a type
+``cleanup`` (storm_git.worktree.worktrees). ``storm_git.render.log_entry`` renders each; a type
 it does not know is printed from its summary.
 """
 from __future__ import annotations
@@ -25,6 +25,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pygit2
+
+from . import trailers
 from .errors import UsageError
 from .store import EVENTS_REF, Store, ref_oid
 
@@ -83,3 +86,54 @@ def merge_newest_first(*chains: Iterable[dict[str, Any]], limit: int) -> list[di
         raise UsageError(f"a log limit of {limit} entries: give 0 or more")
     merged = heapq.merge(*chains, key=lambda e: float(e.get("time") or 0), reverse=True)
     return list(itertools.islice(merged, min(limit, sys.maxsize)))
+
+
+# -- ``git storm log``'s entries: the accepted storm writes merged with the events
+#
+# Accepted writes are the shared ref's own history (a chain of commits with
+# ``Storm-Agent`` trailers); everything else is in ``refs/storm/log``
+# (:mod:`.events`). Both modes show both: a repository that worked in storm mode
+# and then in worktree mode (or back) has one log.
+
+
+def storm_writes(store: Store, head: pygit2.Oid | None) -> Iterator[dict[str, Any]]:
+    """The writes on the shared ref's first-parent chain from ``head``, newest first;
+    it ends at the first commit storm did not write (the branch it started from)."""
+    oid = head
+    while oid is not None:
+        c = store.commit(oid)
+        t = trailers.parse(c.message)
+        if "Storm-Agent" not in t:
+            return
+        item = {"type": "write", "commit": str(c.id), "agent": t["Storm-Agent"][0],
+                "op": t.get("Storm-Op", ["write"])[0], "intent": trailers.subject(c.message),
+                "paths": t.get("Storm-Path", []),
+                "time": trailers.precise_time(c.message, c.commit_time)}
+        try:
+            prov = trailers.provenance(t)
+        except ValueError:
+            prov = None
+        if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
+            item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
+                                 "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
+        yield item
+        oid = c.parent_ids[0] if c.parent_ids else None
+
+
+def in_landing_order(writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chain's order (newest first) is the order writes landed in. A write queued on
+    one machine and moved onto a head another machine wrote meanwhile carries the time
+    it was validated, earlier than its new parent's: it is shown at its parent's time
+    (when it landed, at the earliest), its own kept as ``written``."""
+    latest = float("-inf")
+    for item in reversed(writes):
+        if item["time"] < latest:
+            item["written"], item["time"] = item["time"], latest
+        latest = item["time"]
+    return writes
+
+
+def log(store: Store, head: pygit2.Oid | None, limit: int) -> list[dict[str, Any]]:
+    """Writes from ``head`` and recorded events, newest first, at most ``limit``."""
+    writes = list(itertools.islice(storm_writes(store, head), min(max(limit, 0), sys.maxsize)))
+    return merge_newest_first(in_landing_order(writes), read(store, limit), limit=limit)

@@ -2,8 +2,8 @@
 
 ``git repack -d --geometric=2`` (storm_git.core.maintenance) dies in a partial
 clone ("cannot use internal rev list with --stdin-packs": there repack adds
-``--exclude-promisor-objects``, which ``--stdin-packs`` refuses). Storm's writes
-then piled up one pack per maintenance run, and ``git storm maintenance`` exited 3.
+``--exclude-promisor-objects``, which ``--stdin-packs`` refuses): storm's writes
+would pile up one pack per maintenance run, and ``git storm maintenance`` exit 3.
 Here storm does what that repack does, with git's own pack writer: choose the
 packs to roll by git's rule (``split_pack_geometry``: the smallest packs that do
 not already grow by the factor, plus any larger one the merged pack would catch

@@ -83,7 +83,7 @@ class Rejection:
     stale: list[FileChange] = field(default_factory=list)
     reservation: Reservation | None = None
     message: str = ""
-    # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.core.intents)
+    # intent annotations (``# agent: why``) on the lines of the diffs (storm_git.coordination.intents)
     intents_in_diff: list[dict[str, Any]] = field(default_factory=list)
     # what the write was validated against: {"name": all|deps|auto|auto:all, "paths", "why"}
     scope: dict[str, Any] | None = None

@@ -43,7 +43,7 @@ click's history). Anything else keeps the file in the scope too:
   object passed around, ``import a.b`` used as ``a.b.f``), a ``conftest.py``
   (fixtures are found by name at run time), the agent's own earlier writes
   unless the write imports them or they import it (then the names decide, as
-  for any import: ``depscope.own_writes`` cannot tell this task's write from a
+  for any import: ``scope.own_writes`` cannot tell this task's write from a
   read of an earlier task's write at an unchanged head);
 * a file whose reason for being in the scope is not accounted for here, a file
   that is not Python, does not parse, or was created or deleted.

@@ -24,10 +24,8 @@ Python, or with a Python target that does not parse or is deleted, falls back to
 the whole read set (``auto:all``). A file that is not Python written together
 with Python (a changelog entry, a README line, a config key for the new code)
 documents or configures that code: it depends on what the code depends on, plus
-every read file that is not Python either (prose read beside it); before, such a
-write used the whole read set, and these mixed writes were 10 of the 28
-stale-dependency rejections left in the replays of docs/simulation.md. The scope
-only ever drops read files; the targets themselves are always validated.
+every read file that is not Python either (prose read beside it). The scope only
+ever drops read files; the targets themselves are always validated.
 """
 from __future__ import annotations
 

@@ -722,7 +722,7 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
         return HookResult(NOTE if note else PASS, event, "recorded-write", agent, list(changes), write=res,
                           message=note)
     if reverted:
-        from ..core import render
+        from .. import render
 
         note = "\n".join(x for x in (note, "storm: " + render.reverted_by_command(reverted)) if x)
     return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res,

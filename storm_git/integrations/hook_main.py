@@ -50,7 +50,7 @@ def _quoted(path: str) -> str:
 
 def reason_text(res: Any) -> str:
     """What the model reads for a refused call: what happened, the payload, what to do."""
-    from ..core import render
+    from .. import render
 
     r = res.rejection
     tool = res.event.tool if res.event else "the tool"
@@ -68,7 +68,7 @@ def reason_text(res: Any) -> str:
         # Codex reads through its shell, which storm cannot see: name the read that counts
         import shlex
 
-        from ..core.program import storm_program
+        from ..core.installation import storm_program
 
         names = " ".join(shlex.quote(s.path) for s in r.stale)
         advice += (f" Your shell's reads are not seen by git storm: read the changed file(s) with the shell "
@@ -78,7 +78,7 @@ def reason_text(res: Any) -> str:
     if offer is not None and offer.clean and res.decision == "deny":
         import shlex
 
-        from ..core.program import storm_program
+        from ..core.installation import storm_program
 
         advice = (f"Your change re-applies cleanly on the current version (the last diff above). If that is still "
                   f"what you want, accept it with the shell command: {storm_program()} write {shlex.quote(r.path)} "
@@ -144,7 +144,7 @@ def _set_wait_policy() -> None:
     from ..core.locks import WaitPolicy, set_wait_policy
 
     def timeout(commondir: str) -> float | None:
-        from ..core.lockconfig import lock_timeout  # only when a lock is actually waited for
+        from ..core.locks import lock_timeout  # only when a lock is actually waited for
 
         return lock_timeout(commondir, cap=HOOK_LOCK_SECONDS)
 

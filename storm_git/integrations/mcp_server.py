@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 from ..core.errors import UsageError
-from ..core.install_hint import pip_install, pip_install_requirement
+from ..core.installation import pip_install, pip_install_requirement
 from ..core.paths import printable
 from ..testwatch.notices import take_text
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome

@@ -76,7 +76,7 @@ REBASED_STEP = ("Your change also re-applies cleanly on the current version (the
 
 def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, op: str = "") -> ToolOutcome:
     """A rejected write: the CLI's human rendering of the payload plus what to do next."""
-    from ..core import render  # plain text rendering, no click: shared with `git storm` output
+    from .. import render  # plain text rendering, no click: shared with `git storm` output
 
     r = res.rejection
     assert r is not None
@@ -97,7 +97,7 @@ def rejection_outcome(res: WriteResult, data: dict[str, Any] | None = None, *, o
 
 
 def _accepted_line(res: WriteResult) -> str:
-    from ..core import render
+    from .. import render
 
     return "[storm] " + render.write_result(res)
 
@@ -442,7 +442,7 @@ class StormTools:
                   f"exit code {res.returncode}")
         if res.write is not None and not res.write.accepted:
             out = rejection_outcome(res.write, data, op="exec")
-            from ..core import render
+            from .. import render
 
             reverted = f"\n[storm] {render.reverted_by_command(res.reverted)}" if res.reverted else ""
             out.text = f"{head}[{status}]\n{out.text}{reverted}"
@@ -456,13 +456,13 @@ class StormTools:
         return ToolOutcome(f"{head}[{status}]\n{recorded}", data, res.timed_out)
 
     def status(self) -> ToolOutcome:
-        from ..core import render
+        from .. import render
 
         st = self.workspace().status(diffs=False)
         return ToolOutcome(render.status(st), st.to_dict())
 
     def log(self, limit: int = 20) -> ToolOutcome:
-        from ..core import render
+        from .. import render
 
         if limit < 1:
             raise UsageError(f"limit {limit} must be at least 1")
@@ -494,7 +494,7 @@ class StormTools:
 
     def assign(self, assignee: str | None = None, files: list[str] | None = None, task: str | None = None,
                allow_overlap: bool = False, clear: bool = False) -> ToolOutcome:
-        from ..core import assignments as scope
+        from ..coordination import assignments as scope
 
         if assignee is None:
             if files or task or clear:

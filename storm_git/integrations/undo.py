@@ -22,7 +22,7 @@ import pygit2
 
 from ..core import trailers
 from ..core.store import Store, hex_
-from ..storm.writer import UNDO_OP
+from ..storm.validated_writer import UNDO_OP
 
 __all__ = ["UNDO_OP", "LastEdit", "MemoryHistory", "last_edit"]
 WALK_LIMIT = 5000  # commits looked at, newest first

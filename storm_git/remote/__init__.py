@@ -11,9 +11,11 @@ applies them in arrival order and answers per write), elsewhere in one ``git pus
 move the queue, push again).
 
 * :mod:`.transport` — the ``git`` subprocesses (fetch of the storm refs, pushes);
-* :mod:`.workspace` — :class:`RemoteWorkspace`, its publication (the push that is the
-  compare-and-swap), sync and push-reads;
-* :mod:`.queue` — the clone's queue of writes on its local ref, and its records;
+* :mod:`.workspace` — :class:`RemoteWorkspace`: storm's verbs starting from the server's head;
+* :mod:`.landing` — its publication: the push that is the compare-and-swap, group commit;
+* :mod:`.exchange` — the locks of a fetch or a push, and the fetched values adopted locally;
+* :mod:`.clone_sync` — ``git storm sync`` and ``push-reads`` on a clone;
+* :mod:`.write_queue` — the clone's queue of writes on its local ref, and its records;
 * :mod:`.queue_move` — the rule that moves queued writes onto a newer head (both sides);
 * :mod:`.inbox` — a clone's push to its inbox and the server's answers;
 * :mod:`.server_hook` — the pre-receive guard installed in the bare repository;

@@ -24,7 +24,7 @@ from ..core.errors import RepoStateError
 from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store, ref_oid
 from ..storm import branch as storm_branch, index
-from ..storm.manager import COMMITTED_REF
+from ..storm.commit import COMMITTED_REF
 from . import transport
 
 UP_TO_DATE, FAST_FORWARD, AHEAD, DIVERGED, NO_UPSTREAM, DETACHED = (

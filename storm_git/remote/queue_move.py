@@ -47,7 +47,7 @@ ScopeOf = Callable[[pygit2.Commit, trailers.Provenance], frozenset[str]]
 
 
 class _Objects:
-    """What storm_git.core.disk.changed_paths needs of a Store: ``.repo``."""
+    """What storm_git.core.tree_diff.changed_paths needs of a Store: ``.repo``."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo

@@ -131,7 +131,7 @@ def plot(data: dict[str, Any], out: str) -> tuple[list[str], str | None]:
     try:
         made = figures(data)
     except ImportError:
-        from ..core.install_hint import pip_install
+        from ..core.installation import pip_install
 
         return [], f"matplotlib is not installed: plots skipped ({pip_install('sim')})"
     import matplotlib.pyplot as plt

@@ -204,8 +204,8 @@ class _Run:
     def resolve(self, agent: str) -> None:
         """The conflicted agent merges the target in and re-applies its own changes to
         the conflicting files on top of the target's version."""
-        from storm_git.worktree.isolated import WorktreeWorkspace
         from storm_git.worktree.sync import sync
+        from storm_git.worktree.workspace import WorktreeWorkspace
 
         res = sync(self.store, agent)
         if res.status != "conflicted":

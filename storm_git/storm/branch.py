@@ -25,7 +25,7 @@ from ..core import trailers
 from ..core.errors import RepoStateError
 from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store, ref_oid
-from .writer import ValidatedWriter
+from .validated_writer import ValidatedWriter
 
 INTEGRATED_REF = "refs/storm/integrated"
 # For a repository from before the ref: how far back the branch's first-parent line

@@ -13,8 +13,8 @@ from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Entry, hex_
 from ..core.tree_diff import tree_changes
+from .validated_writer import UNDO_OP, WriteHost
 from .verdict import Verdict
-from .writer import UNDO_OP, WriteHost
 
 HISTORY_LIMIT = 256  # commits walked back to find who changed a file since it was read
 

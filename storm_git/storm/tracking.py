@@ -56,7 +56,7 @@ from ..disk.record import entry_or_none
 from ..disk.safe_fs import TEMP_PREFIX, DiskState, disk_state, same
 from . import branch, private_index
 from .private_index import INDEX_NAME, STATE_NAME
-from .writer import AS_WRITTEN, OnWait, ValidatedWriter
+from .validated_writer import AS_WRITTEN, OnWait, ValidatedWriter
 
 MISSING_NAME = "exec-index.missing"
 CLOCK_NAME = "exec-clock"

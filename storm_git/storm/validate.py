@@ -21,7 +21,8 @@ from typing import Any
 
 import pygit2
 
-from ..core import assignments, events, readsets, reservations
+from ..coordination import assignments
+from ..core import events, readsets, reservations
 from ..core.errors import BadPath
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, Rejection
 from ..core.readsets import ReadEntry
@@ -29,8 +30,8 @@ from ..core.reservations import Reservation
 from ..core.store import Entry, Store, hex_
 from ..core.tree_diff import changed_paths
 from . import rejection as payloads
+from .validated_writer import AS_WRITTEN, WriteHost
 from .verdict import Verdict
-from .writer import AS_WRITTEN, WriteHost
 
 # Rejections the agent must re-plan around: these reserve the target, and so does
 # an unread_target rejection that also lists stale dependencies (the agent built on
@@ -207,7 +208,7 @@ def reject(ws: WriteHost, agent: str, op: str, found: Verdict, head: pygit2.Oid,
     it read, the authors, the stale files, the annotated lines, a rebased offer for a
     conflict on text ``change``), and what it showed in full counts as read (the
     target's current content; stale files are shown as diffs and stay stale)."""
-    from ..core import intents  # only a rejection pays for it
+    from ..coordination import intents  # only a rejection pays for it
 
     store = ws.store
     rejection = payloads.build(ws, agent, found, head, seen, reservation, op=op)

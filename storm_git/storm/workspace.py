@@ -18,7 +18,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import events, history, readsets, reservations
+from ..core import events, readsets, reservations
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotFound, NotInitialised, UsageError
@@ -40,8 +40,8 @@ from ..core.workspace import BaseWorkspace, replace_once
 from . import branch, rebased, write
 from .publication import Publication
 from .validate import entry_or_none
+from .validated_writer import OnWait
 from .verdict import MUST_REJECT
-from .writer import OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
 
@@ -250,7 +250,7 @@ class SharedWorkspace(BaseWorkspace):
         except (pygit2.GitError, KeyError):
             return None
 
-    # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.manager) ----------
+    # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.commit) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
              timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
         """Run a command in the shared working tree; record what it changed as one write."""
@@ -337,11 +337,11 @@ class SharedWorkspace(BaseWorkspace):
                keep_shared: bool = False) -> CommitResult:
         """The manager commits the shared head's tree to the current branch (after
         merging in the commits the branch gained outside storm)."""
-        from .manager import commit
+        from .commit import commit
 
         return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify,
                       keep_shared=keep_shared)
 
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Accepted writes (the shared ref's history) and recorded events, newest first."""
-        return history.log(self.store, self.head(), limit)
+        return events.log(self.store, self.head(), limit)

@@ -21,8 +21,9 @@ from typing import Any
 
 import pygit2
 
-from ..core import casefold, intents, maintenance, readsets, reservations, trailers
-from ..core.assignments import OUTSIDE_ASSIGNMENT, flag_storm_write
+from ..coordination import intents
+from ..coordination.assignments import OUTSIDE_ASSIGNMENT, flag_storm_write
+from ..core import maintenance, readsets, reservations, trailers, tree_rules
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotFound, StormError, UsageError
 from ..core.files import reason
@@ -37,8 +38,8 @@ from ..disk.record import check_record
 from ..disk.safe_fs import parent_fd
 from ..disk.sync import materialize
 from . import validate
+from .validated_writer import AS_WRITTEN, OnWait, WriteHost
 from .verdict import MUST_REJECT, Verdict
-from .writer import AS_WRITTEN, OnWait, WriteHost
 
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 ANALYSE_OUTSIDE = 3  # rounds of dependency analysis a write may take outside the lock, then inside
@@ -398,8 +399,8 @@ def _accepted(ws: WriteHost, w: Write, at: Attempt, warnings: list[str], retries
     """The write is on the shared ref: from here on nothing may turn it into an error (a
     full disk, a bad setting); what fails is said in the answer. The flags read only
     the immutable parent tree and commit: outside the agent's assignment
-    (storm_git.core.assignments), a line another agent annotated, deleted or rewritten
-    (storm_git.core.intents), each allowed but flagged and logged."""
+    (storm_git.coordination.assignments), a line another agent annotated, deleted or rewritten
+    (storm_git.coordination.intents), each allowed but flagged and logged."""
     store, agent, commit, paths = ws.store, w.agent, at.commit, w.paths
     landed = commit is not None
     outside = _after_landing(warnings, "the assignment check", [], flag_storm_write,
@@ -467,11 +468,11 @@ def _check_disk_parents(top: str, paths: list[str]) -> None:
 
 def _refuse_case_twins(store: Store, tree: pygit2.Tree, created: list[str], deleted: set[str]) -> None:
     """Where the file system ignores case, refuse (exit 2, nothing written) a new path
-    that names an existing file in another case (storm_git.core.casefold)."""
-    if not created or not casefold.ignores_case(store):
+    that names an existing file in another case (storm_git.core.tree_rules)."""
+    if not created or not tree_rules.ignores_case(store):
         return
     for p in created:
-        twin = casefold.case_twin(tree, p, deleted)
+        twin = tree_rules.case_twin(tree, p, deleted)
         if twin is not None:
             meant = twin + p[len(twin):]  # the path as the file system already spells it
             raise BadPath(f"{p!r} is {meant!r} on this case-insensitive file system (core.ignoreCase=true): "

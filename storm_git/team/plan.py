@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..core import assignments
+from ..coordination import assignments
 from ..core.errors import UsageError
 
 PLAN_KEYS = {"task", "subtasks"}

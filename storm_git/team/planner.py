@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.assignments import READ_ONLY_KEY
+from ..coordination.assignments import READ_ONLY_KEY
 from ..core.errors import RepoStateError
 from ..core.gitcmd import run_git
 from ..core.store import Store

@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import assignments
+from ..coordination import assignments
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.store import WORKSPACE_REF, Store
 from ..integrations.brief import brief as agent_brief

@@ -4,14 +4,14 @@ inside its assignment, and no restricted file (``storm.restricted``).
 ``WorktreeWorkspace.commit`` applies :func:`worktree_commit_problems` itself; the
 pre-commit hook's guard (:mod:`storm_git.admin.guard`) applies :func:`pre_commit`
 to a plain ``git commit`` in an agent's worktree. The assignments and globs are
-the shared core's (:mod:`storm_git.core.assignments`).
+the shared core's (:mod:`storm_git.coordination.assignments`).
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
 
-from ..core.assignments import get, restricted_paths
+from ..coordination.assignments import get, restricted_paths
 from ..core.gitcmd import run_git
 from ..core.store import Store
 from .sync import taken_from_target

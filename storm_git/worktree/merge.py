@@ -83,7 +83,7 @@ class AgentMerge:
     conflicts: list[ConflictFile] = field(default_factory=list)
     resolved_by: str | None = None
     ms: float = 0.0
-    test: dict[str, Any] | None = None  # merge --test: the candidate's test run (storm_git.worktree.queue)
+    test: dict[str, Any] | None = None  # merge --test: the candidate's test run (storm_git.worktree.merge_queue)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -101,7 +101,7 @@ class MergeReport:
     results: list[AgentMerge]
     updated: str | None = None  # "worktree PATH" or "ref"; None when unchanged / dry run
     dry_run: bool = False
-    queue: dict[str, Any] | None = None  # merge --test: command, order and why (storm_git.worktree.queue)
+    queue: dict[str, Any] | None = None  # merge --test: command, order and why (storm_git.worktree.merge_queue)
 
     @property
     def conflicted(self) -> list[AgentMerge]:

@@ -27,10 +27,9 @@ import pygit2
 from ..core import events, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, RepoStateError, UsageError
-from ..core.gitcmd import run_git
+from ..core.gitcmd import parse_status_z, run_git
 from ..core.locks import flocked
 from ..core.paths import normalize
-from ..core.porcelain import parse_status_z
 from ..core.store import Store, resolve_commit
 
 DEFAULT_PREFIX = "storm/"
@@ -230,7 +229,7 @@ class SpawnResult:
 
 
 def copy_patterns(store: Store) -> list[str]:
-    from ..core.assignments import config_list
+    from ..coordination.assignments import config_list
 
     return config_list(store, COPY_UNTRACKED_KEY)
 

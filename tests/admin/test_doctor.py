@@ -226,38 +226,6 @@ def test_worktree_mode_agent_whose_worktree_and_branch_are_gone(tmp_path):
     assert list(ws.read_set("e1")) == ["README.md"] and ws.read_set("e2") == {}
 
 
-def test_what_older_remote_clients_left_is_harmless_and_fix_deletes_it(tmp_path):
-    """Copies of a turn ref (a blob), a line of waiting clones, the clone-id file and a
-    relay's records and lock: doctor reports them as harmless (exit 0, never a broken
-    ref), names the push that deletes them on the server, and --fix deletes them."""
-    repo = make_repo(tmp_path / "r")
-    blob = git(repo, "hash-object", "-w", "--stdin", input=b"storm turn: free\n").stdout.decode().strip()
-    head = git(repo, "rev-parse", "HEAD").stdout.decode().strip()
-    for ref, oid in (("refs/storm-remote/origin/storm/turn", blob), ("refs/storm-remote/origin/storm/next", blob),
-                     ("refs/storm-remote/origin/storm/waiting/0123456789abcdef", blob),
-                     ("refs/storm-remote/origin/ahead", head),
-                     ("refs/storm-remote/origin/storm/workspace", head)):
-        git(repo, "update-ref", ref, oid)
-    storm_dir = repo / ".git" / "storm"
-    (storm_dir / "remote-clone").write_text("0123456789abcdef\n")
-    (storm_dir / "relay").mkdir()
-    (storm_dir / "relay" / "127.0.0.1-9418.json").write_text("{}")
-    (storm_dir / "locks" / "relay-127.0.0.1-9418").write_text("")
-    code, rep = storm_json(repo, "doctor")
-    assert code == 0 and rep["ok"], rep
-    kinds = [f["kind"] for f in rep["findings"]]
-    assert kinds == ["unused_remote_state"], rep
-    detail = rep["findings"][0]["detail"]
-    assert "git push origin --delete refs/storm/next refs/storm/turn refs/storm/waiting/0123456789abcdef" in detail
-    code, rep = storm_json(repo, "doctor", "--fix")
-    assert code == 0 and rep["fixed"] == 1, rep
-    left = git(repo, "for-each-ref", "--format=%(refname)", "refs/storm-remote/").stdout.decode().split()
-    assert left == ["refs/storm-remote/origin/storm/workspace"], left
-    assert not (storm_dir / "remote-clone").exists() and not (storm_dir / "relay").exists()
-    assert not (storm_dir / "locks" / "relay-127.0.0.1-9418").exists()
-    assert storm_json(repo, "doctor")[1]["findings"] == []
-
-
 def _corrupt_index(how: str, good: bytes) -> bytes:
     return {"truncated": good[:10], "garbage": b"garbage\n", "empty": b"",
             "signature": b"XIRC" + good[4:]}[how]

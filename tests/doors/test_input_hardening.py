@@ -56,7 +56,7 @@ def test_agent_id_with_trailing_newline_is_refused(repo, how):
 
 
 def test_scope_globs_do_not_match_a_trailing_newline():
-    from storm_git.core.assignments import matches
+    from storm_git.coordination.assignments import matches
 
     assert matches("src/*.py", "src/a.py") and not matches("src/*.py", "src/a.py\n")
 

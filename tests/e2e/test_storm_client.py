@@ -67,7 +67,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     verbatim = (src / "multiagent_sync" / "mgr_tools.py").read_bytes()
     assert (copy / "multiagent_sync" / "mgr_tools.py").read_bytes() == verbatim
     (copy / "multiagent_sync" / "manager.py").write_text(
-        "from storm_git.integrations.storm_manager import Manager  # noqa: F401 - the harness's one change\n")
+        "from storm_git.paper.manager import Manager  # noqa: F401 - the harness's one change\n")
     return python, copy
 
 

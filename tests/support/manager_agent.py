@@ -1,9 +1,9 @@
 """An agent of the STORM paper's harness on the manager interface
-(storm_git.integrations.storm_manager): a cache of viewed files and versions,
+(storm_git.paper.manager): a cache of viewed files and versions,
 edits applied to the cached view."""
 from __future__ import annotations
 
-from storm_git.integrations.storm_manager import Manager, ReadResponse, WriteResponse
+from storm_git.paper.manager import Manager, ReadResponse, WriteResponse
 
 
 class Agent:

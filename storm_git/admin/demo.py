@@ -324,8 +324,8 @@ def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
     from ..admin.modes import switch
     from ..admin.setup import init
     from ..core.store import Store
-    from ..worktree.isolated import WorktreeWorkspace
     from ..worktree.merge import merge
+    from ..worktree.workspace import WorktreeWorkspace
     from ..worktree.worktrees import spawn
 
     make_repo(repo)

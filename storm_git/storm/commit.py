@@ -29,7 +29,7 @@ from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, ref_oid, signature
 from . import branch, index
 from .tracking import adopt, unmediated
-from .writer import ValidatedWriter
+from .validated_writer import ValidatedWriter
 
 COMMITTED_REF = "refs/storm/committed"
 DEFAULT_MANAGER = "manager"

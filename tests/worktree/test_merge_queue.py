@@ -1,4 +1,4 @@
-"""``git storm merge --test CMD``: the test-gated merge queue (storm_git.worktree.queue).
+"""``git storm merge --test CMD``: the test-gated merge queue (storm_git.worktree.merge_queue).
 
 Agents are merged in the order their work depends on each other (not by name), each
 candidate is tested in a scratch worktree, a failing agent stays unmerged with its

@@ -187,7 +187,7 @@ def test_hook_command_and_pre_commit_framework_manifest(repo):
 
 
 def test_storm_mode_content_rule_does_not_apply_in_worktree_mode(repo):
-    # (worktree mode has its own rules for engineers: storm_git.core.assignments)
+    # (worktree mode has its own rules for engineers: storm_git.coordination.assignments)
     git(repo, "config", "storm.mode", "worktree")
     (repo / "src/util.py").write_text("anything\n")
     git(repo, "add", "src/util.py")

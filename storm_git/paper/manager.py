@@ -6,7 +6,7 @@ manager: integer versions, a per-write snapshot of what the agent read, and a
 coroutines and payloads, backed by a storm-mode workspace: the files are the
 shared head (``refs/storm/workspace``), every accepted write is a commit by its
 agent, read sets and reservations are storm's, and the integer versions are
-numbered in git (:mod:`storm_git.storm.versions`), so all of it survives a restart
+numbered in git (:mod:`storm_git.paper.versions`), so all of it survives a restart
 and is the same for every process on the repository.
 
 What a write is validated against: the ``snapshot`` when the harness sends one
@@ -48,9 +48,9 @@ from ..core.paths import normalize
 from ..core.payloads import RESERVED, STALE_DEPENDENCY, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.store import Store, hex_
-from ..storm import versions
 from ..storm.rejection import author_of, last_author, last_authors
 from ..storm.workspace import SharedWorkspace
+from . import versions
 from .manager_payloads import CommandRecord, CommandResponse, FileState
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation

@@ -111,7 +111,7 @@ def test_annotation_line_numbers_are_gits_after_a_form_feed(repo, ws):
     ("url = 'http://engineer_1: x'", None),
 ])
 def test_annotation_rule(text, agent):
-    from storm_git.core.intents import parse_line
+    from storm_git.coordination.intents import parse_line
 
     hit = parse_line(text, {"engineer_1", "manager"})
     assert (hit[0] if hit else None) == agent

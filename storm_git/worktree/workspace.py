@@ -17,7 +17,8 @@ from typing import Any
 
 import pygit2
 
-from ..core import assignments as scope, events, history, readsets
+from ..coordination import assignments as scope
+from ..core import events, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError
 from ..core.files import index_copy, read_regular
@@ -360,7 +361,7 @@ class WorktreeWorkspace(BaseWorkspace):
     def log(self, limit: int = 50) -> list[dict[str, Any]]:
         """Recorded events (writes in worktrees, commits, merges, mode switches…) and the
         writes accepted while the repository was in storm mode, newest first."""
-        out = history.log(self.store, self.store.ref_target(WORKSPACE_REF), limit)
+        out = events.log(self.store, self.store.ref_target(WORKSPACE_REF), limit)
         for e in out:
             if e.get("type") == "write":
                 e.setdefault("commit", None)

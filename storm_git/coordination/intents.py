@@ -30,11 +30,11 @@ from typing import Any
 
 import pygit2
 
-from . import events, readsets, trailers
-from .agents import seen_agents
-from .diffs import is_binary, text_lines
-from .errors import BadPath, RepoStateError
-from .store import WORKSPACE_REF, Store, git_env as store_git_env
+from ..core import events, readsets, trailers
+from ..core.agents import seen_agents
+from ..core.diffs import is_binary, text_lines
+from ..core.errors import BadPath, RepoStateError
+from ..core.store import WORKSPACE_REF, Store, git_env as store_git_env
 
 INTENT_OVERWRITTEN = "intent_overwritten"
 # A comment marker, an agent-shaped id, a colon and a reason. The id is then
@@ -161,11 +161,11 @@ def list_intents(store: Store, paths: Iterable[str] = (), rev: str = WORKSPACE_R
     passes the target branch) under ``paths``, each with the agent whose write or
     commit last changed its line."""
     if rev == WORKSPACE_REF and store.ref_target(WORKSPACE_REF) is None:
-        from .errors import NotInitialised
+        from ..core.errors import NotInitialised
 
         raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
     if _git(store, ["rev-parse", "--verify", "--quiet", f"{rev}^{{tree}}"]).returncode != 0:
-        from .errors import UsageError
+        from ..core.errors import UsageError
 
         raise UsageError(f"{rev} does not name a commit", hint="give a branch, tag or commit")
     agents = known_agents(store)

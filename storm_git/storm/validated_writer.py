@@ -1,9 +1,9 @@
 """What the layers above the validated write need of it.
 
-:mod:`storm_git.storm.tracking` (exec, adopt) and :mod:`storm_git.storm.manager`
+:mod:`storm_git.storm.tracking` (exec, adopt) and :mod:`storm_git.storm.commit`
 (commit) record their changes through :meth:`SharedWorkspace.apply`; typing them
 against this protocol instead of the class keeps the dependency one-way:
-``shared`` offers them as methods, and they do not import ``shared``.
+:mod:`storm_git.storm.workspace` offers them as methods, and they do not import it.
 """
 from __future__ import annotations
 

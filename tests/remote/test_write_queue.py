@@ -297,7 +297,7 @@ def test_a_queued_write_is_not_dropped_while_a_fetch_is_halfway(tmp_path):
     queued: had it seen it dropped, it would write it again and the moved queue would
     land it a second time (a duplicate seen once in the 8-clone benchmark)."""
     from storm_git.core.store import Store
-    from storm_git.remote.queue import QUEUED, write_state as _state
+    from storm_git.remote.write_queue import QUEUED, write_state as _state
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, str(srv))
@@ -377,7 +377,7 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     import sys
 
     from storm_git.core.store import Store
-    from storm_git.remote import queue
+    from storm_git.remote import write_queue as queue
 
     repo = helpers.make_repo(tmp_path / "r")
     store = Store.discover(str(repo))
@@ -386,7 +386,8 @@ def test_the_map_of_moved_writes_is_read_incrementally_and_survives_a_torn_row_a
     queue.record_rebased(store, [(oid[0], oid[1])])
     assert queue.rebased(store) == {oid[0]: oid[1]}
     # another process appends: this one's copy grows by what was added
-    code = (f"from storm_git.core.store import Store; from storm_git.remote import queue; import pygit2; "
+    code = ("from storm_git.core.store import Store; from storm_git.remote import write_queue as queue; "
+            "import pygit2; "
             f"queue.record_rebased(Store.discover({str(repo)!r}), [(pygit2.Oid(hex='{oid[1]}'), "
             f"pygit2.Oid(hex='{oid[2]}'))])")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -418,7 +419,7 @@ def test_a_move_recorded_by_a_mover_killed_before_it_moved_the_ref_drops_nothing
     nowhere, take its write for dropped and write it again while the old commit was
     still queued: two commits for one write)."""
     from storm_git.core.store import Store
-    from storm_git.remote import queue
+    from storm_git.remote import write_queue as queue
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")
@@ -550,7 +551,7 @@ def test_the_queue_is_recorded_by_whoever_moves_the_refs_and_a_record_of_other_v
     history."""
     from storm_git.core.locks import flocked
     from storm_git.core.store import Store
-    from storm_git.remote import queue
+    from storm_git.remote import write_queue as queue
 
     srv = bare(tmp_path / "proj.git")
     a = seed(tmp_path, f"file://{srv}")

@@ -7,9 +7,9 @@ import math
 import shlex
 from typing import Any
 
-from . import secret_files
-from .diffs import unified
-from .paths import quoted
+from .core import secret_files
+from .core.diffs import unified
+from .core.paths import quoted
 
 
 def short(oid: str | None) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import ROOT
 
-SHOW = "from storm_git.core.install_hint import pip_install; print(pip_install('mcp', python='python3'))"
+SHOW = "from storm_git.core.installation import pip_install; print(pip_install('mcp', python='python3'))"
 
 
 def _hint(tmp_path: Path, direct_url: dict | None, *, with_dist: bool = True) -> str:
@@ -26,7 +26,7 @@ def _hint(tmp_path: Path, direct_url: dict | None, *, with_dist: bool = True) ->
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: git-storm\nVersion: 0.1.0\n")
         if direct_url is not None:
             (info / "direct_url.json").write_text(json.dumps(direct_url))
-        for rel in ("storm_git/__init__.py", "storm_git/core/__init__.py", "storm_git/core/install_hint.py"):
+        for rel in ("storm_git/__init__.py", "storm_git/core/__init__.py", "storm_git/core/installation.py"):
             (site / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / rel, site / rel)
     path = str(site) if with_dist else str(ROOT)

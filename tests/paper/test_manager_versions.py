@@ -1,5 +1,5 @@
 """The drop-in manager's integer versions when the shared ref moves off the history
-they were numbered on: a number names exactly one state (storm_git.storm.versions).
+they were numbered on: a number names exactly one state (storm_git.paper.versions).
 
 Two windows, opened on purpose: refs/storm/workspace reset by hand to a commit above
 the versions table's last written head (the table is written every few commits; the
@@ -16,7 +16,7 @@ import helpers
 from helpers import git, release, rev, start_write, storm, storm_json
 from manager_agent import Agent
 from servers import WS, bare, clone, seed
-from storm_git.integrations.storm_manager import Manager, ReadResponse
+from storm_git.paper.manager import Manager, ReadResponse
 
 UTIL = "src/util.py"
 TRACKED = "refs/storm-remote/origin/storm/workspace"
@@ -31,7 +31,7 @@ def shared(repo: Path, path: str) -> str:
 
 
 def test_a_hand_reset_above_the_written_table_gives_no_number_to_a_second_state(repo: Path) -> None:
-    from storm_git.storm.versions import PERSIST_EVERY, VERSIONS_REF
+    from storm_git.paper.versions import PERSIST_EVERY, VERSIONS_REF
 
     m = Manager(repo, reservation_wait=1)
     assert run(m.read_file("engineer_1", UTIL)).version == 1  # the table is written here

@@ -1,7 +1,7 @@
 """``git storm demo``: the narrative a new user reads, and the repositories it leaves with --keep.
 
 Assertions are on structure (diff lines, reason keywords, merge status), not on
-the exact wording of the rejection text, which storm_git/core/render.py owns.
+the exact wording of the rejection text, which storm_git/render.py owns.
 """
 from __future__ import annotations
 

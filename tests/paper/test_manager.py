@@ -1,4 +1,4 @@
-"""The STORM paper's manager interface on git storm (storm_git.integrations.storm_manager).
+"""The STORM paper's manager interface on git storm (storm_git.paper.manager).
 
 Driven the way the paper's harness drives it: ``view`` (read_file) caches the
 content and version; ``str_replace`` is applied to the cached view and sent with
@@ -22,8 +22,8 @@ import pytest
 from helpers import SUPPORT, git, make_repo, storm
 from manager_agent import Agent, increment
 from storm_git.core.errors import BadAgent, BadPath, RepoStateError
-from storm_git.integrations.manager_payloads import FileState
-from storm_git.integrations.storm_manager import Manager, ReadResponse, StaleFile
+from storm_git.paper.manager import Manager, ReadResponse, StaleFile
+from storm_git.paper.manager_payloads import FileState
 
 
 def run(coro):
@@ -319,7 +319,7 @@ WORKER = textwrap.dedent("""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[4])
     from manager_agent import increment
-    from storm_git.integrations.storm_manager import Manager
+    from storm_git.paper.manager import Manager
 
     async def main():
         m = Manager(sys.argv[1])
@@ -391,7 +391,7 @@ def test_a_restart_mid_session_keeps_versions(repo: Path, tmp_path: Path) -> Non
     # a new process, with the version engineer_1 got before: it agrees and goes on
     code = textwrap.dedent(f"""
         import asyncio, json
-        from storm_git.integrations.storm_manager import Manager
+        from storm_git.paper.manager import Manager
         m = Manager({str(repo)!r})
         async def main():
             r = await m.read_file("engineer_3", "src/api.py")
@@ -421,7 +421,7 @@ def test_versions_are_kept_in_git(repo: Path) -> None:
 
 
 def test_the_table_is_written_every_few_commits_not_at_every_write(repo: Path) -> None:
-    from storm_git.storm.versions import PERSIST_EVERY
+    from storm_git.paper.versions import PERSIST_EVERY
 
     m = Manager(repo)
     v = run(m.read_file("engineer_1", "README.md")).version
@@ -431,7 +431,7 @@ def test_the_table_is_written_every_few_commits_not_at_every_write(repo: Path) -
     commits = git(repo, "rev-list", "--count", "refs/notes/storm/versions").stdout.decode().strip()
     assert int(commits) <= 4  # started, README's version 1, two catch-ups
     # what was not written yet is numbered the same by a process that never saw it
-    out = subprocess.run([sys.executable, "-c", "import asyncio; from storm_git.integrations.storm_manager import "
+    out = subprocess.run([sys.executable, "-c", "import asyncio; from storm_git.paper.manager import "
                           f"Manager; print(asyncio.run(Manager({str(repo)!r}).read_file('x', 'README.md')).version)"],
                          capture_output=True, timeout=120)
     assert out.stdout.decode().strip() == str(v), out.stderr.decode()
@@ -463,7 +463,7 @@ def test_a_shell_command_through_exec_bumps_versions_and_is_attributed(repo: Pat
 # -- the numbering itself ----------------------------------------------------------------------------
 def test_a_state_seen_at_an_older_head_keeps_the_number_it_had_there(repo: Path) -> None:
     from storm_git.core.store import Store
-    from storm_git.storm import versions
+    from storm_git.paper import versions
 
     m = Manager(repo)
     old_head = git(repo, "rev-parse", "refs/storm/workspace").stdout.decode().strip()
@@ -506,7 +506,7 @@ def test_a_reset_shared_ref_never_reuses_a_number(repo: Path) -> None:
 def test_a_forged_path_note_is_refused_and_reaches_no_read_set(repo: Path, row: str) -> None:
     from storm_git.core.errors import CorruptState
     from storm_git.core.readsets import path_key
-    from storm_git.storm.versions import STATE_KEY
+    from storm_git.paper.versions import STATE_KEY
 
     m = Manager(repo)
     run(m.read_file("engineer_1", "README.md"))
@@ -529,7 +529,7 @@ def test_a_forged_path_note_is_refused_and_reaches_no_read_set(repo: Path, row: 
 
 def test_an_unreadable_versions_ref_is_refused_with_a_hint(repo: Path) -> None:
     from storm_git.core.errors import CorruptState
-    from storm_git.storm.versions import STATE_KEY
+    from storm_git.paper.versions import STATE_KEY
 
     m = Manager(repo)
     run(m.read_file("engineer_1", "README.md"))

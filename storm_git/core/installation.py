@@ -1,4 +1,10 @@
-"""The pip command that installs git storm again, the way this copy was installed.
+"""This installation of git storm: the command a shell runs it by, and the pip command
+that installs it again.
+
+A harness gives its hooks and its agent's shell a PATH of its own (Codex's shell
+is a login shell), which need not hold the virtualenv git storm is installed in:
+commands storm writes into settings or tells an agent to run name it by path
+(:func:`storm_program`).
 
 git storm is installed from its repository (``pip install -e .`` in a clone), so a
 hint naming the package on an index (``pip install 'git-storm[mcp]'``) sends the
@@ -79,3 +85,9 @@ def pip_install_requirement(requirement: str, *, python: str | None = None) -> s
 
 def _pip(python: str | None) -> str:
     return f"{shlex.quote(python or sys.executable)} -m pip install"
+
+
+def storm_program() -> str:
+    """This installation's ``git-storm``, quoted for a shell (or its Python with ``-m storm_git``)."""
+    script = os.path.join(os.path.dirname(sys.executable), "git-storm")
+    return shlex.quote(script) if os.access(script, os.X_OK) else f"{shlex.quote(sys.executable)} -m storm_git"

@@ -30,7 +30,7 @@ from typing import Any
 
 import pygit2
 
-from ..core import assignments as scope
+from ..coordination import assignments as scope
 from ..core.gitcmd import run_git
 from ..core.locks import pid_alive
 from ..core.store import Store, git_env

@@ -37,12 +37,12 @@ from typing import Any
 
 import pygit2
 
-from . import events
-from .agents import validate_agent
-from .errors import CorruptState, RepoStateError, UsageError
-from .gitcmd import run_git
-from .locks import flocked
-from .store import MODE_BLOB, Store, ref_oid
+from ..core import events
+from ..core.agents import validate_agent
+from ..core.errors import CorruptState, RepoStateError, UsageError
+from ..core.gitcmd import run_git
+from ..core.locks import flocked
+from ..core.store import MODE_BLOB, Store, ref_oid
 
 ASSIGNMENTS_REF = "refs/storm/assignments"
 RESTRICTED_KEY = "storm.restricted"
@@ -272,7 +272,7 @@ def assign(store: Store, agent: str, files: list[str] | None, *, task: str | Non
     Refused when it overlaps another agent's primary set unless ``allow_overlap``.
     A new task resets the agent's read set (a read set belongs to one task).
     """
-    from . import readsets
+    from ..core import readsets
 
     agent = validate_agent(agent)
     if files is not None:
