@@ -197,3 +197,14 @@ def test_the_private_name_check_sees_both_forms(tmp_path):
     p = tmp_path / "m.py"
     p.write_text("from a import _x\nimport b\nb._y()\nself_ok = object()._z\n")
     assert [r.split(" ", 1)[1] for r in _private_reaches(p)] == ["from a import _x", "b._y"]
+
+
+# storm mode's steps (the lease, the locked check, the snapshot, the disk) are storm's:
+# the doors translate their events into storm's verbs and never reach past them
+DOOR_FORBIDDEN = ("storm_git.core.readsets", "storm_git.core.reservations", "storm_git.core.locks", "storm_git.disk")
+
+
+def test_the_doors_never_reach_past_storms_verbs(graph):
+    reached = sorted(f"{name} -> {d}" for name, deps in graph.items() if name.startswith("storm_git.integrations.")
+                     for d in deps if any(d == f or d.startswith(f + ".") for f in DOOR_FORBIDDEN))
+    assert reached == []

@@ -183,6 +183,8 @@ class ExecResult:
     write: WriteResult | None = None
     nested_repositories: list[str] = field(default_factory=list)  # made by the command, not recorded
     reverted: list[str] = field(default_factory=list)  # set back to an older shared version by the command
+    left: list[str] = field(default_factory=list)  # leased by another agent's file tool meanwhile: not recorded
+    mixed: list[str] = field(default_factory=list)  # held an edit made outside storm before: not recorded
 
     @property
     def accepted(self) -> bool:
@@ -197,6 +199,8 @@ class ExecResult:
             "write": self.write.to_dict() if self.write else None,
             "nested_repositories": self.nested_repositories,
             "reverted": self.reverted,
+            **({"left": self.left} if self.left else {}),
+            **({"mixed": self.mixed} if self.mixed else {}),
         }
 
 

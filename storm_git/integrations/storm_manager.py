@@ -38,17 +38,15 @@ from typing import Any
 import pygit2
 
 from ..api import open_workspace
-from ..core import readsets, reservations
 from ..core.agents import validate_agent
 from ..core.diffs import unified
 from ..core.errors import BadPath, RepoStateError
 from ..core.files import read_own
 from ..core.paths import normalize
 from ..core.payloads import RESERVED, Rejection, WriteResult
-from ..core.readsets import ReadEntry
 from ..core.store import Store
 from ..storm import versions
-from ..storm.workspace import SharedWorkspace
+from ..storm.workspace import ReadEntry, Reservation, SharedWorkspace
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation
 POLL_SECONDS = 0.1  # how often a waiting writer looks whether the reservation is gone
@@ -229,9 +227,9 @@ class Manager:
             return store.prefix
         return normalize(raw.rstrip("/"), store.prefix, store.top)
 
-    def _held_by_other(self, agent_id: str, path: str) -> reservations.Reservation | None:
+    def _held_by_other(self, agent_id: str, path: str) -> Reservation | None:
         with self._agent(agent_id) as ws:
-            r = reservations.get(ws.store, _file(ws, path, for_write=True))
+            r = ws.reservation(_file(ws, path, for_write=True))
             return r if r is not None and r.holder != agent_id else None
 
     def _write(self, agent_id: str, path: str, content: str, expected_version: int,
@@ -254,10 +252,10 @@ class Manager:
                     if q != p:  # the target is validated at expected_version
                         snap[q] = (n, _version(store, q, n, raw))
             # the versions this write was made on become the agent's read set for it
-            made_on = [ReadEntry(p, target.blob, target.commit)]
-            made_on += [ReadEntry(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
-            readsets.record(store, agent_id, made_on, why="snapshot")
-            before = readsets.load(store, agent_id)
+            made_on = [(p, target.blob, target.commit)]
+            made_on += [(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
+            ws.note_reads(agent_id, made_on, why="snapshot")
+            before = ws.read_set(agent_id)
             res = ws.write(p, content.encode(ENCODING, ERRORS), agent=agent_id,
                            deps=None if snap is None else sorted(snap), wait=False)
             if res.accepted:
@@ -297,7 +295,7 @@ class Manager:
     def _release(self, agent_id: str, path: str) -> bool:
         with self._agent(agent_id) as ws:
             p = _file(ws, path, for_write=True)
-            r = reservations.get(ws.store, p)
+            r = ws.reservation(p)
             if r is None or r.holder != agent_id:
                 return False
             return ws.release(p, agent=agent_id) is not None

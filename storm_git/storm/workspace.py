@@ -112,6 +112,15 @@ class SharedWorkspace(BaseWorkspace):
                         [ReadEntry(r.path, r.version, str(head)) for r in results], why="read")
         return results
 
+    def note_reads(self, agent: str | None, versions: Iterable[tuple[str, str | None, str]], *, why: str) -> None:
+        """Record in the agent's read set that it holds these versions ``(path, blob or
+        None, shared head)`` of files it got some other way (a harness's cached view)."""
+        readsets.record(self.store, validate_agent(agent), [ReadEntry(p, b, h) for p, b, h in versions], why=why)
+
+    def reservation(self, path: str) -> Reservation | None:
+        """The live reservation on a repository path, whoever holds it."""
+        return reservations.get(self.store, path)
+
     def agent_content(self, path: str, oid: pygit2.Oid, mode: int | None = None,
                       conv: Conversions | None = None) -> bytes:
         """Blob ``oid`` of ``path`` as agents are given it: what ``write`` takes back
@@ -249,11 +258,11 @@ class SharedWorkspace(BaseWorkspace):
         except (pygit2.GitError, KeyError):
             return None
 
-    # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.manager) ----------
+    # -- the shared working tree (storm_git.storm.commands, .adopt, .manager) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
              timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
         """Run a command in the shared working tree; record what it changed as one write."""
-        from .tracking import exec_
+        from .commands import exec_
 
         return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait, on_wait=on_wait)
 
@@ -261,7 +270,7 @@ class SharedWorkspace(BaseWorkspace):
               wait: bool = True, allow_revert: bool = False, on_wait: OnWait | None = None) -> WriteResult:
         """Record files edited outside storm as the agent's write, validated against
         the version each edit was made on."""
-        from .tracking import adopt
+        from .adopt import adopt
 
         if any(self._directory(p) is not None for p in paths):  # a directory: its edits, as git add DIR
             paths = self._under_directories(paths, skip=("not-a-file",) if allow_revert else ("not-a-file", "reverted"))
@@ -277,7 +286,7 @@ class SharedWorkspace(BaseWorkspace):
                    nested: list[str] | None = None) -> list[dict[str, Any]]:
         """Paths whose disk differs from what storm last put there (with diffs on request);
         ``nested`` receives the git repositories of their own that storm does not record."""
-        from .tracking import unmediated
+        from .adopt import unmediated
 
         return unmediated(self, diffs=diffs, untracked_content=untracked_content, nested=nested)
 
