@@ -238,6 +238,15 @@ def tool_paths(store: Store, event: HookEvent) -> list[str]:
     return list(dict.fromkeys(p for p in (repo_path(store, r, event.cwd, for_write=write) for r in raws) if p))
 
 
+def _repo_dir(store: Store, cwd: str) -> str:
+    """The command's directory as a repository path ('' at the top or outside)."""
+    top = os.path.realpath(store.main_workdir)
+    real = os.path.realpath(cwd)
+    if not real.startswith(top + os.sep):
+        return ""
+    return os.path.relpath(real, top).replace(os.sep, "/")
+
+
 def shell_command(event: HookEvent) -> str:
     cmd = event.tool_input.get("command")
     if isinstance(cmd, list):
@@ -356,7 +365,8 @@ def _intent(agent: str, event: HookEvent, paths: list[str]) -> str:
 # -- Bash ---------------------------------------------------------------------------------
 def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult:
     """Before a shell command: storm's begin_exec, its start kept for the post hook."""
-    commands.begin_exec(ws, agent, command=shell_command(event), key=step_key(event, []))
+    commands.begin_exec(ws, agent, command=shell_command(event), cwd=_repo_dir(ws.store, event.cwd),
+                        key=step_key(event, []))
     return HookResult(PASS, event, "snapshot-taken", agent)
 
 
@@ -374,6 +384,10 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
     res = commands.finish_exec(ws, agent, started, [command], intent=f"{agent} {event.tool}: {command}",
                                refuse_mixed=False)
     notes = []
+    if res.uncredited:
+        notes.append(f"storm: {', '.join(res.uncredited[:10])} changed while this command ran, but the command "
+                     "does not name it: not recorded as yours (a person may have saved it). If your command made "
+                     f"it: git storm adopt PATH --agent {agent}")
     if res.left:
         notes.append(f"storm: {', '.join(res.left)} changed while another agent held it; not recorded as yours")
     if res.mixed:

@@ -40,12 +40,13 @@ import pygit2
 from ..api import open_workspace
 from ..core.agents import validate_agent
 from ..core.diffs import unified
-from ..core.errors import BadPath, RepoStateError
+from ..core.errors import BadPath, RepoStateError, UnmediatedEdit
 from ..core.files import read_own
 from ..core.paths import normalize
 from ..core.payloads import RESERVED, Rejection, WriteResult
 from ..core.store import Store
 from ..storm import versions
+from ..storm.shell_edits import ADOPT
 from ..storm.workspace import ReadEntry, Reservation, SharedWorkspace
 
 DEFAULT_RESERVATION_WAIT = 30.0  # seconds a writer waits for another agent's reservation
@@ -126,6 +127,9 @@ class Manager:
         if not isinstance(ws, SharedWorkspace):
             raise RepoStateError(f"{self.workspace} is in {ws.mode} mode; the manager needs storm mode",
                                  hint="switch with git storm mode storm")
+        # the paper's terminal changes the workspace without the manager: its edits are
+        # writes (by storm.shellAgent), unless storm.shellEdits says keep
+        ws.shell_edits = ADOPT
         return _Handle(ws)
 
     @contextmanager
@@ -150,6 +154,7 @@ class Manager:
     def files(self) -> dict[str, int]:
         """{path: version} of every present file a version was handed out for (read from git)."""
         with self._any() as ws:
+            ws.take_in_shell_edits(only_adopting=True)  # a file the shell made exists, one it removed is gone
             return versions.numbered(ws.store)
 
     async def read_file(self, agent_id: str, path: str) -> ReadResponse:
@@ -202,6 +207,7 @@ class Manager:
     def _list(self, path: str, max_depth: int) -> list[str]:
         with self._any() as ws:
             p = self._dir_path(ws, path)
+            ws.take_in_shell_edits(only_adopting=True)  # a listing shows what is on disk
             tree = ws.store.commit(ws.head()).tree
             if p:
                 try:
@@ -256,12 +262,33 @@ class Manager:
             made_on += [(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
             ws.note_reads(agent_id, made_on, why="snapshot")
             before = ws.read_set(agent_id)
-            res = ws.write(p, content.encode(ENCODING, ERRORS), agent=agent_id,
-                           deps=None if snap is None else sorted(snap), wait=False)
-            if res.accepted:
-                n = versions.number(store, p, res.commit or res.head, res.versions[p])
-                return WriteResponse(True, new_version=n, current_version=n)
+            try:
+                res = ws.write(p, content.encode(ENCODING, ERRORS), agent=agent_id,
+                               deps=None if snap is None else sorted(snap), wait=False)
+            except UnmediatedEdit as exc:  # an edit on disk storm may not take in yet: said, not raised
+                return WriteResponse(False, reason=exc.kind, message=exc.message)
+            return self._answer(ws, agent_id, p, res, shown, snap, before, base_content)
+
+    def _answer(self, ws: SharedWorkspace, agent_id: str, p: str, res: WriteResult, shown: dict[str, str],
+                snap: dict[str, tuple[int, versions.Version]] | None, before: dict[str, ReadEntry],
+                base_content: str | None) -> WriteResponse:
+        """The paper's payload for a write's result, every outcome kept: an accepted write
+        an edit on disk replaced at once is no success (the file holds that edit, now the
+        shared version), and what the disk step could not do is in ``message``."""
+        store = ws.store
+        if not res.accepted:
             return self._rejected(store, agent_id, res, shown, snap, before, base_content)
+        said = "; ".join([*res.warnings, *(f"{q}: {e}" for q, e in res.disk_errors.items())])
+        if p in res.displaced:
+            head = ws.head()
+            cur = store.entry(store.commit(head).tree, p)
+            text = ws.agent_content(p, cur.oid, cur.mode).decode(ENCODING, ERRORS) if cur else None
+            n = versions.number(store, p, str(head), str(cur.oid) if cur else None)
+            mine = _blob(store, res.versions[p]) if res.versions.get(p) else None
+            return WriteResponse(False, current_version=n, current_content=text, reason="displaced", message=said,
+                                 diff=unified(p, mine, text.encode(ENCODING, ERRORS) if text is not None else None))
+        n = versions.number(store, p, res.commit or res.head, res.versions[p])
+        return WriteResponse(True, new_version=n, current_version=n, message=said)
 
     def _rejected(self, store: Store, agent_id: str, res: WriteResult, shown: dict[str, str],
                   snap: dict[str, tuple[int, versions.Version]] | None, before: dict[str, ReadEntry],

@@ -38,7 +38,7 @@ from ..core.paths import quoted
 from ..core.payloads import ExecResult
 from ..core.store import Entry, Store, hex_
 from ..disk import safe_fs
-from . import steps
+from . import attribution, steps
 from .reverts import revert_targets
 from .run import resolve, run
 from .snapshot import (
@@ -78,12 +78,13 @@ class ExecStart:
     edited: dict[str, Any]  # path -> DiskState: the edits on disk at the start (a person's)
     command: str = ""
     began: float = field(default_factory=time.time)
+    cwd: str = ""  # the command's directory, as a repository path (what its relative names mean)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": steps.COMMAND, "key": self.key, "start": self.start, "mark": self.mark,
                 "before_head": self.before_head, "before_record": self.before_record,
                 "edited": {p: encode_state(v) for p, v in self.edited.items()}, "command": self.command,
-                "time": self.began}
+                "time": self.began, "cwd": self.cwd}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ExecStart":
@@ -92,21 +93,24 @@ class ExecStart:
         return cls(str(data["key"]), str(data["start"]), int(mark) if mark is not None else None,
                    str(data["before_head"]), str(data["before_record"]),
                    {p: decode_state(v) for p, v in edited.items()}, str(data.get("command") or ""),
-                   float(data.get("time") or time.time()))
+                   float(data.get("time") or time.time()), str(data.get("cwd") or ""))
 
 
-def begin_exec(ws: ValidatedWriter, agent: str, *, command: str = "", key: str | None = None) -> ExecStart:
+def begin_exec(ws: ValidatedWriter, agent: str, *, command: str = "", cwd: str = "",
+               key: str | None = None) -> ExecStart:
     """Before a command runs in the shared working tree: its start, kept as an open step
-    of ``agent`` under ``key`` (a fresh one by default)."""
+    of ``agent`` under ``key`` (a fresh one by default). ``command``: its text, ``cwd``
+    its directory as a repository path (storm_git.storm.attribution)."""
     store = ws.store
     dev = os.stat(store.main_workdir).st_dev
+    ws.take_in_shell_edits(only_adopting=True)  # the shell's edits so far are not the command's
     with flocked(store.commondir, "worktree"):
         ws.head()  # not initialised: refuse before anything runs
         before = snapshot(store)
         use_clock = store.config_bool(EXEC_CLOCK, True)
         mark = clock_mark(store, dev) if use_clock else None
     started = ExecStart(key or uuid.uuid4().hex, str(before.record.id), mark, str(before.head),
-                        str(before.record.id), dict(before.dirty), command)
+                        str(before.record.id), dict(before.dirty), command, cwd=cwd)
     steps.save(store, agent, started.key, started.to_json())
     return started
 
@@ -132,6 +136,7 @@ class Classified:
     nested: list[str]
     left: list[str] = field(default_factory=list)  # leased by another agent's file tool meanwhile: its edit
     mixed: list[str] = field(default_factory=list)  # held someone's edit before, and the command changed it
+    uncredited: list[str] = field(default_factory=list)  # changed meanwhile, not named by the command
     states: dict[str, Any] = field(default_factory=dict)  # path -> DiskState after the command
 
 
@@ -164,7 +169,7 @@ def finish_exec(ws: ValidatedWriter, agent: str, started: ExecStart, argv: list[
                            f"({ws.max_file_bytes}); nothing was recorded",
                            hint="raise git config storm.maxFileBytes, or remove the file")
     result = ExecResult(list(argv), returncode, False, sorted(changes), None, found.nested, found.reverted,
-                        left=found.left, mixed=found.mixed)
+                        left=found.left, mixed=found.mixed, uncredited=found.uncredited)
     if not changes:
         return result
     command = started.command or shlex.join(argv)
@@ -200,6 +205,12 @@ def _classify(ws: ValidatedWriter, agent: str, started: ExecStart) -> Classified
         del changes[p]  # touched, not changed (sed -i without a match): not the command's
         expected.pop(p, None)
     found.mixed.sort()
+    if started.command and attribution.mode(store) == attribution.NAMED:
+        credited = attribution.named(started.command, list(changes), started.cwd)
+        for p in sorted(p for p in changes if p not in credited):
+            found.uncredited.append(p)  # maybe a person's save while the command ran: never the agent's
+            del changes[p]
+            expected.pop(p, None)
     found.reverted = revert_targets(store, after.head, start, after, expected)
     return found
 
@@ -315,7 +326,7 @@ def exec_(ws: ValidatedWriter, argv: list[str], *, agent: str | None, intent: st
     if not os.path.isdir(cwd):
         cwd = store.main_workdir
     resolve(argv[0], cwd)
-    started = begin_exec(ws, agent, command=shlex.join(argv))
+    started = begin_exec(ws, agent, command=shlex.join(argv), cwd=store.prefix.rstrip("/") if store.prefix else "")
     try:
         rc, timed_out = run(argv, cwd, timeout)
     except BaseException:

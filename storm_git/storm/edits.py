@@ -84,6 +84,7 @@ def note_disk_read(ws: "SharedWorkspace", agent: str, paths: list[str]) -> DiskR
       newer accepted write).
     """
     store = ws.store
+    ws.take_in_shell_edits(paths, only_adopting=True)  # what the shell changed is a write, then read
     top = store.main_workdir
     entries = []
     before = readsets.load(store, agent)
@@ -155,6 +156,7 @@ def begin_edit(ws: "SharedWorkspace", agent: str, paths: list[str], *, key: str,
     (for the rejection's rebased offer), when the door can tell."""
     store = ws.store
     ws.catch_up(agent)  # on a remote: validate and lease against the server's head
+    ws.take_in_shell_edits(paths, only_adopting=True)  # a shell edit the agent did not read: a conflict
     reads = readsets.load(store, agent)
     lease = lease_seconds(store)
     hold = ws.reservation_seconds

@@ -37,13 +37,15 @@ from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import MODE_LINK, WORKSPACE_REF, hex_
 from ..core.workspace import BaseWorkspace, replace_once
-from . import branch, rebased, write
+from . import branch, rebased, shell_edits, write
 from .publication import Publication
 from .validate import entry_or_none
 from .verdict import MUST_REJECT
-from .writer import OnWait
+from .writer import UNDO_OP, OnWait
 
 DEFAULT_RESERVATION_SECONDS = 30
+# writes whose content storm puts on disk (exec, adopt, a harness tool, the shell: read from it)
+CONTENT_OPS = ("write", "edit", "rm", UNDO_OP)
 
 
 class SharedWorkspace(BaseWorkspace):
@@ -57,6 +59,8 @@ class SharedWorkspace(BaseWorkspace):
         # set was valid at that head (storm_git.storm.write; per process, never persisted)
         self.valid_cache: dict[str, tuple[int, int, pygit2.Oid]] = {}
         self.publication = Publication(store)  # where a validated write goes (storm_git.remote: a server)
+        # a door's own default for storm.shellEdits when it is unset (the drop-in: adopt)
+        self.shell_edits: str | None = None
 
     # -- settings --------------------------------------------------------------
     @property
@@ -97,6 +101,7 @@ class SharedWorkspace(BaseWorkspace):
         norm = list(dict.fromkeys(self.path(p, seen=seen) for p in paths))
         if not norm:
             raise UsageError("no path given")
+        self.take_in_shell_edits(norm, only_adopting=True)  # a view shows what is on disk
         head = self.head()
         tree = self.store.commit(head).tree
         results = []
@@ -190,9 +195,52 @@ class SharedWorkspace(BaseWorkspace):
               wait: bool, op: str, expected: dict[str, str | None] | None = None,
               on_wait: OnWait | None = None) -> WriteResult:
         """The validated atomic write of ``changes`` ({path: bytes, or None to delete}):
-        storm_git.storm.write, its steps named there."""
-        return write.apply(self, agent, changes, intent=intent, deps=deps, wait=wait, op=op,
-                           expected=expected, on_wait=on_wait)
+        storm_git.storm.write, its steps named there. A write whose content storm must
+        put on disk first meets the edits on disk outside storm at its targets
+        (storm_git.storm.shell_edits): taken in as the shell's, or refused; and an edit
+        saved while its disk step ran is said in the answer and, where shell edits are
+        writes, taken in on top of it, so the shared state is what the disk holds."""
+        if op in CONTENT_OPS and shell_edits.looks_edited(self.store, list(changes)):
+            left = self.take_in_shell_edits(list(changes)).left
+            if left:
+                shell_edits.refuse_edited(self.store, left, op)
+        res = write.apply(self, agent, changes, intent=intent, deps=deps, wait=wait, op=op,
+                          expected=expected, on_wait=on_wait)
+        if op in CONTENT_OPS and res.accepted:
+            self._displaced(res)
+        return res
+
+    def take_in_shell_edits(self, paths: list[str] | None = None, *, only_adopting: bool = False,
+                            made_on: dict[str, str | None] | None = None) -> shell_edits.TakeIn:
+        """The edits on disk outside storm (at ``paths``; None: the whole tree) taken in as
+        ``storm.shellAgent``'s write where ``storm.shellEdits`` is adopt, else listed."""
+        if only_adopting and shell_edits.policy(self.store, self.shell_edits) != shell_edits.ADOPT:
+            return shell_edits.TakeIn()
+        return shell_edits.take_in(self, paths, override=self.shell_edits, made_on=made_on)
+
+    def _displaced(self, res: WriteResult) -> None:
+        """An edit saved on disk between the write's check and its disk step (kept there, as
+        storm never writes over one): the answer says so, and where shell edits are writes
+        it is taken in on top of the accepted write (made on it, the version the shared
+        ref then held), so the shared file is what the disk holds."""
+        from ..disk.sync import KEPT
+
+        kept = sorted(p for p, o in res.disk.items() if o == KEPT)
+        if not kept:
+            return
+        taken = self.take_in_shell_edits(kept, only_adopting=True,
+                                         made_on={p: res.versions.get(p) for p in kept})
+        for p in kept:
+            if p in taken.paths:
+                res.displaced.append(p)
+                res.warnings.append(f"{p}: an edit made outside storm while this write reached the disk replaced "
+                                    f"it there; storm recorded it as {shell_edits.shell_agent(self.store)}'s write "
+                                    f"({taken.write.commit if taken.write else '?'}): the shared file is now what "
+                                    "the disk holds; read it again")
+            else:
+                res.warnings.append(f"{p}: an edit made outside storm while this write reached the disk is kept "
+                                    "there (storm never writes over one): the disk differs from the shared version "
+                                    "until it is adopted or checked out (git storm status)")
 
     def offer_rebased(self, agent: str, rejection: Rejection, seen: ReadEntry | None,
                        change: Any) -> rebased.Rebased | None:
@@ -240,6 +288,7 @@ class SharedWorkspace(BaseWorkspace):
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(entry_or_none(self.store, tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
+        self.take_in_shell_edits(only_adopting=True)
         nested: list[str] = []
         edits = self.unmediated(diffs=diffs, untracked_content=untracked_content, nested=nested)
         news = self._branch_news(head)
@@ -347,6 +396,7 @@ class SharedWorkspace(BaseWorkspace):
         merging in the commits the branch gained outside storm)."""
         from .manager import commit
 
+        self.take_in_shell_edits(only_adopting=True)  # the commit holds what the disk holds
         return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify,
                       keep_shared=keep_shared)
 

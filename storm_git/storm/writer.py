@@ -40,6 +40,11 @@ class ValidatedWriter(Protocol):
               wait: bool, op: str, expected: dict[str, str | None] | None = None,
               on_wait: OnWait | None = None) -> WriteResult: ...
 
+    def take_in_shell_edits(self, paths: list[str] | None = None, *, only_adopting: bool = False,
+                            made_on: dict[str, str | None] | None = None) -> Any: ...
+
+    def reservation(self, path: str) -> Reservation | None: ...
+
 
 class WriteHost(Protocol):
     """What the validated write (storm_git.storm.write, validate, rejection) needs of
