@@ -5,8 +5,7 @@ MCP server, scripts) use :func:`open_workspace` and the same verbs in both modes
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .core.errors import CorruptState, NotInitialised
 from .core.workspace import MODES
@@ -36,11 +35,3 @@ def open_workspace(path: str | None = None, *, store: Store | None = None) -> "S
         return WorktreeWorkspace(store)
     raise CorruptState(f"storm.mode is {mode!r}, not one of {', '.join(MODES)}",
                        hint="fix it with git config storm.mode storm")
-
-
-def set_lock_wait(timeout: "Callable[[str], float | None]", on_wait: "Callable[[Any], None]") -> None:
-    """How long this process waits for one of storm's locks (by common git dir) and
-    what it says while it waits (a door's own policy: the CLI's, a hook's)."""
-    from .core.locks import WaitPolicy, set_wait_policy
-
-    set_wait_policy(WaitPolicy(timeout=timeout, on_wait=on_wait))

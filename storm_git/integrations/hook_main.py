@@ -141,7 +141,7 @@ def failure(data: bytes, harness: str, what: str) -> tuple[dict[str, Any] | None
 def _set_wait_policy() -> None:
     """Say who holds a lock the hook waits for, and give up well inside the harness's
     timeout (storm.lockTimeout, at most HOOK_LOCK_SECONDS)."""
-    from ..api import set_lock_wait
+    from ..storm.lock_wait import set_lock_wait
 
     def timeout(commondir: str) -> float | None:
         from ..core.lockconfig import lock_timeout  # only when a lock is actually waited for

@@ -51,11 +51,19 @@ def mode(store: Store) -> str:
     return value
 
 
-def _words(command: str) -> list[str]:
+def _words(command: str, depth: int = 3) -> list[str]:
+    """The command's words, and the words of each word that is itself a command line
+    (``sh -c 'git checkout -- . && …'``)."""
     try:
-        return shlex.split(command, comments=False, posix=True)
+        words = shlex.split(command, comments=False, posix=True)
     except ValueError:  # an unbalanced quote: the plain words still tell
-        return command.split()
+        words = command.split()
+    out: list[str] = []
+    for w in words:
+        out.append(w)
+        if depth and any(c.isspace() for c in w):
+            out.extend(_words(w, depth - 1))
+    return out
 
 
 def _tokens(words: list[str]) -> list[str]:
