@@ -249,6 +249,7 @@ def pick(paths: list[str], k: int, offset: int = 0) -> list[str]:
 
 def bench_inprocess(repo: str, paths: list[str], it: dict[str, int]) -> dict[str, Any]:
     import pygit2
+
     from storm_git import open_workspace
 
     ws = open_workspace(repo)
@@ -402,15 +403,15 @@ class PhaseProfiler:
 
 def install_phases(prof: PhaseProfiler) -> None:
     import storm_git.core.locks as locks
-    import storm_git.disk.safe_fs as safe_fs
-    import storm_git.disk.sync as disk_sync
     import storm_git.core.notes as notes
     import storm_git.core.readsets as readsets
     import storm_git.core.reservations as reservations
+    import storm_git.core.store as store
+    import storm_git.disk.safe_fs as safe_fs
+    import storm_git.disk.sync as disk_sync
     import storm_git.storm.validate as validate
     import storm_git.storm.workspace as workspace
     import storm_git.storm.write as write
-    import storm_git.core.store as store
 
     SW, St = workspace.SharedWorkspace, store.Store
     prof.wrap(SW, "write", "SharedWorkspace.write")

@@ -173,7 +173,7 @@ def main() -> None:
     if split is None:
         print("(perf not found or not permitted: no split by code)")
         return
-    print(f"\nCPU by code, perf record, a process per loop, start-up subtracted (ms per operation)")
+    print("\nCPU by code, perf record, a process per loop, start-up subtracted (ms per operation)")
     print(f"{'':34} {'storm write':>12} {'bare cycle':>11} {'difference':>11}")
     for g in list(split["storm"]):
         a, b = split["storm"][g], split["floor"][g]

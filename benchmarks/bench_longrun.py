@@ -55,8 +55,8 @@ def main() -> None:
     args = ap.parse_args()
     workdir = args.workdir or os.path.join(tempfile.gettempdir(), "storm-bench-longrun")
     os.makedirs(workdir, exist_ok=True)
-    from storm_git.core import maintenance
     from storm_git import open_workspace
+    from storm_git.core import maintenance
 
     repo, paths = bench_core.build_repo(workdir, args.files)
     bench_core.reset_repo(repo)

@@ -29,8 +29,8 @@ import pygit2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from storm_git.worktree.merge import merge  # noqa: E402
 from storm_git.core.store import MODE_BLOB, Store  # noqa: E402
+from storm_git.worktree.merge import merge  # noqa: E402
 from storm_git.worktree.worktrees import spawn  # noqa: E402
 
 PER_DIR = 50

@@ -12,9 +12,10 @@ write does, storm_git.deps.impact looking inside the moved files)."""
 import sys
 
 import pygit2
+
+from storm_git.core.readsets import ReadEntry
 from storm_git.core.store import Store
 from storm_git.deps import impact as depimpact, scope as depscope
-from storm_git.core.readsets import ReadEntry
 from storm_git.worktree.merge import files_changed
 
 repo_path, n = sys.argv[1], int(sys.argv[2])

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, cli, emit_json, json_option
 from storm_git.core.errors import UsageError
 
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, cli, emit_json, json_option
 
 
 @cli.command(context_settings=CONTEXT)

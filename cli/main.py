@@ -11,9 +11,18 @@ import sys
 
 import click
 
-from storm_git.cli import (admin_cmds, agents_cmds, mcp_cmd, radar_cmds, remote_cmds,  # noqa: F401 - they register
-                           sim_cmds, tree_cmds, verbs, worktree_cmds)
-from storm_git.cli.app import fail, non_utf8_argument, usage_error, cli, wait_with_a_deadline
+from storm_git.cli import (  # noqa: F401 - they register
+    admin_cmds,
+    agents_cmds,
+    mcp_cmd,
+    radar_cmds,
+    remote_cmds,
+    sim_cmds,
+    tree_cmds,
+    verbs,
+    worktree_cmds,
+)
+from storm_git.cli.app import cli, fail, non_utf8_argument, usage_error, wait_with_a_deadline
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -47,8 +47,8 @@ def mcp(agent: str | None, as_json: bool) -> None:
       git storm mcp --agent engineer_1
       STORM_AGENT=manager git storm mcp
     """
-    from storm_git.core.agents import validate_agent
     from storm_git.api import open_workspace
+    from storm_git.core.agents import validate_agent
 
     agent = validate_agent(agent or os.environ.get("STORM_AGENT"))
     open_workspace()  # not a repository / not initialised: exit 3 before serving

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, cli, emit_json, json_option
 
 
 def commit_radar_lines(res: Any) -> str:
@@ -40,10 +40,9 @@ def radar(agent_id: str | None, short: bool, as_json: bool) -> None:
       git storm radar --short
       git storm radar --json
     """
+    from storm_git.cli.app import open_store_here, require_worktree_mode
     from storm_git.core.agents import validate_agent
     from storm_git.worktree.radar import render_hit, scan
-
-    from storm_git.cli.app import require_worktree_mode, open_store_here
 
     store = open_store_here()
     require_worktree_mode(store)

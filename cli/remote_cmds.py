@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, emit_json, agent_option, cli, json_option
+from storm_git.cli.app import CONTEXT, agent_option, cli, emit_json, json_option
 
 
 def open_store_here():
@@ -109,11 +109,9 @@ def join(remote: str, as_json: bool) -> None:
 
 def sync_remote(as_json: bool) -> None:
     """``git storm sync`` without AGENT in a clone with storm.remote (from worktree_cmds.sync)."""
-    from storm_git.disk.sync import FAILED, KEPT, WRITTEN
-    from storm_git.remote.workspace import sync_remote as do_sync
-
     from storm_git.core.errors import UsageError
-    from storm_git.remote.workspace import remote_of
+    from storm_git.disk.sync import FAILED, KEPT, WRITTEN
+    from storm_git.remote.workspace import remote_of, sync_remote as do_sync
 
     store = open_store_here()
     remote = remote_of(store)

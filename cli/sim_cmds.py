@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from storm_git.cli.app import CONTEXT, emit_json, cli, json_option
+from storm_git.cli.app import CONTEXT, cli, emit_json, json_option
 
 
 def _numbers(kind: type, text: str | None, option: str) -> tuple:

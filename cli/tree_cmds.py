@@ -9,10 +9,9 @@ import sys
 
 import click
 
+from storm_git.cli.app import CONTEXT, agent_option, cli, emit_json, json_option, open_workspace_here, report_write
 from storm_git.core.errors import UsageError
-
 from storm_git.core.paths import quoted
-from storm_git.cli.app import CONTEXT, emit_json, report_write, open_workspace_here, agent_option, cli, json_option
 
 
 def _agent(agent: str | None) -> str | None:
@@ -259,9 +258,8 @@ def install_hooks(as_json: bool) -> None:
       git storm install-hooks
     """
     from storm_git.admin.hooks_install import install
-    from storm_git.core.store import Store
-
     from storm_git.cli.admin_cmds import echo_lines, hooks_lines
+    from storm_git.core.store import Store
 
     res = install(Store.discover())
     if as_json:

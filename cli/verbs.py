@@ -8,17 +8,17 @@ import sys
 
 import click
 
-from storm_git.core.paths import quoted
 from storm_git.cli.app import (
     CONTEXT,
-    emit_json,
-    report_write,
-    open_workspace_here,
     agent_option,
     cli,
+    emit_json,
     json_option,
+    open_workspace_here,
+    report_write,
     write_options,
 )
+from storm_git.core.paths import quoted
 
 
 @cli.command(context_settings=CONTEXT)
@@ -48,9 +48,8 @@ def init(base: str | None, remote: str | None, as_json: bool) -> None:
 
         return init_remote(base, remote, as_json)
     from storm_git.admin.setup import init as do_init
-    from storm_git.core.store import Store
-
     from storm_git.cli.admin_cmds import echo_lines, init_lines
+    from storm_git.core.store import Store
 
     res = do_init(Store.discover(), base)
     if as_json:
@@ -494,8 +493,8 @@ def _print_demo(report) -> None:
     import shutil
     import textwrap
 
-    from storm_git.core import render
     from storm_git.cli.worktree_cmds import render_merge
+    from storm_git.core import render
 
     width = max(60, min(100, shutil.get_terminal_size((100, 24)).columns))
     wrap = {"width": width, "break_long_words": False, "break_on_hyphens": False}

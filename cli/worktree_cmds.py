@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from storm_git.cli.app import CONTEXT, cli, emit_json, json_option, open_store_here, require_worktree_mode
 from storm_git.core.paths import quoted
-from storm_git.cli.app import CONTEXT, emit_json, require_worktree_mode, open_store_here, cli, json_option
 
 
 def _by(agent: str | None) -> str:
@@ -212,9 +212,8 @@ def merge(agents: tuple[str, ...], into: str | None, strategy: str, dry_run: boo
     store = open_store_here()
     require_worktree_mode(store)
     if test_cmd is not None:
-        from storm_git.worktree.queue import merge_tested
-
         from storm_git.cli.radar_cmds import sigterm_as_interrupt
+        from storm_git.worktree.queue import merge_tested
 
         with sigterm_as_interrupt():
             rep = merge_tested(store, list(agents) or None, test_cmd, into=into, strategy=strategy, by=_by(agent),

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .core.errors import CorruptState, NotInitialised
+from .core.store import Store
 from .core.workspace import MODES
 from .storm.workspace import SharedWorkspace
-from .core.store import Store
 
 if TYPE_CHECKING:
     from .worktree.isolated import WorktreeWorkspace

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, storm, storm_json
-from helpers import ok as _ok
+from helpers import git, make_repo, ok as _ok, rev, show, storm, storm_json
 
 API = "def fetch(url):\n    return http_get(url)\n\n\ndef http_get(url):\n    return url\n"
 CLIENT = "from api import fetch\n\n\ndef load(url):\n    return fetch(url)\n"

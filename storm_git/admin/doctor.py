@@ -90,7 +90,6 @@ import pygit2
 
 from ..core import readsets, reservations
 from ..core.agents import SEEN_FILE, validate_agent
-from ..remote.state_files import FILES as REMOTE_FILES
 from ..core.convert import Conversions
 from ..core.errors import CorruptState, StormError
 from ..core.files import remove_quietly
@@ -98,15 +97,16 @@ from ..core.locks import REMOTE_LOCK, flocked, is_locked, pid_alive
 from ..core.store import (
     AGENTS_PREFIX,
     EVENTS_REF,
-    REMOTE_TRACKING_PREFIX,
-    ORDERING_REF,
-    RESERVATIONS_REF,
     FUTURE_REF_LOCK_SECONDS,
+    ORDERING_REF,
+    REMOTE_TRACKING_PREFIX,
+    RESERVATIONS_REF,
     STALE_REF_LOCK_SECONDS,
     WORKSPACE_REF,
     Store,
     git_env,
 )
+from ..remote.state_files import FILES as REMOTE_FILES
 from ..storm import index as git_index
 from . import harness_install
 

@@ -40,8 +40,7 @@ from ..core.agents import validate_agent
 from ..core.errors import UsageError
 from ..core.files import replace_file
 from ..core.program import storm_program
-from ..core.store import Store
-from ..core.store import git_env as store_git_env
+from ..core.store import Store, git_env as store_git_env
 from . import codex_trust
 
 MARKER = "harness hook"

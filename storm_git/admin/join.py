@@ -17,8 +17,8 @@ from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, Store
 from ..remote import transport
 from ..remote.branch_follow import follow
 from ..remote.queue import tracked_head
-from ..remote.workspace import adopt_tracking, exchanging, learn_writers
 from ..remote.transport import RemoteRefused, Unreachable
+from ..remote.workspace import adopt_tracking, exchanging, learn_writers
 from .hooks_install import install
 from .setup import init
 
@@ -75,8 +75,8 @@ def join(store: Store, remote: str) -> JoinResult:
     working tree to the shared head through the disk record (local edits stay). A
     clone whose branch has no commit yet (the server's HEAD named a branch it lacks)
     is put on the server's branch first, before anything is written to disk."""
-    from ..disk.sync import KEPT, sync
     from ..disk.record import record_path, reset
+    from ..disk.sync import KEPT, sync
 
     transport.check_remote(store, remote)
     mode = store.config_get("storm.mode")

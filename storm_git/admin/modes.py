@@ -22,8 +22,8 @@ from typing import Any
 from ..core import events
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.locks import flocked
-from ..core.workspace import MODES
 from ..core.store import WORKSPACE_REF, Store
+from ..core.workspace import MODES
 from ..storm import branch
 from ..worktree.worktrees import agent_worktree, ahead_behind, dirty_paths, storm_branches, target_branch
 

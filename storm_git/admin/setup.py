@@ -21,7 +21,6 @@ from ..core.workspace import MODES
 from ..storm import branch
 
 
-
 @dataclass
 class InitResult:
     head: str

@@ -21,7 +21,6 @@ whose decision it undoes. This module finds them and tells who wrote them:
 from __future__ import annotations
 
 import os
-
 import re
 import subprocess
 from collections import Counter
@@ -35,8 +34,7 @@ from . import events, readsets, trailers
 from .agents import seen_agents
 from .diffs import is_binary, text_lines
 from .errors import BadPath, RepoStateError
-from .store import WORKSPACE_REF, Store
-from .store import git_env as store_git_env
+from .store import WORKSPACE_REF, Store, git_env as store_git_env
 
 INTENT_OVERWRITTEN = "intent_overwritten"
 # A comment marker, an agent-shaped id, a colon and a reason. The id is then

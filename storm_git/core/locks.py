@@ -33,7 +33,6 @@ from typing import Iterator
 
 from .errors import Busy
 
-
 REMOTE_LOCK = "remote"
 # Held exclusively by whoever holds REMOTE_LOCK; queued writers take it shared to
 # sleep until the push (or fetch) in progress is over, then all wake at once.

@@ -69,8 +69,8 @@ from dataclasses import dataclass, field
 
 from . import packs, promisor
 from .errors import RepoStateError
-from .locks import flocked, is_locked, try_flocked
 from .files import append_log_line
+from .locks import flocked, is_locked, try_flocked
 from .store import Store, git_env
 
 LOOSE, ROLLUP, PACK_REFS = "loose-objects", "geometric-rollup", "pack-refs"

@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 import pygit2
 
 from .errors import CorruptState
-from .store import MODE_BLOB, RESERVATIONS_REF, Store
 from .readsets import path_key
-
+from .store import MODE_BLOB, RESERVATIONS_REF, Store
 
 CLOCK_ENV = "STORM_TEST_NOW"
 # A reservation lasts storm.reservationSeconds (default 30). One that ends further

@@ -75,10 +75,19 @@ from typing import Any
 
 import pygit2
 
-from .scope import (UNPARSABLE, Resolver, dependents, is_python, own_writes, parse_new, python_targets, resolve,
-                       target_deps)
 from ..core.readsets import ReadEntry
 from ..core.store import Store
+from .scope import (
+    UNPARSABLE,
+    Resolver,
+    dependents,
+    is_python,
+    own_writes,
+    parse_new,
+    python_targets,
+    resolve,
+    target_deps,
+)
 
 Uses = dict[str, "set[str] | None"]  # per read file, the names used; None: used as a whole
 

@@ -35,7 +35,6 @@ import pygit2
 from ..core.errors import BadPath, CorruptState
 from ..core.files import append_all, replace_file
 from ..core.store import WORKSPACE_REF, Entry, Store
-
 from .safe_fs import DiskState, same
 
 RECORD_NAME = "disk-record"

@@ -13,10 +13,23 @@ from ..core.files import reason, stamp
 from ..core.locks import flocked
 from ..core.paths import tree_entry_refusal
 from ..core.store import MODE_LINK, WORKSPACE_REF, Entry, Store
-
-from .safe_fs import DirFds, DiskState, Displaced, Expect, UnsafePath, disk_mode, disk_state, parent_fd, remove_path, same, state_at, write_at, write_file
-from .record import FOLD_AT, Record, append, encode, entry_or_none, fold, intend, load, reset, set_entries
 from ..core.tree_diff import changed_paths
+from .record import FOLD_AT, Record, append, encode, entry_or_none, fold, intend, load, reset, set_entries
+from .safe_fs import (
+    DirFds,
+    DiskState,
+    Displaced,
+    Expect,
+    UnsafePath,
+    disk_mode,
+    disk_state,
+    parent_fd,
+    remove_path,
+    same,
+    state_at,
+    write_at,
+    write_file,
+)
 
 WRITTEN = "written"
 CURRENT = "current"

@@ -19,10 +19,9 @@ Whatever happens the harness gets the answer a hook run here would give:
 """
 from __future__ import annotations
 
+import _socket  # the C module: `import socket` would cost as much as the rest of the client
 import os
 import sys
-
-import _socket  # the C module: `import socket` would cost as much as the rest of the client
 
 from . import hookd_place, hookd_wire, repo_probe
 

@@ -23,7 +23,6 @@ from ..core.paths import printable
 from .tools import DEFAULT_EXEC_TIMEOUT, StormTools, ToolOutcome, error_outcome
 
 
-
 class MissingSDK(UsageError):
     """The ``mcp`` package is not installed (exit 2, like any unusable command line)."""
 

@@ -20,15 +20,15 @@ from typing import Any
 
 import pygit2
 
-from ..core.agents import validate_agent
 from ..api import open_workspace
+from ..core.agents import validate_agent
 from ..core.errors import BadPath, NotFound, RepoStateError, StormError, UsageError, classify
 from ..core.files import read_regular
 from ..core.paths import normalize
 from ..core.payloads import DIRECT_CONFLICT, RESERVED, STALE_DEPENDENCY, UNREAD_TARGET, WriteResult
+from ..core.store import Store
 from ..storm.workspace import SharedWorkspace
 from ..storm.write import deps_argument
-from ..core.store import Store
 from . import editor
 from .undo import UNDO_OP, MemoryHistory, last_edit
 
@@ -449,8 +449,9 @@ class StormTools:
         else:
             recorded = "[storm] no file changed"
         if res.uncredited:
-            recorded += (f"\n[storm] {', '.join(res.uncredited[:10])} changed while the command ran but it does not "
-                         f"name them: not recorded as yours (git storm adopt PATH --agent {self.agent} if it made them)")
+            recorded += (f"\n[storm] {', '.join(res.uncredited[:10])} changed while the command ran but it does "
+                         "not name them: not recorded as yours "
+                         f"(git storm adopt PATH --agent {self.agent} if it made them)")
         return ToolOutcome(f"{head}[{status}]\n{recorded}", data, res.timed_out)
 
     def status(self) -> ToolOutcome:

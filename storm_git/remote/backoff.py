@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from ..core.files import NotRegularFile, read_own, replace_file
-from .state_files import GATE_FILE
 from ..core.store import Store
+from .state_files import GATE_FILE
 
 BACKOFF_BASE = 0.1  # seconds: the window after the first stale lease is up to twice this
 BACKOFF_CAP = 2.0  # no window is longer

@@ -23,8 +23,7 @@ from ..core import trailers
 from ..core.errors import RepoStateError
 from ..core.locks import flocked
 from ..core.store import WORKSPACE_REF, Store
-from ..storm import branch as storm_branch
-from ..storm import index
+from ..storm import branch as storm_branch, index
 from ..storm.manager import COMMITTED_REF
 from . import transport
 

@@ -20,13 +20,14 @@ import pygit2
 
 from ..core import readsets, reservations, trailers
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
+
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
 from ..core.readsets import agent_ref
-from .state_files import QUEUE_FILE, REBASED_FILE
 from ..core.store import WORKSPACE_REF, Store
 from . import queue_move, transport
+from .state_files import QUEUE_FILE, REBASED_FILE
 from .transport import tracking_ref
 
 RETRY_SECONDS = 120.0  # storm.remoteRetrySeconds: how long one write keeps losing leases before exit 3

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import pygit2
 
 from ..core import trailers
-from ..core.tree_diff import changed_paths
 from ..core.errors import StormError
 from ..core.reservations import held_by_others
 from ..core.store import odb_retry, tree_with
+from ..core.tree_diff import changed_paths
 
 MOVED_FROM = "Storm-Moved-From"
 _VALIDATED_AT = re.compile(r"^Storm-Validated-At: [0-9a-f]+$", re.MULTILINE)

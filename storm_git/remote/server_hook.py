@@ -27,16 +27,14 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from ..core import tree_rules
+from ..core import reservations, tree_rules
 from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
 from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
-from ..core import reservations
 from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF
-from ..core.trailers import parse as parse_trailers
-from ..core.trailers import provenance as parse_provenance_trailers
+from ..core.trailers import parse as parse_trailers, provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 from ..storm.validate import moved
 

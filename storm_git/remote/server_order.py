@@ -56,8 +56,7 @@ from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
 from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers
 from . import arrival, pktline, queue_move
-from .server_hook import GUARD_NAME as GUARD
-from .server_hook import INBOX_PREFIX, ZERO, Refused, check_commit, open_repo
+from .server_hook import GUARD_NAME as GUARD, INBOX_PREFIX, ZERO, Refused, check_commit, open_repo
 
 QUEUE = "workspace"
 NOTES = "notes/"

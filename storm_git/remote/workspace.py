@@ -51,17 +51,35 @@ from ..core import readsets
 from ..core.agents import record_seen, seen_agents, validate_agent
 from ..core.errors import Busy, NotInitialised, RepoStateError
 from ..core.files import read_own, replace_file
+
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
 # workspace lock, never inside it: the tracking refs only move under it, and a network
 # round trip never holds up this clone's local validation.
 from ..core.locks import LANDING_LOCK, REMOTE_LOCK, flocked, try_flocked
 from ..core.readsets import agent_lock, agent_ref, journal_path
+from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from ..storm.publication import Publication
 from ..storm.workspace import SharedWorkspace
-from ..core.store import AGENTS_PREFIX, RESERVATIONS_REF, WORKSPACE_REF, Store
 from . import backoff, inbox, transport
 from .branch_follow import follow
-from .queue import (DROPPED, LANDED, QUEUED, RETRY_SECONDS, force, hops, notes_refused, push_updates, put_queue_record, queued_writes, rebase_queue, record_for, record_landing, to_fold, tracked_head, write_state)
+from .queue import (
+    DROPPED,
+    LANDED,
+    QUEUED,
+    RETRY_SECONDS,
+    force,
+    hops,
+    notes_refused,
+    push_updates,
+    put_queue_record,
+    queued_writes,
+    rebase_queue,
+    record_for,
+    record_landing,
+    to_fold,
+    tracked_head,
+    write_state,
+)
 from .transport import SHARED_REFS, RemoteRefused, Unreachable, tracking_ref
 
 _AGENT_TRAILER = re.compile(r"^Storm-Agent: (\S+)$", re.MULTILINE)

@@ -210,8 +210,8 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
 
 
 def _run_storm(repo: str, steps: list[Step], problems: list[str]) -> None:
-    from ..api import open_workspace
     from ..admin.setup import init
+    from ..api import open_workspace
     from ..core.store import Store
 
     make_repo(repo)
@@ -320,11 +320,11 @@ def _split_at_rejection(told: list[Step]) -> tuple[list[Step], Step | None, list
 
 # -- worktree mode: one branch per engineer ---------------------------------------------------
 def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
-    from ..worktree.isolated import WorktreeWorkspace
-    from ..worktree.merge import merge
     from ..admin.modes import switch
     from ..admin.setup import init
     from ..core.store import Store
+    from ..worktree.isolated import WorktreeWorkspace
+    from ..worktree.merge import merge
     from ..worktree.worktrees import spawn
 
     make_repo(repo)

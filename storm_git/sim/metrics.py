@@ -27,7 +27,6 @@ import difflib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
 # One line per metric of a run, keyed as in the JSON (the report shows them under the
 # column headers of storm_git.sim.report.COLUMNS).
 DEFINITIONS = {

@@ -22,7 +22,6 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-
 Files = dict[str, "bytes | None"]
 
 

@@ -241,7 +241,8 @@ def _add_change(store: Store, start: pygit2.Tree, path: str, a: Any, changes: di
     agent wrote while the command ran is a direct conflict, never overwritten."""
     if a is False:
         a = None  # a file became a directory: the file is gone
-    changes[path] = with_mode(read_disk_content(store, path, dirs), a, entry_at(store, start, path)) if a is not None else None
+    content = read_disk_content(store, path, dirs) if a is not None else None
+    changes[path] = with_mode(content, a, entry_at(store, start, path)) if a is not None else None
     expected[path] = hex_(version_at(store, start, path))
 
 

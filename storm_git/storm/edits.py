@@ -31,10 +31,8 @@ from ..core.payloads import DIRECT_CONFLICT, Rejection, WriteResult
 from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import Store, hex_
-from ..disk import record, safe_fs
-from ..disk import sync as disk_sync
-from . import rejection as rejection_payload
-from . import steps, validate
+from ..disk import record, safe_fs, sync as disk_sync
+from . import rejection as rejection_payload, steps, validate
 from .commands import encode_state
 from .snapshot import check_recordable, read_disk_content, with_mode
 

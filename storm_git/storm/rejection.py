@@ -2,7 +2,6 @@
 who changed the file since, and the stale files, each as a diff."""
 from __future__ import annotations
 
-
 import pygit2
 
 from ..core import trailers
@@ -15,7 +14,6 @@ from ..core.reservations import Reservation
 from ..core.store import Entry, hex_
 from .verdict import Verdict
 from .writer import UNDO_OP, WriteHost
-
 
 HISTORY_LIMIT = 256  # commits walked back to find who changed a file since it was read
 

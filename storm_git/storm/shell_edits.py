@@ -37,10 +37,8 @@ from ..core.paths import quoted
 from ..core.payloads import WriteResult
 from ..core.secret_files import likely_secret
 from ..core.store import Store, hex_
-from ..disk import safe_fs
-from ..disk import sync as disk_sync
-from ..disk.record import entry_or_none
-from ..disk.record import load as load_record
+from ..disk import safe_fs, sync as disk_sync
+from ..disk.record import entry_or_none, load as load_record
 from . import steps
 from .snapshot import check_recordable, read_disk_content, snapshot, with_mode
 from .writer import ValidatedWriter

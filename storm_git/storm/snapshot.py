@@ -30,11 +30,9 @@ from ..core.errors import BadPath, NotInitialised
 from ..core.files import read_own, replace_file
 from ..core.gitcmd import GitFailed
 from ..core.paths import check_on_disk, normalize, tree_entry_refusal
-from ..core.store import MODE_BLOB, MODE_LINK, Entry, Store
-from ..core.store import git_env as store_git_env
+from ..core.store import MODE_BLOB, MODE_LINK, Entry, Store, git_env as store_git_env
 from ..core.tree_diff import tree_changes
-from ..disk import safe_fs
-from ..disk import sync as disk_sync
+from ..disk import safe_fs, sync as disk_sync
 from ..disk.record import entry_or_none
 from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
 from .writer import ValidatedWriter

@@ -32,7 +32,6 @@ from . import rejection as payloads
 from .verdict import Verdict
 from .writer import AS_WRITTEN, WriteHost
 
-
 # Rejections the agent must re-plan around: these reserve the target, and so does
 # an unread_target rejection that also lists stale dependencies (the agent built on
 # files that changed). A plain unread_target only hands over the content; reserving

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import pygit2
 
 from ..core import notes
-from ..core.tree_diff import tree_changes
 from ..core.errors import BadPath, CorruptState, NotInitialised
 from ..core.locks import flocked
 from ..core.readsets import path_key
 from ..core.store import WORKSPACE_REF, Store, hex_
+from ..core.tree_diff import tree_changes
 
 VERSIONS_REF = "refs/notes/storm/versions"
 LOCK = "versions"

@@ -40,7 +40,6 @@ from . import validate
 from .verdict import MUST_REJECT, Verdict
 from .writer import AS_WRITTEN, OnWait, WriteHost
 
-
 PRE_VALIDATE_AT = 64  # read-set size from which validation starts before the lock
 ANALYSE_OUTSIDE = 3  # rounds of dependency analysis a write may take outside the lock, then inside
 # ``deps=AUTO_DEPS`` (or ``storm.deps=auto``): validate against the read files the write

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from ..core.gitcmd import run_git
 from ..core.assignments import get, restricted_paths
+from ..core.gitcmd import run_git
 from ..core.store import Store
 from .sync import taken_from_target
 from .worktrees import agent_of_worktree, branch_for

@@ -25,9 +25,9 @@ from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import AgentStatus, CommitResult, ExecResult, ReadResult, Status, WriteResult
 from ..core.readsets import ReadEntry
-from ..disk.safe_fs import UnsafePath, remove_path, write_file
-from ..core.workspace import BaseWorkspace, replace_once
 from ..core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, WORKSPACE_REF
+from ..core.workspace import BaseWorkspace, replace_once
+from ..disk.safe_fs import UnsafePath, remove_path, write_file
 from . import radar
 from .commit_rules import worktree_commit_problems
 from .worktrees import (

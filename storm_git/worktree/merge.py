@@ -32,9 +32,9 @@ from ..core import events, signing, trailers
 from ..core.agents import validate_agent
 from ..core.diffs import text_lines
 from ..core.errors import RepoStateError, UsageError
+from ..core.gitcmd import run_git
 from ..core.locks import flocked
 from ..core.store import Store, signature
-from ..core.gitcmd import run_git
 from .worktrees import ahead_behind, branch_for, list_worktrees, storm_branches, target_branch
 
 STRATEGIES = ("abort", "ours", "theirs")

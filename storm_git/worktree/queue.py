@@ -31,11 +31,11 @@ from typing import Any
 import pygit2
 
 from ..core import assignments as scope
-from ..deps.scope import is_python, parse, resolve
-from .merge import MergeReport, files_changed, merge
-from ..core.store import Store, git_env
 from ..core.gitcmd import run_git
 from ..core.locks import pid_alive
+from ..core.store import Store, git_env
+from ..deps.scope import is_python, parse, resolve
+from .merge import MergeReport, files_changed, merge
 from .worktrees import branch_for, copy_untracked
 
 TAIL_LINES = 40

@@ -26,8 +26,8 @@ import pygit2
 from ..core import readsets
 from ..core.diffs import unified
 from ..core.errors import StormError
-from .merge import Hunk, conflict_hunks, files_changed, merge_file
 from ..core.store import Store
+from .merge import Hunk, conflict_hunks, files_changed, merge_file
 from .worktrees import (
     agent_of_worktree,
     agent_worktree,

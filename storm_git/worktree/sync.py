@@ -26,10 +26,10 @@ from typing import Any
 from ..core import events
 from ..core.agents import validate_agent
 from ..core.errors import RepoStateError, UsageError
-from ..core.locks import flocked
-from .merge import ConflictFile, describe_conflicts, merge_tree
-from ..core.store import Store
 from ..core.gitcmd import run_git
+from ..core.locks import flocked
+from ..core.store import Store
+from .merge import ConflictFile, describe_conflicts, merge_tree
 from .worktrees import agent_worktree, branch_for, dirty_paths, target_branch
 
 SHOWN = 5

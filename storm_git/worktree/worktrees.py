@@ -27,10 +27,10 @@ import pygit2
 from ..core import events, readsets
 from ..core.agents import validate_agent
 from ..core.errors import BadPath, RepoStateError, UsageError
+from ..core.gitcmd import run_git
 from ..core.locks import flocked
 from ..core.paths import normalize
 from ..core.porcelain import parse_status_z
-from ..core.gitcmd import run_git
 from ..core.store import Store, resolve_commit
 
 DEFAULT_PREFIX = "storm/"

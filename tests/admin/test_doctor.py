@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 from storm_git.core import readsets
 from storm_git.core.readsets import agent_ref as reads_ref

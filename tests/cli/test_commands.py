@@ -1,7 +1,6 @@
 """The ``git storm`` command line: real subprocesses, exit codes, --json, -h."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

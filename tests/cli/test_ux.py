@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, git, make_repo, rev, snapshot_refs, storm, storm_json
-from helpers import ok as _ok
+from helpers import ROOT, git, ok as _ok, snapshot_refs, storm, storm_json
 
 DATED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
 

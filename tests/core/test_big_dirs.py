@@ -21,11 +21,10 @@ import pygit2
 import pytest
 
 from helpers import git, make_repo, storm, storm_json
-
 from storm_git.core import paths, tree_diff
-from storm_git.disk import record, safe_fs, sync as disk_sync
 from storm_git.core.errors import BadPath
 from storm_git.core.store import MODE_BLOB, MODE_EXEC, MODE_LINK, Store
+from storm_git.disk import record, safe_fs, sync as disk_sync
 
 
 def _store(path) -> Store:

@@ -12,7 +12,6 @@ import time
 import pytest
 
 from helpers import hold, make_repo
-
 from storm_git.core.locks import LockTimeout, WaitPolicy, flocked, set_wait_policy
 
 

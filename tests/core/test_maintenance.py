@@ -82,8 +82,8 @@ def test_writers_beside_gc_pack_refs_maintenance(tmp_path):
 
 
 def run_bounded(tmp_path: Path, writes: int, every: int, name: str) -> None:
-    from storm_git.core import maintenance
     from storm_git import open_workspace
+    from storm_git.core import maintenance
 
     repo = make_repo(tmp_path / "repo", {f"d{i}/e/f{j}.txt": f"{i} {j}\n" for i in range(4) for j in range(5)})
     ws = open_workspace(str(repo))
@@ -176,8 +176,8 @@ def test_ref_directories_pruned_by_pack_refs_under_a_writer(tmp_path):
 def test_one_maintenance_run_leaves_few_loose_objects(tmp_path):
     """git's loose-objects task packs, and removes the loose copies only on its next run:
     storm runs it twice, so one `git storm maintenance` is enough."""
-    from storm_git.core import maintenance
     from storm_git import open_workspace
+    from storm_git.core import maintenance
 
     repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
     ws = open_workspace(str(repo))
@@ -195,8 +195,8 @@ def test_one_maintenance_run_leaves_few_loose_objects(tmp_path):
 def test_writes_start_maintenance_by_themselves(tmp_path):
     """Like git gc --auto: past storm.autoMaintenance loose objects, a write starts
     `git storm maintenance --auto` in the background; the loose count stays bounded."""
-    from storm_git.core import maintenance
     from storm_git import open_workspace
+    from storm_git.core import maintenance
 
     repo = make_repo(tmp_path / "repo", {f"d{i}/f.txt": "x\n" for i in range(4)})
     git(repo, "config", "storm.autoMaintenance", "250")

@@ -174,8 +174,8 @@ def test_every_door_refuses_every_hostile_name(shared, tmp_path, door, name):
             assert not v.ok, f"the guard accepted {raw!r}"
             assert "lacks storm's trailers" not in v.refused[0], v.refused
         elif door == "sync":
-            from storm_git.disk import sync as disk_sync
             from storm_git.core.store import Store
+            from storm_git.disk import sync as disk_sync
 
             h = rev(repo, "refs/storm/workspace")
             c = forge.commit(repo, h, _tree_change(raw))

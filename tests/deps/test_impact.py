@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import git, make_repo, storm, storm_json
-from helpers import change_as as _change, read_as as _read, write_as as _write  # a reads, b changes, a writes
+from helpers import (  # a reads, b changes, a writes
+    change_as as _change,
+    git,
+    make_repo,
+    read_as as _read,
+    storm,
+    storm_json,
+    write_as as _write,
+)
 
 CORE = "def helper():\n    return _impl()\n\n\ndef _impl():\n    return 1\n\n\ndef other():\n    return 2\n"
 FILES = {

@@ -4,10 +4,16 @@ needs: an unrelated stale read is let through, a changed import, name-defining
 file or importer is still a rejection, and other languages use the whole read set."""
 from __future__ import annotations
 
-import pytest
-
-from helpers import PY_PROJECT, git, start_write, storm, storm_json
-from helpers import change_as as _change, read_as as _read, write_as as _write  # a reads, b changes, a writes
+from helpers import (  # a reads, b changes, a writes
+    PY_PROJECT,
+    change_as as _change,
+    git,
+    read_as as _read,
+    start_write,
+    storm,
+    storm_json,
+    write_as as _write,
+)
 
 FILES = {**PY_PROJECT, "data.txt": "one\n"}
 REPO_FILES = FILES  # the conftest's `repo`
@@ -245,8 +251,8 @@ def test_written_module_is_parsed_once(repo):
     write of that file finds the head's version parsed: the same analysis object."""
     import pygit2
 
-    from storm_git.deps import scope as depscope
     from storm_git.core.store import Store
+    from storm_git.deps import scope as depscope
 
     depscope._INFO.clear()
     new = NEW_APP.encode()

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import time
 
 import pytest
 
 from figures import record
-from helpers import fsck, git, hold, make_repo, release, rev, storm, storm_json
-from helpers import start_storm as spawn
+from helpers import fsck, git, hold, make_repo, release, rev, start_storm as spawn, storm, storm_json
 
 FILES = {f"pkg/m{i}.py": f"m{i} = 0\n" for i in range(4)} | {"README.md": "# r\n", "top.txt": "t\n"}
 AGENTS = ["e1", "e2", "e3"]

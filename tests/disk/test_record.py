@@ -16,9 +16,20 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import DEFAULT_FILES, accepted_write, git, hold, make_repo, release, rev, show, snapshot_refs, storm, storm_json
-from helpers import start_storm as spawn
-
+from helpers import (
+    DEFAULT_FILES,
+    accepted_write,
+    git,
+    hold,
+    make_repo,
+    release,
+    rev,
+    show,
+    snapshot_refs,
+    start_storm as spawn,
+    storm,
+    storm_json,
+)
 
 
 def wait_ref_moves(repo: Path, old: str, timeout: float = 30) -> None:
@@ -201,7 +212,7 @@ def test_directory_swapped_while_waiting_for_a_reservation(repo, tmp_path):
 @pytest.mark.parametrize("name", ["a\nStorm-Agent: spoof", ".GIT/config", "git~1/x"])
 def test_exec_creating_a_refused_name_records_nothing_and_bricks_nothing(repo, name):
     before = snapshot_refs(repo)
-    script = f"mkdir -p \"$(dirname \"$1\")\"; echo x > \"$1\"; echo y >> README.md"
+    script = "mkdir -p \"$(dirname \"$1\")\"; echo x > \"$1\"; echo y >> README.md"
     r = storm(repo, "exec", "--", "sh", "-c", script, "sh", name, agent="e1")
     assert r.returncode == 2, r.stderr
     assert "cannot record" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -411,8 +422,8 @@ def test_changed_paths_agrees_with_libgit2s_diff(tmp_path):
 
     import pygit2
 
-    from storm_git.core.tree_diff import changed_paths
     from storm_git.core.store import Store
+    from storm_git.core.tree_diff import changed_paths
 
     r = pygit2.init_repository(str(tmp_path / "r"))
     st = Store(r)

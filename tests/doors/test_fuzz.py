@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from pathlib import Path
 
 import pygit2
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from figures import long_run, record
 from helpers import git, make_repo, rev, snapshot_refs, storm

@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from figures import long_run, record
 from helpers import git, make_repo, snapshot_refs, storm

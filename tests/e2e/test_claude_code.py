@@ -7,9 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 import harnesses as hx
+import pytest
 from model_server import Script, serve
 
 sys.path.insert(0, str(Path(__file__).parent.parent))

@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import harnesses as hx
+import pytest
 from model_server import Script, serve
 
 sys.path.insert(0, str(Path(__file__).parent.parent))

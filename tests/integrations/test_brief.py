@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from helpers import storm
-
 from storm_git.integrations.brief import MODES, ROLES, brief
 
 GROUPS = {"harness"}  # commands whose first argument is a subcommand

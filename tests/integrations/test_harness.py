@@ -14,13 +14,24 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import claude_event, codex_event, decision, git, hold, hook, make_repo, release, rev, show, snapshot_refs, storm
-from helpers import start_storm
-
+from helpers import (
+    claude_event,
+    codex_event,
+    decision,
+    git,
+    hold,
+    hook,
+    make_repo,
+    release,
+    rev,
+    show,
+    snapshot_refs,
+    start_storm,
+    storm,
+)
 from storm_git.integrations.harness import BadEvent, HookEvent, agent_for, parse_event, patch_paths
 
 

@@ -16,8 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from daemon_helpers import (alive, children, daemon_env, daemons_of, event, hook, sockets, started, stop, wait_daemon,
-                            wait_gone)
+from daemon_helpers import (
+    alive,
+    children,
+    daemon_env,
+    daemons_of,
+    event,
+    hook,
+    sockets,
+    started,
+    stop,
+    wait_daemon,
+    wait_gone,
+)
 from helpers import flock_waiters, git, hold, make_repo, release
 
 

@@ -18,8 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from daemon_helpers import (alive, daemon_env, daemons_of, event, hook, peer_pid, socket_of, started, stop,
-                            wait_daemon, wait_gone)
+from daemon_helpers import (
+    alive,
+    daemon_env,
+    daemons_of,
+    event,
+    hook,
+    peer_pid,
+    socket_of,
+    started,
+    stop,
+    wait_daemon,
+    wait_gone,
+)
 from helpers import make_repo, storm_json
 
 

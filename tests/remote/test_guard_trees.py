@@ -13,8 +13,7 @@ import pytest
 import forge
 from forge import FILE, LINK
 from helpers import git, make_repo, rev, storm, storm_json
-from servers import WS, bare, clone, seed
-from servers import install_guard as _install_guard
+from servers import WS, bare, clone, install_guard as _install_guard, seed
 
 # (changes, the words the guard's refusal holds)
 HOSTILE_TREES = {

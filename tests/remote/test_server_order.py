@@ -17,7 +17,6 @@ import pytest
 import forge
 from helpers import git, make_repo, read_as, rev, storm, write_as
 from servers import bare, served
-
 from storm_git.core import readsets
 from storm_git.core.store import Store
 from storm_git.remote import inbox

@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 
 from helpers import SUPPORT, git, make_repo, rev, snapshot_refs, storm, storm_json
-from servers import WS, Daemon, bare, clone, seed, server_log, server_provenance
-from servers import free_port as _free_port
-from servers import install_guard as _install_guard
+from servers import (
+    WS,
+    Daemon,
+    bare,
+    clone,
+    free_port as _free_port,
+    install_guard as _install_guard,
+    seed,
+    server_log,
+    server_provenance,
+)
 
 
 # -- the basic story, on every kind of remote -------------------------------------------------

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from helpers import git, storm
-
 from storm_git.core.errors import UsageError
 from storm_git.sim import pairs, pairs_report
 

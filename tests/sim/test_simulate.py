@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, git, storm
-
 from storm_git.sim import report, runner, scenarios, workload
 from storm_git.sim.metrics import Write, lost_updates
 

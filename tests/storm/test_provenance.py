@@ -13,7 +13,6 @@ import signal
 import time
 from pathlib import Path
 
-
 from helpers import PY_PROJECT, git, hold, journal, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
 from storm_git.core import readsets, trailers

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, storm, storm_json
-from helpers import show as _show
+from helpers import git, make_repo, rev, show as _show, storm, storm_json
 
 WS = "refs/storm/workspace"
 

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import claude_event, git, hold, release, rev, show, storm, storm_json
-from helpers import start_storm as spawn
 
+from helpers import claude_event, git, hold, release, rev, show, start_storm as spawn, storm, storm_json
 from storm_git.integrations import harness
 from storm_git.integrations.storm_manager import Manager
 

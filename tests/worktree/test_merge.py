@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from helpers import git, rev, show, storm, storm_json
-from storm_git.core import events
 from storm_git import open_workspace
+from storm_git.core import events
 from storm_git.core.errors import RepoStateError, UsageError
-from storm_git.worktree.merge import merge, merge_tree
-from storm_git.admin.modes import switch
 from storm_git.core.store import Store
+from storm_git.worktree.merge import merge, merge_tree
 from storm_git.worktree.worktrees import spawn
 
 BASE = "def fetch(url):\n    return http_get(url)\n"

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, show, storm, storm_json
-from helpers import ok as _ok
+from helpers import git, make_repo, ok as _ok, rev, show, storm, storm_json
 
 FILES = {
     "lib/__init__.py": "",

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from helpers import ok as _ok
+from helpers import git, make_repo, ok as _ok, rev, snapshot_refs, storm, storm_json
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
 
 

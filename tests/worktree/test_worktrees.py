@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from storm_git.core import assignments as scope, events
 from storm_git import open_workspace
+from storm_git.admin.modes import switch
+from storm_git.core import assignments as scope, events
 from storm_git.core.errors import NotFound, RepoStateError, UsageError
+from storm_git.core.store import Store
 from storm_git.worktree.commit_rules import worktree_commit_problems
 from storm_git.worktree.isolated import CommitRefused, WorktreeWorkspace
-from storm_git.admin.modes import switch
-from storm_git.core.store import Store
 from storm_git.worktree.worktrees import cleanup, spawn, worktree_path
 
 
