@@ -88,7 +88,8 @@ class ExecStart:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ExecStart":
-        edited = data.get("edited") if isinstance(data.get("edited"), dict) else {}
+        raw = data.get("edited")
+        edited: dict[str, Any] = raw if isinstance(raw, dict) else {}
         mark = data.get("mark")
         return cls(str(data["key"]), str(data["start"]), int(mark) if mark is not None else None,
                    str(data["before_head"]), str(data["before_record"]),
@@ -184,13 +185,13 @@ def _classify(ws: ValidatedWriter, agent: str, started: ExecStart) -> Classified
     """The command's changes since ``started`` (caller holds the worktree lock)."""
     store = ws.store
     after = snapshot(store)
-    start = store.repo[pygit2.Oid(hex=started.start)]
+    start = store.repo[pygit2.Oid(hex=started.start)].peel(pygit2.Tree)
     if started.mark is not None:
         missing_before = {p for p, v in started.edited.items() if v is None}
         changes, expected = classify_since(store, start, started.mark, missing_before, after)
     else:
         before = Snapshot(pygit2.Oid(hex=started.before_head), after.tree,
-                          store.repo[pygit2.Oid(hex=started.before_record)], dict(started.edited))
+                          store.repo[pygit2.Oid(hex=started.before_record)].peel(pygit2.Tree), dict(started.edited))
         changes, expected = classify(store, before, after)
     found = Classified(changes, expected, [], after.nested, states=after.dirty)
     now = reservations.clock()

@@ -84,7 +84,7 @@ def note_disk_read(ws: "SharedWorkspace", agent: str, paths: list[str]) -> DiskR
     store = ws.store
     ws.take_in_shell_edits(paths, only_adopting=True)  # what the shell changed is a write, then read
     top = store.main_workdir
-    entries = []
+    entries: list[ReadEntry] = []
     before = readsets.load(store, agent)
     out = DiskRead(list(paths))
     unmediated: list[str] = []
@@ -165,28 +165,32 @@ def begin_edit(ws: "SharedWorkspace", agent: str, paths: list[str], *, key: str,
             head = ws.head()
             tree = store.commit(head).tree
             now = reservations.clock()
-            chk = validate.check(store, agent, paths, now,
-                                 lambda t=tree: validate.verdict(store, t, paths, reads, dict(reads), None, {}),
-                                 ignore=lambda r, at=now: never_ran(store, r, at))
+            chk = validate.check(store, agent, paths, now, _judge(store, tree, paths, reads),
+                                 ignore=_ignore(store, now))
             verdict = chk.verdict
-            if chk.blocked is None and verdict.reason is None:
+            if chk.blocked is None:
+                assert verdict is not None  # validate.check judged: nothing blocked it
+            if chk.blocked is None and verdict is not None and verdict.reason is None:
                 reservations.update(store, {p: Reservation(p, agent, now + lease, now) for p in paths},
                                     agent=agent, message=f"storm: {agent} leases {', '.join(paths[:3])}")
-                expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
+                expected = {p: hex_(e.oid) if (e := verdict.current[p]) is not None else None for p in paths}
                 steps.save(store, agent, key,
                            {"kind": steps.EDIT, "paths": paths, "expected": expected, "head": str(head),
                             "time": time.time(), "since": now,
                             "disk": {p: encode_state(safe_fs.disk_state(store.main_workdir, p)) for p in paths}})
                 break
-            if chk.blocked is None:
+            if chk.blocked is None and verdict is not None:
                 granted = validate.refuse(store, agent, OP, paths, verdict, head, now, hold)
                 break
+            blocked = chk.blocked
+            assert blocked is not None
             if time.monotonic() >= deadline:
-                verdict = validate.refuse_reserved(store, agent, OP, paths, chk.blocked, head, tree)
-                granted = chk.blocked
+                verdict = validate.refuse_reserved(store, agent, OP, paths, blocked, head, tree)
+                granted = blocked
                 break
-        time.sleep(min(0.1, max(0.01, chk.blocked.remaining())))
+        time.sleep(min(0.1, max(0.01, blocked.remaining())))
     ws.publish_reservations()  # the lease, or the rejected agent's reservation
+    assert verdict is not None  # every way out of the loop has one
     if verdict.reason is None:
         return EditStart(paths)
     mine = None
@@ -195,6 +199,16 @@ def begin_edit(ws: "SharedWorkspace", agent: str, paths: list[str], *, key: str,
         base = ws.agent_content(seen.path, pygit2.Oid(hex=seen.blob), None) if seen and seen.blob else None
         mine = change(base)
     return EditStart(paths, validate.reject(ws, agent, OP, verdict, head, reads, granted, mine))
+
+
+def _judge(store: Store, tree: pygit2.Tree, paths: list[str], reads: dict[str, ReadEntry]) -> Callable[[], Any]:
+    """The verdict at ``tree`` for the agent's whole read set (validate.check calls it under the lock)."""
+    return lambda: validate.verdict(store, tree, paths, reads, dict(reads), None, {})
+
+
+def _ignore(store: Store, now: float) -> Callable[[Reservation], bool]:
+    """A lease whose edit never ran does not block (validate.check's ``ignore``)."""
+    return lambda r: never_ran(store, r, now)
 
 
 def never_ran(store: Store, lease: Reservation, now: float) -> bool:
