@@ -86,6 +86,11 @@ def exec_cmd(argv: tuple[str, ...], agent: str | None, intent: str | None, timeo
                 click.echo("storm exec: " + render.write_result(res.write), err=True)
                 if not res.write.accepted and res.reverted:
                     click.echo(render.reverted_by_command(res.reverted), err=True)
+    if res.uncredited and not as_json:
+        click.echo(f"storm exec: not recorded: {', '.join(quoted(p) for p in res.uncredited[:10])} changed while "
+                   "the command ran, but the "
+                   "command does not name it (a person's save?); git storm adopt PATH --agent NAME records it",
+                   err=True)
     if res.nested_repositories and not as_json:
         names = ", ".join(quoted(f"{p}/") for p in res.nested_repositories[:10])
         click.echo(f"storm exec: not recorded: {names} (a git repository of its own; storm records files: "

@@ -246,3 +246,14 @@ def test_the_cli_the_hooks_and_the_write_path_load_no_optional_part(repo):
     r = storm(repo, "commit", "-m", "the shared state", fresh=True, env=env)  # the manager's commit
     assert r.returncode == 0, r.stderr[-2000:]
     assert not {m for m in _loaded(r.stderr) if m.startswith(OPTIONAL)}
+
+
+# storm mode's steps (the lease, the locked check, the snapshot, the disk) are storm's:
+# the doors translate their events into storm's verbs and never reach past them
+DOOR_FORBIDDEN = ("storm_git.core.readsets", "storm_git.core.reservations", "storm_git.core.locks", "storm_git.disk")
+
+
+def test_the_doors_never_reach_past_storms_verbs(graph):
+    reached = sorted(f"{name} -> {d}" for name, deps in graph.items() if name.startswith("storm_git.integrations.")
+                     for d in deps if any(d == f or d.startswith(f + ".") for f in DOOR_FORBIDDEN))
+    assert reached == []

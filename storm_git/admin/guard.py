@@ -51,7 +51,7 @@ def _run(git: str, *args: str) -> tuple[int, bytes]:
 
 
 def _config(git: str) -> dict[str, str]:
-    code, out = _run(git, "config", "-z", "--get-regexp", r"^storm\.(mode|manager)$")
+    code, out = _run(git, "config", "-z", "--get-regexp", r"^storm\.(mode|manager|shelledits)$")
     cfg: dict[str, str] = {}
     if code == 0:
         for item in out.split(b"\0"):
@@ -109,6 +109,11 @@ def check_pre_commit(env: Mapping[str, str] | None = None) -> tuple[int, str]:
         return 1, "git storm: commit refused: could not compare the index with the shared workspace\n"
     differ = set(differs.split(b"\0"))
     bad = [p.decode("utf-8", "surrogateescape") for p in staged.split(b"\0") if p and p in differ]
+    adopting = (cfg.get("storm.shelledits") or "").strip().lower() == "adopt"
+    if bad and adopting:
+        # shell edits are writes here: take them in (storm.shellAgent's write), then the
+        # staged content of those paths is the shared head's, and the commit holds it
+        bad = _after_take_in(git, base, bad)
     if not bad:
         return 0, ""
     named = ", ".join(_show(p) for p in bad[:MAX_NAMED]) + (f" and {len(bad) - MAX_NAMED} more"
@@ -119,8 +124,28 @@ def check_pre_commit(env: Mapping[str, str] | None = None) -> tuple[int, str]:
         "  To keep an edit made outside storm, record it first:  git storm adopt PATH... --agent ID\n"
         f"  Then commit the shared state (as {manager}):        git storm commit -m MSG\n"
         "  (git storm status shows the diffs; git restore --staged PATH unstages.)\n"
+        + ("  (storm.shellEdits=adopt: these could not be taken in as shell edits; git storm status says why)\n"
+           if adopting else
+           "  Where agents edit through a shell storm does not run (a harness's own terminal), let their edits be\n"
+           "  writes and plain git add -A && git commit work:  git config storm.shellEdits adopt\n")
         + HUMAN_WAY
     )
+
+
+def _after_take_in(git: str, base: str, bad: list[str]) -> list[str]:
+    """Take the edits on disk in as shell edits (storm's own code, in this Python), then
+    the staged paths that still differ from the shared head."""
+    code = ("import sys\nfrom storm_git.api import open_workspace\n"
+            "open_workspace().take_in_shell_edits(sys.argv[1:])\n")
+    r = subprocess.run([sys.executable, "-c", code, *bad], capture_output=True)
+    if r.returncode != 0:
+        return bad
+    p = subprocess.run([git, "diff-index", "--cached", "-z", "--name-only", "--no-renames",
+                        "--ignore-submodules=all", WORKSPACE_REF], capture_output=True)
+    if p.returncode != 0:
+        return bad
+    differ = set(p.stdout.split(b"\0"))
+    return [x for x in bad if x.encode("utf-8", "surrogateescape") in differ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,6 +141,7 @@ class WriteResult:
     disk_errors: dict[str, str] = field(default_factory=dict)
     # steps after the landing that failed (the write stands; see storm_git.storm.write)
     warnings: list[str] = field(default_factory=list)
+    displaced: list[str] = field(default_factory=list)  # replaced on disk by an edit outside storm, taken in
     cas_retries: int = 0
     waited: float = 0.0
     flags: list[str] = field(default_factory=list)
@@ -160,6 +161,7 @@ class WriteResult:
             "disk": self.disk,
             "disk_errors": self.disk_errors,
             "warnings": self.warnings,
+            **({"displaced": self.displaced} if self.displaced else {}),
             "cas_retries": self.cas_retries,
             "waited": round(self.waited, 3),
             "reservation_wait": self.reservation_wait.to_dict() if self.reservation_wait else None,
@@ -186,6 +188,9 @@ class ExecResult:
     write: WriteResult | None = None
     nested_repositories: list[str] = field(default_factory=list)  # made by the command, not recorded
     reverted: list[str] = field(default_factory=list)  # set back to an older shared version by the command
+    left: list[str] = field(default_factory=list)  # leased by another agent's file tool meanwhile: not recorded
+    mixed: list[str] = field(default_factory=list)  # held an edit made outside storm before: not recorded
+    uncredited: list[str] = field(default_factory=list)  # changed while it ran, but not named by it: not recorded
 
     @property
     def accepted(self) -> bool:
@@ -200,6 +205,9 @@ class ExecResult:
             "write": self.write.to_dict() if self.write else None,
             "nested_repositories": self.nested_repositories,
             "reverted": self.reverted,
+            **({"left": self.left} if self.left else {}),
+            **({"mixed": self.mixed} if self.mixed else {}),
+            **({"uncredited": self.uncredited} if self.uncredited else {}),
         }
 
 

@@ -33,25 +33,15 @@ import hashlib
 import json
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pygit2
-
-from ..core import readsets, reservations
 from ..core.agents import ENV_VAR, validate_agent
-from ..core.convert import Conversions
 from ..core.errors import BadPath, NotARepository, NotInitialised, UsageError
-from ..core.files import replace_file
-from ..core.locks import flocked
 from ..core.paths import normalize
-from ..core.payloads import DIRECT_CONFLICT, Rejection, WriteResult
-from ..core.readsets import ReadEntry
-from ..core.reservations import Reservation
-from ..core.store import Store, hex_
-from ..disk import record, safe_fs, sync as disk_sync
-from ..storm import rejection as rejection_payload, tracking, validate
+from ..core.payloads import Rejection, WriteResult
+from ..core.store import Store
+from ..storm import commands, edits
 from . import shell_reads
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,11 +52,6 @@ EDIT_TOOLS = ("Edit", "MultiEdit", "Write", "NotebookEdit")  # NotebookEdit: a .
 PATCH_TOOLS = ("apply_patch",)
 READ_TOOLS = ("Read",)
 SHELL_TOOLS = ("Bash",)
-DEFAULT_LEASE_SECONDS = 10.0
-LEASE_GRACE = 1.0  # after this, a lease whose edit left the disk untouched is taken to have never run
-DEFAULT_WAIT_SECONDS = 20.0  # a hook's whole run must stay well under the harness's timeout (60 s)
-PENDING_MAX_AGE = 3600.0
-OP = "harness"
 
 # decisions
 PASS = "pass"  # nothing to say: the harness goes on as without storm
@@ -259,6 +244,15 @@ def tool_paths(store: Store, event: HookEvent) -> list[str]:
     return list(dict.fromkeys(p for p in (repo_path(store, r, event.cwd, for_write=write) for r in raws) if p))
 
 
+def _repo_dir(store: Store, cwd: str) -> str:
+    """The command's directory as a repository path ('' at the top or outside)."""
+    top = os.path.realpath(store.main_workdir)
+    real = os.path.realpath(cwd)
+    if not real.startswith(top + os.sep):
+        return ""
+    return os.path.relpath(real, top).replace(os.sep, "/")
+
+
 def shell_command(event: HookEvent) -> str:
     cmd = event.tool_input.get("command")
     if isinstance(cmd, list):
@@ -266,38 +260,10 @@ def shell_command(event: HookEvent) -> str:
     return cmd if isinstance(cmd, str) else ""
 
 
-# -- pending state between a pre and a post hook (two processes) -------------------------
-def _pending_file(store: Store, agent: str, event: HookEvent, paths: list[str]) -> str:
-    key = event.tool_use_id or "\0".join([event.tool, *paths])
-    d = os.path.join(store.commondir, "storm", "harness", "pending", agent)
-    os.makedirs(d, exist_ok=True)
-    return os.path.join(d, hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest() + ".json")
-
-
-def _save_pending(path: str, data: dict[str, Any]) -> None:
-    d = os.path.dirname(path)
-    now = time.time()
-    for name in os.listdir(d):  # a pre hook whose tool never ran leaves one behind
-        full = os.path.join(d, name)
-        try:
-            if now - os.stat(full).st_mtime > PENDING_MAX_AGE:
-                os.unlink(full)
-        except OSError:
-            pass
-    replace_file(path, json.dumps(data).encode("utf-8"), tmp=f"{path}.{os.getpid()}")
-
-
-def _take_pending(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    return data if isinstance(data, dict) else None
+# -- the step a pre hook opens and its post hook closes (two processes) --------------------
+def step_key(event: HookEvent, paths: list[str]) -> str:
+    """The open step of one tool call: its tool_use_id, else its tool and paths."""
+    return event.tool_use_id or "\0".join([event.tool, *paths])
 
 
 # -- the decisions ---------------------------------------------------------------------
@@ -334,9 +300,7 @@ def handle(event: HookEvent, *, agent: str | None = None, cwd: str | None = None
     if event.pre:
         return pre_write(ws, who, event, paths)
     if event.failed:
-        if _release(ws.store, who, paths):
-            ws.publish_reservations()
-        _take_pending(_pending_file(ws.store, who, event, paths))
+        edits.abandon_edit(ws, who, paths, key=step_key(event, paths))
         return HookResult(PASS, event, "released-after-a-failed-tool", who, paths)
     return post_write(ws, who, event, paths)
 
@@ -365,141 +329,34 @@ def _radar_note(ws: Any, event: HookEvent, kind: str, agent: str | None, env: di
 
 
 def post_read(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
-    """Record what the agent saw on disk.
-
-    * the disk holds the shared head's version: a read at the head;
-    * the disk holds the version storm last put there but the head moved on
-      (*behind*): the agent saw that older shared version, which is recorded
-      (its next write of the file is a direct conflict with the diff), and the
-      disk is brought forward so that reading again shows the head;
-    * the disk holds an edit made outside storm: the version that edit was made
-      on is recorded, as ``adopt`` does; the agent built on the edit, so its
-      write carries the edit along and is validated against that base (never
-      undoing a newer accepted write).
-    """
-    store = ws.store
-    top = store.main_workdir
-    entries = []
-    before = readsets.load(store, agent)
-    news: list[str] = []
-    with flocked(store.commondir, "worktree"):
-        rtree, _ = disk_sync.record_tree(store)
-        head = ws.head()
-        tree = store.commit(head).tree
-        behind, unmediated = [], []
-        conv = Conversions(store)
-        for p in paths:
-            have = safe_fs.disk_state(top, p, conv=conv)
-            if have is False:
-                continue  # a directory (or a path through a link): nothing storm versions
-            cur = record.entry_or_none(store, tree, p)
-            base = record.entry_or_none(store, rtree, p)
-            if safe_fs.same(have, cur):
-                entries.append(ReadEntry(p, hex_(cur.oid) if cur else None, str(head)))
-                seen = before.get(p)
-                if seen is not None and seen.blob != (hex_(cur.oid) if cur else None):
-                    news.append(_news(ws, p, seen, cur, head))
-            else:
-                entries.append(ReadEntry(p, hex_(base.oid) if base else None, ""))
-                (behind if safe_fs.same(have, base) else unmediated).append(p)
-        if behind:
-            disk_sync.sync_locked(store, behind)
-    if entries:
-        readsets.record(store, agent, entries, why="harness read")
-    notes = list(news)
-    if behind:
-        notes.append(f"storm: you read an older version of {', '.join(behind)}; the file on disk is now the "
+    """Record what the agent saw on disk (storm_git.storm.edits.note_disk_read) and
+    tell it what changed since its previous read."""
+    seen = edits.note_disk_read(ws, agent, paths)
+    notes = list(seen.news)
+    if seen.behind:
+        notes.append(f"storm: you read an older version of {', '.join(seen.behind)}; the file on disk is now the "
                      "shared head's: read it again before editing it")
-    edited = [p for p in unmediated if p not in behind]
-    if edited:
-        notes.append(f"storm: {', '.join(edited)} on disk holds an edit made outside storm; an edit of yours "
+    if seen.edited:
+        notes.append(f"storm: {', '.join(seen.edited)} on disk holds an edit made outside storm; an edit of yours "
                      "records it as part of your write (git storm status shows it; git storm checkout PATH "
                      "discards it)")
     return HookResult(NOTE if notes else PASS, event, "recorded-read", agent, paths, message="\n".join(notes))
 
 
-NEWS_MAX_CHARS = 6000
-
-
-def _news(ws: "SharedWorkspace", path: str, seen: ReadEntry, cur: Any, head: Any) -> str:
-    """What changed in ``path`` since the agent's previous read, and who changed it: the
-    diff and the authors a rejection would have shown. The harness may have refused the
-    agent's stale edit itself (Claude Code's "modified since read" check runs before any
-    hook), so a re-read is where the agent learns what happened."""
-    change = rejection_payload.file_change(ws, path, seen, cur, head)
-    by = ", ".join(change.changed_by) or "another agent"
-    versions = f"{change.versions_behind} version(s)" if change.versions_behind else "changed"
-    diff = "(binary file)" if change.binary else change.diff
-    if len(diff) > NEWS_MAX_CHARS:
-        diff = diff[:NEWS_MAX_CHARS] + "\n… (diff cut; git storm log shows each write)"
-    return (f"storm: {path} changed since your previous read ({versions}, by {by}); what they changed:\n"
-            f"{diff}".rstrip())
-
-
-def _lease_seconds(store: Store) -> float:
-    return store.config_float("storm.leaseSeconds", DEFAULT_LEASE_SECONDS)
-
-
 def pre_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
-    """Validate the agent's read set for ``paths`` and lease them, or deny."""
-    store = ws.store
-    ws.catch_up(agent)  # on a remote: validate and lease against the server's head
+    """Validate the agent's read set for ``paths`` and lease them (storm's begin_edit), or deny."""
     content = event.tool_input.get("content")
     if event.tool == "Write" and isinstance(content, str):  # refused before it lands, not after
         ws.check_size(paths[0], content.encode("utf-8", "surrogateescape"))
     if event.harness == "codex":
         # Codex reads through the shell, which the hook cannot see: the patch's own
         # context lines are its read of each target it has not read otherwise.
-        known = readsets.load(store, agent)
-        head = ws.head()
-        tree = store.commit(head).tree
-        implicit = [ReadEntry(p, hex_(getattr(record.entry_or_none(store, tree, p), "oid", None)), str(head))
-                    for p in paths if p not in known]
-        if implicit:
-            readsets.record(store, agent, implicit, why="harness patch context")
-    reads = readsets.load(store, agent)
-    lease = _lease_seconds(store)
-    hold = ws.reservation_seconds
-    deadline = time.monotonic() + store.config_float("storm.harnessWaitSeconds", DEFAULT_WAIT_SECONDS)
-    granted: Reservation | None = None
-    while True:
-        with flocked(store.commondir, "workspace"):
-            head = ws.head()
-            tree = store.commit(head).tree
-            now = reservations.clock()
-            chk = validate.check(store, agent, paths, now,
-                                 lambda tree=tree: validate.verdict(store, tree, paths, reads, dict(reads), None, {}),
-                                 ignore=lambda r, now=now: _never_ran(store, r, now))
-            verdict = chk.verdict
-            if chk.blocked is None and verdict.reason is None:
-                reservations.update(store, {p: Reservation(p, agent, now + lease, now) for p in paths},
-                                    agent=agent, message=f"storm: {agent} leases {', '.join(paths[:3])}")
-                expected = {p: hex_(verdict.current[p].oid) if verdict.current[p] else None for p in paths}
-                _save_pending(_pending_file(store, agent, event, paths),
-                              {"kind": "write", "paths": paths, "expected": expected, "head": str(head),
-                               "time": time.time(), "since": now,
-                               "tool_use_id": event.tool_use_id,
-                               "disk": {p: _encode_state(safe_fs.disk_state(store.main_workdir, p))
-                                        for p in paths}})
-                break
-            if chk.blocked is None:
-                granted = validate.refuse(store, agent, OP, paths, verdict, head, now, hold)
-                break
-            if time.monotonic() >= deadline:
-                verdict = validate.refuse_reserved(store, agent, OP, paths, chk.blocked, head, tree)
-                granted = chk.blocked
-                break
-        time.sleep(min(0.1, max(0.01, chk.blocked.remaining())))
-    ws.publish_reservations()  # the lease, or the rejected agent's reservation
-    if verdict.reason is None:
+        edits.note_patch_context(ws, agent, paths)
+    began = edits.begin_edit(ws, agent, paths, key=step_key(event, paths),
+                             change=lambda base: intended_content(event, base))
+    if began.rejection is None:
         return HookResult(PASS, event, "validated-and-leased", agent, paths)
-    change = None
-    if verdict.reason == DIRECT_CONFLICT and len(paths) == 1:
-        seen = reads.get(verdict.conflicts[0])
-        base = ws.agent_content(seen.path, pygit2.Oid(hex=seen.blob), None) if seen and seen.blob else None
-        change = intended_content(event, base)
-    rejection = validate.reject(ws, agent, OP, verdict, head, reads, granted, change)
-    return HookResult(DENY, event, "denied", agent, paths, rejection=rejection)
+    return HookResult(DENY, event, "denied", agent, paths, rejection=began.rejection)
 
 
 def intended_content(event: HookEvent, base: bytes | None) -> bytes | None:
@@ -520,99 +377,16 @@ def intended_content(event: HookEvent, base: bytes | None) -> bytes | None:
     return text.replace(old, new, -1 if inp.get("replace_all") else 1).encode("utf-8")
 
 
-def _never_ran(store: Store, lease: Reservation, now: float) -> bool:
-    """A harness lease whose edit never ran: its pre hook's record is over LEASE_GRACE
-    old and every file it leased is still as it was on disk then. The harness sends
-    no post hook when that happens (Codex after a failed ``apply_patch``; Claude Code
-    when it refuses an edit its pre hook allowed), and the lease would hold another
-    session's edit for the whole lease. Taking it over is safe even if the edit does
-    run later: that post hook validates against the version checked before, so it is
-    refused (with the diff) rather than undo the newer write. A reservation from a
-    rejection has no such record and is always kept."""
-    if now - lease.since < LEASE_GRACE:
-        return False
-    d = os.path.join(store.commondir, "storm", "harness", "pending", lease.holder)
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return False
-    for name in names:
-        try:
-            with open(os.path.join(d, name), encoding="utf-8") as fh:
-                rec = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if (not isinstance(rec, dict) or rec.get("kind") != "write" or lease.path not in (rec.get("paths") or [])
-                or rec.get("since") != lease.since or not isinstance(rec.get("disk"), dict)):
-            continue
-        return all(_encode_state(safe_fs.disk_state(store.main_workdir, p)) == rec["disk"].get(p, 0)
-                   for p in rec["paths"])
-    return False
-
-
-def _release(store: Store, agent: str, paths: list[str]) -> bool:
-    """End the agent's own leases on ``paths`` (never another agent's); whether any ended."""
-    with flocked(store.commondir, "workspace"):
-        mine = [p for p in paths if (r := reservations.get(store, p)) is not None and r.holder == agent]
-        if mine:
-            reservations.update(store, {p: None for p in mine}, agent=agent,
-                                message=f"storm: {agent} lease ends on {', '.join(mine[:3])}")
-    return bool(mine)
-
-
 def post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
-    """Record the files the tool left on disk as the agent's write, validated against
-    the versions checked before it ran (without a pre hook: the disk record's, as adopt)
-    and against the agent's whole read set again: a file it read may have changed
-    while the tool ran (its lease covers only the files it edits), and a write built
-    on a stale read must not land."""
-    try:
-        return _post_write(ws, agent, event, paths)
-    except BaseException:
-        if _release(ws.store, agent, paths):  # the refusal goes to the model; the lease must not outlive it
-            ws.publish_reservations()
-        raise
-
-
-def _post_write(ws: "SharedWorkspace", agent: str, event: HookEvent, paths: list[str]) -> HookResult:
-    store = ws.store
-    pending = _take_pending(_pending_file(store, agent, event, paths)) or {}
-    expected_before = pending.get("expected") if isinstance(pending.get("expected"), dict) else {}
-    top = store.main_workdir
-    changes: dict[str, Any] = {}
-    expected: dict[str, str | None] = {}
-    with flocked(store.commondir, "worktree"):
-        rtree, _ = disk_sync.record_tree(store)
-        tree = store.commit(ws.head()).tree
-        conv = Conversions(store)
-        for p in paths:
-            have = safe_fs.disk_state(top, p, conv=conv)
-            if safe_fs.same(have, record.entry_or_none(store, tree, p)) or have is False:
-                continue  # nothing new (or a directory: not a file storm records)
-            tracking.check_recordable(store, p, have, ws)
-            content = tracking.read_disk_content(store, p) if have is not None else None
-            if content is not None:
-                ws.check_size(p, content)
-            changes[p] = tracking.with_mode(content, have, record.entry_or_none(store, rtree, p))
-            expected[p] = (expected_before[p] if p in expected_before
-                           else hex_(getattr(record.entry_or_none(store, rtree, p), "oid", None)))
-    if not changes:
-        if _release(store, agent, paths):
-            ws.publish_reservations()
+    """Record the files the tool left on disk as the agent's write (storm's finish_edit)."""
+    res = edits.finish_edit(ws, agent, paths, key=step_key(event, paths), intent=_intent(agent, event, paths))
+    if res is None:
         return HookResult(PASS, event, "nothing-changed", agent, paths)
-    # deps=None: the whole read set, as the pre hook validated it (expected covers the targets)
-    res = ws.apply(agent, changes, intent=_intent(agent, event, list(changes)), deps=None, wait=True, op=OP,
-                   expected=expected)
-    if _release(store, agent, [p for p in paths if p not in changes]):
-        ws.publish_reservations()
     if res.accepted:
-        flagged = [f for f in res.flags]
-        note = f"storm: recorded, flagged {', '.join(flagged)}" if flagged else ""
-        return HookResult(NOTE if flagged else PASS, event, "recorded-write", agent, list(changes), write=res,
+        note = f"storm: recorded, flagged {', '.join(res.flags)}" if res.flags else ""
+        return HookResult(NOTE if note else PASS, event, "recorded-write", agent, res.paths, write=res,
                           message=note)
-    if _release(store, agent, [p for p in paths if p in changes and p != getattr(res.rejection, "path", None)]):
-        ws.publish_reservations()
-    return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res)
+    return HookResult(BLOCK, event, "write-rejected", agent, res.paths, rejection=res.rejection, write=res)
 
 
 def _intent(agent: str, event: HookEvent, paths: list[str]) -> str:
@@ -621,112 +395,60 @@ def _intent(agent: str, event: HookEvent, paths: list[str]) -> str:
 
 
 # -- Bash ---------------------------------------------------------------------------------
-def _encode_state(v: Any) -> Any:
-    return [str(v[0]), v[1]] if isinstance(v, tuple) else v
-
-
-def _decode_state(v: Any) -> Any:
-    return (pygit2.Oid(hex=v[0]), v[1]) if isinstance(v, list) else v
-
-
 def pre_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult:
-    """Before a shell command: what ``exec`` does before running it (clock mark, or a
-    full snapshot without a usable clock), saved for the post hook."""
-    store = ws.store
-    dev = os.stat(store.main_workdir).st_dev
-    with flocked(store.commondir, "worktree"):
-        ws.head()
-        disk_sync.sync_locked(store, full=True)  # behind paths forward: they are not the command's
-        start, _ = disk_sync.record_tree(store)
-        use_clock = str(store.config_get("storm.execClock", "true")).lower() not in ("false", "no", "off", "0")
-        mark = tracking.clock_mark(store, dev) if use_clock else None
-        before = tracking.snapshot(store) if mark is None else None
-        missing = tracking.load_missing(store) if mark is not None else None
-    data: dict[str, Any] = {"kind": "shell", "start": str(start.id), "mark": mark, "time": time.time(),
-                            "missing": sorted(missing) if missing is not None else None}
-    if before is not None:
-        data["before"] = {"head": str(before.head), "record": str(before.record.id),
-                          "dirty": {p: _encode_state(v) for p, v in before.dirty.items()}}
-    # the edits already on disk (a person's): never credited to the agent whose command ran
-    with flocked(store.commondir, "worktree"):
-        edited = (before or tracking.snapshot(store)).dirty
-    data["edited"] = {p: _encode_state(v) for p, v in edited.items()}
-    _save_pending(_pending_file(store, agent, event, []), data)
-    # the files the command shows are read, as they are now (before it runs): the safe side
+    """Before a shell command: the files it shows are recorded as read, as they are now
+    (before it runs: the safe side), then storm's begin_exec, its start kept for the
+    post hook."""
     reads = shell_reads.read_paths(event.tool_input.get("command"), event.cwd,
-                                   lambda raw, cwd: repo_path(store, raw, cwd))
+                                   lambda raw, cwd: repo_path(ws.store, raw, cwd))
     if reads:
         post_read(ws, agent, event, reads)
+    commands.begin_exec(ws, agent, command=shell_command(event), cwd=_repo_dir(ws.store, event.cwd),
+                        key=step_key(event, []))
     return HookResult(PASS, event, "snapshot-taken", agent)
 
 
 def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResult:
-    """After a shell command: the files it changed, recorded as one write (exec's
-    classification); paths leased by another agent (its edit between its own pre
-    and post hooks) are that agent's and left to it."""
-    store = ws.store
-    pending = _take_pending(_pending_file(store, agent, event, []))
-    if not pending or pending.get("kind") != "shell":
+    """After a shell command: storm's finish_exec, the files it changed recorded as one
+    write; paths leased by another agent (its edit between its own pre and post hooks)
+    are that agent's and left to it."""
+    started = commands.open_exec(ws, agent, step_key(event, []))
+    if started is None:
         return HookResult(NOTE, event, "no-snapshot", agent,
                           message="storm: no snapshot was taken before this command, so its changes were not "
                                   "recorded; git storm status lists them, git storm adopt PATH records them")
-    left: list[str] = []
-    with flocked(store.commondir, "worktree"):
-        after = tracking.snapshot(store)
-        start = store.repo[pygit2.Oid(hex=pending["start"])]
-        if pending.get("mark") is not None:
-            missing = set(pending["missing"]) if pending.get("missing") is not None else None
-            changes, expected = tracking.classify_since(store, start, int(pending["mark"]), missing, after)
-        else:
-            b = pending["before"]
-            before = tracking.Snapshot(pygit2.Oid(hex=b["head"]), after.tree, store.repo[pygit2.Oid(hex=b["record"])],
-                                       {p: _decode_state(v) for p, v in b["dirty"].items()})
-            changes, expected = tracking.classify(store, before, after)
-        now = reservations.clock()
-        for p in list(changes):
-            r = reservations.get(store, p, now)
-            if r is not None and r.holder != agent:
-                left.append(p)
-                del changes[p], expected[p]
-        edited = pending.get("edited") if isinstance(pending.get("edited"), dict) else {}
-        mixed = []
-        for p in [p for p in changes if p in edited]:
-            if after.dirty.get(p) != _decode_state(edited[p]):
-                mixed.append(p)  # the command changed it too: its change cannot be told from that edit
-            del changes[p]
-            expected.pop(p, None)
-        for p in changes:
-            tracking.check_recordable(store, p, after.dirty.get(p), ws)
-        reverted = tracking.revert_targets(store, after.head, start, after, expected)
-    for p, change in changes.items():
-        content = change[0] if isinstance(change, tuple) else None
-        if content is not None:
-            ws.check_size(p, content)
-    note = (f"storm: {', '.join(left)} changed while another agent held it; not recorded as yours"
-            if left else "")
-    if mixed:
-        note = "\n".join(x for x in (note, (
-            f"storm: {', '.join(mixed)} held an edit made outside storm before this command, and the command "
-            "changed it too; not recorded as yours (git storm status shows it: record the earlier edit as its "
-            "author's with git storm adopt PATH --agent NAME, or drop it with git storm checkout PATH, then run "
-            "the command again)")) if x)
-    if not changes:
-        return HookResult(NOTE if note else PASS, event, "no-file-changed", agent, message=note)
     command = shell_command(event)
     command = command if len(command) <= 100 else command[:97] + "..."
-    res = ws.apply(agent, changes, intent=f"{agent} {event.tool}: {command}", deps=None, wait=True,
-                   op="exec", expected=expected)
-    if res.accepted:
-        flagged = f"storm: recorded, flagged {', '.join(res.flags)}" if res.flags else ""
-        note = "; ".join(x for x in (note, flagged) if x)
-        return HookResult(NOTE if note else PASS, event, "recorded-write", agent, list(changes), write=res,
-                          message=note)
-    if reverted:
+    res = commands.finish_exec(ws, agent, started, [command], intent=f"{agent} {event.tool}: {command}",
+                               refuse_mixed=False)
+    notes = []
+    if res.uncredited:
+        notes.append(f"storm: {', '.join(res.uncredited[:10])} changed while this command ran, but the command "
+                     "does not name it: not recorded as yours (a person may have saved it). If your command made "
+                     f"it: git storm adopt PATH --agent {agent}")
+    if res.left:
+        notes.append(f"storm: {', '.join(res.left)} changed while another agent held it; not recorded as yours")
+    if res.mixed:
+        notes.append(
+            f"storm: {', '.join(res.mixed)} held an edit made outside storm before this command, and the command "
+            "changed it too; not recorded as yours (git storm status shows it: record the earlier edit as its "
+            "author's with git storm adopt PATH --agent NAME, or drop it with git storm checkout PATH, then run "
+            "the command again)")
+    w = res.write
+    if w is None:
+        note = "\n".join(notes)
+        return HookResult(NOTE if note else PASS, event, "no-file-changed", agent, message=note)
+    if w.accepted:
+        if w.flags:
+            notes.append(f"storm: recorded, flagged {', '.join(w.flags)}")
+        note = "; ".join(notes)
+        return HookResult(NOTE if note else PASS, event, "recorded-write", agent, res.paths, write=w, message=note)
+    if res.reverted:
         from .. import render
 
-        note = "\n".join(x for x in (note, "storm: " + render.reverted_by_command(reverted)) if x)
-    return HookResult(BLOCK, event, "write-rejected", agent, list(changes), rejection=res.rejection, write=res,
-                      message=note)
+        notes.append("storm: " + render.reverted_by_command(res.reverted))
+    return HookResult(BLOCK, event, "write-rejected", agent, res.paths, rejection=w.rejection, write=w,
+                      message="\n".join(notes))
 
 
 def hook(stdin: str | bytes, *, harness: str = "claude", agent: str | None = None,

@@ -141,7 +141,7 @@ def failure(data: bytes, harness: str, what: str) -> tuple[dict[str, Any] | None
 def _set_wait_policy() -> None:
     """Say who holds a lock the hook waits for, and give up well inside the harness's
     timeout (storm.lockTimeout, at most HOOK_LOCK_SECONDS)."""
-    from ..core.locks import WaitPolicy, set_wait_policy
+    from ..storm.lock_wait import set_lock_wait
 
     def timeout(commondir: str) -> float | None:
         from ..core.locks import lock_timeout  # only when a lock is actually waited for
@@ -151,7 +151,7 @@ def _set_wait_policy() -> None:
     def on_wait(w: Any) -> None:
         sys.stderr.write(f"git storm: waiting for storm's {w.name} lock, held by {w.who()} for {w.seconds:.0f}s\n")
 
-    set_wait_policy(WaitPolicy(timeout=timeout, on_wait=on_wait))
+    set_lock_wait(timeout, on_wait)
 
 
 def surely_not_storm(cwd: str, env: dict[str, str] | None = None) -> bool:

@@ -453,6 +453,10 @@ class StormTools:
             recorded = f"[storm] changed {', '.join(res.paths[:10])}: not recorded (the command was killed)"
         else:
             recorded = "[storm] no file changed"
+        if res.uncredited:
+            recorded += (f"\n[storm] {', '.join(res.uncredited[:10])} changed while the command ran but it does "
+                         "not name them: not recorded as yours "
+                         f"(git storm adopt PATH --agent {self.agent} if it made them)")
         return ToolOutcome(f"{head}[{status}]\n{recorded}", data, res.timed_out)
 
     def status(self) -> ToolOutcome:

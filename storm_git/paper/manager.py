@@ -39,17 +39,16 @@ from typing import Any
 import pygit2
 
 from ..api import open_workspace
-from ..core import readsets, reservations
 from ..core.agents import validate_agent
 from ..core.diffs import unified
-from ..core.errors import BadPath, RepoStateError
+from ..core.errors import BadPath, RepoStateError, UnmediatedEdit
 from ..core.files import read_own
 from ..core.paths import normalize
 from ..core.payloads import RESERVED, STALE_DEPENDENCY, Rejection, WriteResult
-from ..core.readsets import ReadEntry
 from ..core.store import Store, hex_
 from ..storm.rejection import author_of, last_author, last_authors
-from ..storm.workspace import SharedWorkspace
+from ..storm.shell_edits import ADOPT
+from ..storm.workspace import ReadEntry, Reservation, SharedWorkspace
 from . import versions
 from .manager_payloads import CommandRecord, CommandResponse, FileState
 
@@ -142,6 +141,9 @@ class Manager:
         if not isinstance(ws, SharedWorkspace):
             raise RepoStateError(f"{self.workspace} is in {ws.mode} mode; the manager needs storm mode",
                                  hint="switch with git storm mode storm")
+        # the paper's terminal changes the workspace without the manager: its edits are
+        # writes (by storm.shellAgent), unless storm.shellEdits says keep
+        ws.shell_edits = ADOPT
         return _Handle(ws)
 
     @contextmanager
@@ -168,6 +170,7 @@ class Manager:
         directory, as the reference manager scans the workspace): its version, the md5
         of its content and who made it (read from git, the same for every process)."""
         with self._any() as ws:
+            ws.take_in_shell_edits(only_adopting=True)  # a file the shell made exists, one it removed is gone
             return _file_states(ws)
 
     def register_context(self, agent_id: str, ctx: Any) -> None:
@@ -254,6 +257,7 @@ class Manager:
     def _list(self, path: str, max_depth: int) -> list[str]:
         with self._any() as ws:
             p = self._dir_path(ws, path)
+            ws.take_in_shell_edits(only_adopting=True)  # a listing shows what is on disk
             tree = ws.store.commit(ws.head()).tree
             if p:
                 try:
@@ -279,9 +283,9 @@ class Manager:
             return store.prefix
         return normalize(raw.rstrip("/"), store.prefix, store.top)
 
-    def _held_by_other(self, agent_id: str, path: str) -> reservations.Reservation | None:
+    def _held_by_other(self, agent_id: str, path: str) -> Reservation | None:
         with self._agent(agent_id) as ws:
-            r = reservations.get(ws.store, _file(ws, path, for_write=True))
+            r = ws.reservation(_file(ws, path, for_write=True))
             return r if r is not None and r.holder != agent_id else None
 
     def _write(self, agent_id: str, path: str, content: str, expected_version: int,
@@ -314,17 +318,38 @@ class Manager:
             if too_old:
                 return _stale_read(ws, agent_id, p, too_old, shown, base_content)
             # the versions this write was made on become the agent's read set for it
-            made_on = [ReadEntry(p, target.blob, target.commit)]
-            made_on += [ReadEntry(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
-            readsets.record(store, agent_id, made_on, why="snapshot")
-            before = readsets.load(store, agent_id)
-            res = ws.write(p, content.encode(ENCODING, ERRORS), agent=agent_id,
-                           deps=None if snap is None else sorted(snap), wait=False)
-            if res.accepted:
-                n = versions.number(store, p, res.commit or res.head, res.versions[p])
-                self._notify(shown[p], n, agent_id)
-                return WriteResponse(True, new_version=n, current_version=n)
+            made_on = [(p, target.blob, target.commit)]
+            made_on += [(q, v.blob, v.commit) for q, (_, v) in (snap or {}).items()]
+            ws.note_reads(agent_id, made_on, why="snapshot")
+            before = ws.read_set(agent_id)
+            try:
+                res = ws.write(p, content.encode(ENCODING, ERRORS), agent=agent_id,
+                               deps=None if snap is None else sorted(snap), wait=False)
+            except UnmediatedEdit as exc:  # an edit on disk storm may not take in yet: said, not raised
+                return WriteResponse(False, reason=exc.kind, message=exc.message)
+            return self._answer(ws, agent_id, p, res, shown, snap, before, base_content)
+
+    def _answer(self, ws: SharedWorkspace, agent_id: str, p: str, res: WriteResult, shown: dict[str, str],
+                snap: dict[str, tuple[int, versions.Version]] | None, before: dict[str, ReadEntry],
+                base_content: str | None) -> WriteResponse:
+        """The paper's payload for a write's result, every outcome kept: an accepted write
+        an edit on disk replaced at once is no success (the file holds that edit, now the
+        shared version), and what the disk step could not do is in ``message``."""
+        store = ws.store
+        if not res.accepted:
             return self._rejected(store, agent_id, res, shown, snap, before, base_content)
+        said = "; ".join([*res.warnings, *(f"{q}: {e}" for q, e in res.disk_errors.items())])
+        if p in res.displaced:
+            head = ws.head()
+            cur = store.entry(store.commit(head).tree, p)
+            text = ws.agent_content(p, cur.oid, cur.mode).decode(ENCODING, ERRORS) if cur else None
+            n = versions.number(store, p, str(head), str(cur.oid) if cur else None)
+            mine = _blob(store, res.versions[p]) if res.versions.get(p) else None
+            return WriteResponse(False, current_version=n, current_content=text, reason="displaced", message=said,
+                                 diff=unified(p, mine, text.encode(ENCODING, ERRORS) if text is not None else None))
+        n = versions.number(store, p, res.commit or res.head, res.versions[p])
+        self._notify(shown[p], n, agent_id)
+        return WriteResponse(True, new_version=n, current_version=n, message=said)
 
     def _rejected(self, store: Store, agent_id: str, res: WriteResult, shown: dict[str, str],
                   snap: dict[str, tuple[int, versions.Version]] | None, before: dict[str, ReadEntry],
@@ -358,7 +383,7 @@ class Manager:
     def _release(self, agent_id: str, path: str) -> bool:
         with self._agent(agent_id) as ws:
             p = _file(ws, path, for_write=True)
-            r = reservations.get(ws.store, p)
+            r = ws.reservation(p)
             if r is None or r.holder != agent_id:
                 return False
             return ws.release(p, agent=agent_id) is not None

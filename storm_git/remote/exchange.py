@@ -25,7 +25,6 @@ from .transport import SHARED_REFS, tracking_ref
 from .write_queue import force, tracked_head
 
 
-
 def write_lock(agent: str) -> str:
     """The lock one remote write of ``agent`` holds from its snapshot to its end."""
     return f"write-{agent}"

@@ -28,7 +28,7 @@ from ..core.locks import flocked
 from ..core.payloads import CommitResult
 from ..core.store import Store, git_env, ref_oid, signature
 from . import branch, index
-from .tracking import adopt, unmediated
+from .adopt import adopt, unmediated
 from .validated_writer import ValidatedWriter
 
 COMMITTED_REF = "refs/storm/committed"

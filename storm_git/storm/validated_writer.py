@@ -1,9 +1,9 @@
 """What the layers above the validated write need of it.
 
-:mod:`storm_git.storm.tracking` (exec, adopt) and :mod:`storm_git.storm.commit`
+:mod:`storm_git.storm.commands` (exec), :mod:`storm_git.storm.adopt` and :mod:`storm_git.storm.commit`
 (commit) record their changes through :meth:`SharedWorkspace.apply`; typing them
 against this protocol instead of the class keeps the dependency one-way:
-:mod:`storm_git.storm.workspace` offers them as methods, and they do not import it.
+``SharedWorkspace`` offers them as methods, and they do not import it.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..core.store import Store
 OnWait = Callable[[Reservation], None]  # called once when a writer starts waiting on a reservation
 # An ``expected`` value for a target validated as a write's are (against the read
 # set), not against the version on disk when the edit started: a command that put
-# back an older shared version (tracking.revert_targets).
+# back an older shared version (storm_git.storm.reverts.revert_targets).
 AS_WRITTEN = "<read set>"
 # The op of a write that puts back the version before the agent's last edit (the MCP
 # undo_edit tool): its ``expected`` is the version that edit produced.
@@ -39,6 +39,11 @@ class ValidatedWriter(Protocol):
     def apply(self, agent: str, changes: dict[str, Any], *, intent: str | None, deps: Iterable[str] | None,
               wait: bool, op: str, expected: dict[str, str | None] | None = None,
               on_wait: OnWait | None = None) -> WriteResult: ...
+
+    def take_in_shell_edits(self, paths: list[str] | None = None, *, only_adopting: bool = False,
+                            made_on: dict[str, str | None] | None = None) -> Any: ...
+
+    def reservation(self, path: str) -> Reservation | None: ...
 
 
 class WriteHost(Protocol):

@@ -37,13 +37,15 @@ from ..core.readsets import ReadEntry
 from ..core.reservations import Reservation
 from ..core.store import MODE_LINK, WORKSPACE_REF, hex_, ref_oid
 from ..core.workspace import BaseWorkspace, replace_once
-from . import branch, rebased, write
+from . import branch, rebased, shell_edits, write
 from .publication import Publication
 from .validate import entry_or_none
-from .validated_writer import OnWait
+from .validated_writer import UNDO_OP, OnWait
 from .verdict import MUST_REJECT
 
 DEFAULT_RESERVATION_SECONDS = 30
+# writes whose content storm puts on disk (exec, adopt, a harness tool, the shell: read from it)
+CONTENT_OPS = ("write", "edit", "rm", UNDO_OP)
 
 
 class SharedWorkspace(BaseWorkspace):
@@ -57,6 +59,8 @@ class SharedWorkspace(BaseWorkspace):
         # set was valid at that head (storm_git.storm.write; per process, never persisted)
         self.valid_cache: dict[str, tuple[int, int, pygit2.Oid]] = {}
         self.publication = Publication(store)  # where a validated write goes (storm_git.remote: a server)
+        # a door's own default for storm.shellEdits when it is unset (the drop-in: adopt)
+        self.shell_edits: str | None = None
 
     # -- settings --------------------------------------------------------------
     @property
@@ -97,6 +101,7 @@ class SharedWorkspace(BaseWorkspace):
         norm = list(dict.fromkeys(self.path(p, seen=seen) for p in paths))
         if not norm:
             raise UsageError("no path given")
+        self.take_in_shell_edits(norm, only_adopting=True)  # a view shows what is on disk
         head = self.head()
         tree = self.store.commit(head).tree
         results = []
@@ -111,6 +116,15 @@ class SharedWorkspace(BaseWorkspace):
         readsets.record(self.store, agent,
                         [ReadEntry(r.path, r.version, str(head)) for r in results], why="read")
         return results
+
+    def note_reads(self, agent: str | None, versions: Iterable[tuple[str, str | None, str]], *, why: str) -> None:
+        """Record in the agent's read set that it holds these versions ``(path, blob or
+        None, shared head)`` of files it got some other way (a harness's cached view)."""
+        readsets.record(self.store, validate_agent(agent), [ReadEntry(p, b, h) for p, b, h in versions], why=why)
+
+    def reservation(self, path: str) -> Reservation | None:
+        """The live reservation on a repository path, whoever holds it."""
+        return reservations.get(self.store, path)
 
     def agent_content(self, path: str, oid: pygit2.Oid, mode: int | None = None,
                       conv: Conversions | None = None) -> bytes:
@@ -182,9 +196,52 @@ class SharedWorkspace(BaseWorkspace):
               wait: bool, op: str, expected: dict[str, str | None] | None = None,
               on_wait: OnWait | None = None) -> WriteResult:
         """The validated atomic write of ``changes`` ({path: bytes, or None to delete}):
-        storm_git.storm.write, its steps named there."""
-        return write.apply(self, agent, changes, intent=intent, deps=deps, wait=wait, op=op,
-                           expected=expected, on_wait=on_wait)
+        storm_git.storm.write, its steps named there. A write whose content storm must
+        put on disk first meets the edits on disk outside storm at its targets
+        (storm_git.storm.shell_edits): taken in as the shell's, or refused; and an edit
+        saved while its disk step ran is said in the answer and, where shell edits are
+        writes, taken in on top of it, so the shared state is what the disk holds."""
+        if op in CONTENT_OPS and shell_edits.looks_edited(self.store, list(changes)):
+            left = self.take_in_shell_edits(list(changes)).left
+            if left:
+                shell_edits.refuse_edited(self.store, left, op)
+        res = write.apply(self, agent, changes, intent=intent, deps=deps, wait=wait, op=op,
+                          expected=expected, on_wait=on_wait)
+        if op in CONTENT_OPS and res.accepted:
+            self._displaced(res)
+        return res
+
+    def take_in_shell_edits(self, paths: list[str] | None = None, *, only_adopting: bool = False,
+                            made_on: dict[str, str | None] | None = None) -> shell_edits.TakeIn:
+        """The edits on disk outside storm (at ``paths``; None: the whole tree) taken in as
+        ``storm.shellAgent``'s write where ``storm.shellEdits`` is adopt, else listed."""
+        if only_adopting and shell_edits.policy(self.store, self.shell_edits) != shell_edits.ADOPT:
+            return shell_edits.TakeIn()
+        return shell_edits.take_in(self, paths, override=self.shell_edits, made_on=made_on)
+
+    def _displaced(self, res: WriteResult) -> None:
+        """An edit saved on disk between the write's check and its disk step (kept there, as
+        storm never writes over one): the answer says so, and where shell edits are writes
+        it is taken in on top of the accepted write (made on it, the version the shared
+        ref then held), so the shared file is what the disk holds."""
+        from ..disk.sync import KEPT
+
+        kept = sorted(p for p, o in res.disk.items() if o == KEPT)
+        if not kept:
+            return
+        taken = self.take_in_shell_edits(kept, only_adopting=True,
+                                         made_on={p: res.versions.get(p) for p in kept})
+        for p in kept:
+            if p in taken.paths:
+                res.displaced.append(p)
+                res.warnings.append(f"{p}: an edit made outside storm while this write reached the disk replaced "
+                                    f"it there; storm recorded it as {shell_edits.shell_agent(self.store)}'s write "
+                                    f"({taken.write.commit if taken.write else '?'}): the shared file is now what "
+                                    "the disk holds; read it again")
+            else:
+                res.warnings.append(f"{p}: an edit made outside storm while this write reached the disk is kept "
+                                    "there (storm never writes over one): the disk differs from the shared version "
+                                    "until it is adopted or checked out (git storm status)")
 
     def offer_rebased(self, agent: str, rejection: Rejection, seen: ReadEntry | None,
                        change: Any) -> rebased.Rebased | None:
@@ -232,6 +289,7 @@ class SharedWorkspace(BaseWorkspace):
             stale = sorted(p for p, e in reads.items()
                            if hex_(getattr(entry_or_none(self.store, tree, p), "oid", None)) != e.blob)
             agents.append(AgentStatus(a, len(reads), stale))
+        self.take_in_shell_edits(only_adopting=True)
         nested: list[str] = []
         edits = self.unmediated(diffs=diffs, untracked_content=untracked_content, nested=nested)
         news = self._branch_news(head)
@@ -250,11 +308,11 @@ class SharedWorkspace(BaseWorkspace):
         except (pygit2.GitError, KeyError):
             return None
 
-    # -- the shared working tree (storm_git.storm.tracking, storm_git.storm.commit) ----------
+    # -- the shared working tree (storm_git.storm.commands, .adopt, .commit) ----------
     def exec(self, argv: list[str], *, agent: str | None, intent: str | None = None,
              timeout: float | None = None, wait: bool = True, on_wait: OnWait | None = None) -> ExecResult:
         """Run a command in the shared working tree; record what it changed as one write."""
-        from .tracking import exec_
+        from .commands import exec_
 
         return exec_(self, argv, agent=agent, intent=intent, timeout=timeout, wait=wait, on_wait=on_wait)
 
@@ -262,7 +320,7 @@ class SharedWorkspace(BaseWorkspace):
               wait: bool = True, allow_revert: bool = False, on_wait: OnWait | None = None) -> WriteResult:
         """Record files edited outside storm as the agent's write, validated against
         the version each edit was made on."""
-        from .tracking import adopt
+        from .adopt import adopt
 
         if any(self._directory(p) is not None for p in paths):  # a directory: its edits, as git add DIR
             paths = self._under_directories(paths, skip=("not-a-file",) if allow_revert else ("not-a-file", "reverted"))
@@ -278,7 +336,7 @@ class SharedWorkspace(BaseWorkspace):
                    nested: list[str] | None = None) -> list[dict[str, Any]]:
         """Paths whose disk differs from what storm last put there (with diffs on request);
         ``nested`` receives the git repositories of their own that storm does not record."""
-        from .tracking import unmediated
+        from .adopt import unmediated
 
         return unmediated(self, diffs=diffs, untracked_content=untracked_content, nested=nested)
 
@@ -339,6 +397,7 @@ class SharedWorkspace(BaseWorkspace):
         merging in the commits the branch gained outside storm)."""
         from .commit import commit
 
+        self.take_in_shell_edits(only_adopting=True)  # the commit holds what the disk holds
         return commit(self, message, agent=agent, adopt=adopt, strict=strict, sign=sign, verify=verify,
                       keep_shared=keep_shared)
 

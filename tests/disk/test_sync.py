@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from helpers import git, rev, show, snapshot_refs, storm, storm_json
+from storm_git.core.errors import UnmediatedEdit
 
 WORKER = r"""
 import sys
@@ -57,20 +60,22 @@ def test_unmediated_edit_is_reported_with_diff_and_never_overwritten_silently(re
         ("modified", "added", "deleted")
     assert "+    return edited_in_editor(url)" in un["src/api.py"]["diff"]
     assert "-    return http_get(url)" in un["src/api.py"]["diff"]
-    # another agent writes the same file: accepted in the shared ref, but the disk
-    # keeps the editor's version and the result says so
+    # another agent writes the same file: refused before it lands, since storm never
+    # writes over the editor's version and the disk must not disagree with the answer
     ws.read(["src/api.py"], agent="e2")
-    res = ws.write("src/api.py", b"def fetch(url, t):\n    pass\n", agent="e2")
-    assert res.accepted and res.disk == {"src/api.py": "kept-unmediated"}
+    head = rev(repo, "refs/storm/workspace")
+    with pytest.raises(UnmediatedEdit, match="src/api.py: a person's edit"):
+        ws.write("src/api.py", b"def fetch(url, t):\n    pass\n", agent="e2")
+    assert rev(repo, "refs/storm/workspace") == head
     assert (repo / "src/api.py").read_text().endswith("edited_in_editor(url)\n")
     r = storm(repo, "status")
     assert "(on disk, not recorded by storm): 3" in r.stdout
-    assert re.search(r"modified: +src/api.py +\(made on an older version\)", r.stdout)
+    assert re.search(r"modified: +src/api.py\n", r.stdout)  # made on the shared version: the write never landed
     assert "edited_in_editor" not in r.stdout  # diffs only with -v
     r = storm(repo, "status", "-v")
     assert "+    return edited_in_editor(url)" in r.stdout
     r = storm(repo, "write", "src/api.py", input="again\n", agent="e2")
-    assert r.returncode == 0 and "kept-unmediated" in r.stdout
+    assert r.returncode == 3 and "edit made outside storm" in r.stderr and rev(repo, "refs/storm/workspace") == head
 
 
 def test_adopt_records_an_editor_change_validated_against_its_base(repo):

@@ -13,10 +13,25 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
-from helpers import claude_event, codex_event, decision, git, hook, make_repo, rev, show, snapshot_refs, storm
+from helpers import (
+    claude_event,
+    codex_event,
+    decision,
+    git,
+    hold,
+    hook,
+    make_repo,
+    release,
+    rev,
+    show,
+    snapshot_refs,
+    start_storm,
+    storm,
+)
 from storm_git.integrations.harness import BadEvent, HookEvent, agent_for, parse_event, patch_paths
 
 
@@ -236,11 +251,19 @@ def test_read_of_an_unmediated_edit_is_validated_against_its_base(repo):
     assert show(repo, "refs/storm/workspace", "src/util.py") == util.read_bytes()  # the tweak came along
     # an edit on disk made on a version that was replaced since
     api = repo / "src/api.py"
-    api.write_text(api.read_text().replace("http_get", "get"))  # edited on disk first...
     assert storm(repo, "read", "src/api.py", agent="engineer_2").returncode == 0
-    wrote = storm(repo, "write", "src/api.py", input="def fetch(url):\n    return 2\n", agent="engineer_2")
-    assert wrote.returncode == 0
-    assert "return get(url)" in api.read_text()  # ...so storm kept it on disk (unmediated, made on v1)
+    before = rev(repo, "refs/storm/workspace")
+    holder = hold(repo, "worktree", seconds=60)  # engineer_2's write lands, then waits to write the disk...
+    try:
+        w = start_storm(repo, "write", "src/api.py", agent="engineer_2", input=b"def fetch(url):\n    return 2\n")
+        while rev(repo, "refs/storm/workspace") == before:
+            assert w.poll() is None
+            time.sleep(0.01)
+        api.write_text(api.read_text().replace("http_get", "get"))  # ...while the file is edited on disk
+    finally:
+        release(holder)
+    assert w.wait(timeout=120) == 0
+    assert "return get(url)" in api.read_text()  # storm kept it on disk (unmediated, made on v1)
     hook(repo, claude_event(repo, "s", "PostToolUse", "Read", {"file_path": str(api)}, "r2"), "-a", "engineer_1")
     w = {"file_path": str(api), "old_string": "get", "new_string": "get2", "replace_all": False}
     out = decision(hook(repo, claude_event(repo, "s", "PreToolUse", "Edit", w, "e2"), "-a", "engineer_1"))

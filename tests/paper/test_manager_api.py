@@ -13,8 +13,8 @@ import pytest
 
 from helpers import git
 from manager_agent import Agent
-from storm_git.paper.manager_payloads import CommandRecord, FileState
 from storm_git.paper.manager import Manager
+from storm_git.paper.manager_payloads import CommandRecord, FileState
 
 
 def run(coro):

@@ -360,7 +360,7 @@ def test_the_harness_bash_door_never_credits_an_edit_already_on_disk(repo):
     util = repo / "src" / "util.py"
     util.write_text(util.read_text() + "# local tweak\n")
     event = {"session_id": "s1", "cwd": str(repo), "tool_name": "Bash", "tool_use_id": "u1",
-             "tool_input": {"command": "sed -i s/clamp/bound/ src/util.py"}}
+             "tool_input": {"command": "sed -i s/clamp/bound/ src/util.py && gen > src/api.py"}}
     pre = storm(repo, "harness", "hook", input=json.dumps({**event, "hook_event_name": "PreToolUse"}))
     assert pre.returncode == 0, pre.stderr
     subprocess.run(["sed", "-i", "s/clamp/bound/", "src/util.py"], cwd=repo, check=True)
