@@ -103,6 +103,12 @@ class DemoReport:
 
 
 # -- the work, the same in both modes ------------------------------------------------------
+
+def _text(data: bytes | None) -> str:
+    """A file the demo wrote itself, as text (it is there: the demo made it)."""
+    assert data is not None
+    return data.decode()
+
 def add_parameter(api: str, param: str) -> str:
     """Add ``param`` to the signature of fetch (whatever it is called now)."""
     return re.sub(r"^(def fetch\w*\(.*?)\):", rf"\1, {param}):", api, count=1, flags=re.M)
@@ -163,7 +169,7 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
     def write(phase: int, path: str, content: str, intent: str) -> Any:
         res = ws.write(path, content.encode(), agent=name, intent=intent)
         if res.accepted:
-            tell(phase, "accepted", f"{name} wrote {path} ({intent}): accepted as commit {res.commit[:10]}")
+            tell(phase, "accepted", f"{name} wrote {path} ({intent}): accepted as commit {(res.commit or '')[:10]}")
         else:
             tell(phase, "rejected", f"{name} wrote {path} ({intent}): refused", rejection=res.rejection)
         return res
@@ -171,7 +177,7 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
     # 1. disjoint edits, at the same moment
     own = OWN_FILE[name]
     [r] = ws.read([own], agent=name)
-    base = r.content.decode() if r.content else ""
+    base = _text(r.content) if r.content else ""
     barrier.wait()
     write(1, own, base + f"# {name}: my own part of the work\n", "a note of my own")
     barrier.wait()
@@ -182,12 +188,12 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
         [r] = ws.read(["src/api.py"], agent=name)
     barrier.wait()
     if name == "engineer_1":
-        write(2, "src/api.py", add_parameter(r.content.decode(), "timeout=10"), "add a timeout to fetch")
+        write(2, "src/api.py", add_parameter(_text(r.content), "timeout=10"), "add a timeout to fetch")
     barrier.wait()
     if name == "engineer_2":
-        res = write(2, "src/api.py", add_parameter(r.content.decode(), "retries=3"), "add retries to fetch")
+        res = write(2, "src/api.py", add_parameter(_text(r.content), "retries=3"), "add retries to fetch")
         if not res.accepted:
-            current = res.rejection.current_content.decode()
+            current = _text(res.rejection.current_content)
             write(2, "src/api.py", add_parameter(current, "retries=3"), "add retries to fetch, on the new version")
     barrier.wait()
     ws.forget(None, agent=name)
@@ -199,14 +205,14 @@ def _agent(name: str, repo: str, barrier: Any, out: Any) -> None:
         api1, client1 = ws.read(["src/api.py", "src/client.py"], agent=name)
     barrier.wait()
     if name == "engineer_1":
-        write(3, "src/api.py", rename_fetch(api1.content.decode()), "rename fetch to fetch_url")
-        write(3, "src/client.py", rename_fetch(client1.content.decode()), "rename fetch to fetch_url")
+        write(3, "src/api.py", rename_fetch(_text(api1.content)), "rename fetch to fetch_url")
+        write(3, "src/client.py", rename_fetch(_text(client1.content)), "rename fetch to fetch_url")
     barrier.wait()
     if name == "engineer_3":
-        res = write(3, "src/batch.py", batch_file(fetch_name(api.content.decode())), "add load_all")
+        res = write(3, "src/batch.py", batch_file(fetch_name(_text(api.content))), "add load_all")
         if not res.accepted:
             [api] = ws.read(["src/api.py"], agent=name)
-            write(3, "src/batch.py", batch_file(fetch_name(api.content.decode())), "add load_all, with the new name")
+            write(3, "src/batch.py", batch_file(fetch_name(_text(api.content))), "add load_all, with the new name")
     barrier.wait()
 
 
@@ -352,7 +358,7 @@ def _run_worktree(repo: str, steps: list[Step], problems: list[str]) -> None:
 
     def current(name: str, path: str) -> str:
         [r] = ws.read([path], agent=name)
-        return r.content.decode() if r.content else ""
+        return _text(r.content) if r.content else ""
 
     say("Each engineer makes exactly the changes it made in part 1. Nobody sees anybody else's files, so "
         "every write is accepted and nobody is told anything:")

@@ -129,7 +129,8 @@ def parse_event(text: str | bytes, harness: str = "claude") -> HookEvent:
     tool_input = data.get("tool_input")
     if not isinstance(tool_input, dict):
         tool_input = {"command": tool_input} if isinstance(tool_input, str) else {}
-    cwd = data.get("cwd") if isinstance(data.get("cwd"), str) else os.getcwd()
+    raw_cwd = data.get("cwd")
+    cwd = raw_cwd if isinstance(raw_cwd, str) else os.getcwd()
     sub = data.get("agent_id")
     return HookEvent(harness, name, tool, tool_input, str(data.get("session_id") or ""), cwd,
                      data.get("tool_use_id") if isinstance(data.get("tool_use_id"), str) else None,
@@ -173,8 +174,8 @@ def agent_for(event: HookEvent, explicit: str | None = None, env: dict[str, str]
     ``<harness>-<session_slug(session_id)>``; a call made by a subagent (``agent_id``
     in the event) gets ``<that>-sub-<12 of agent_id>``, since a subagent works
     concurrently and needs a read set of its own."""
-    env = os.environ if env is None else env
-    base = explicit or env.get(ENV_VAR) or ""
+    environ = os.environ if env is None else env
+    base = explicit or environ.get(ENV_VAR) or ""
     if not base:
         sid = session_slug(event.session_id)
         if not sid:

@@ -344,7 +344,8 @@ class Manager:
             cur = store.entry(store.commit(head).tree, p)
             text = ws.agent_content(p, cur.oid, cur.mode).decode(ENCODING, ERRORS) if cur else None
             n = versions.number(store, p, str(head), str(cur.oid) if cur else None)
-            mine = _blob(store, res.versions[p]) if res.versions.get(p) else None
+            written = res.versions.get(p)
+            mine = _blob(store, written) if written else None
             return WriteResponse(False, current_version=n, current_content=text, reason="displaced", message=said,
                                  diff=unified(p, mine, text.encode(ENCODING, ERRORS) if text is not None else None))
         n = versions.number(store, p, res.commit or res.head, res.versions[p])

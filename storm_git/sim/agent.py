@@ -73,7 +73,7 @@ class Agent:
         self.spec = spec
         self.name: str = spec["agent"]
         self.mode: str = spec["mode"]
-        self.ws = open_workspace(spec["repo"])
+        self.ws: Any = open_workspace(spec["repo"])  # either mode: the agent calls what its mode has
         self.barrier = Barrier(spec["sync_dir"], self.name)
         self.deps = spec.get("deps", "full")
         self.report: dict[str, Any] = {"agent": self.name, "mode": self.mode, "tasks": []}

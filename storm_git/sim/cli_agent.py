@@ -138,7 +138,7 @@ class CliAgent(Agent):
                      rec: dict[str, Any]) -> None:
         """Write each changed file; after a rejection re-plan or accept the rebased change."""
         stale: set[str] = set()
-        commits: dict[str, str] = {}
+        commits: dict[str, str | None] = {}
         for p in list(content):
             if content[p] == view.get(p):
                 continue

@@ -448,7 +448,11 @@ def gold_verdicts(pairs_dir: str) -> dict[tuple[str, int, int], bool]:
         return {}
     with open(path) as fh:
         rows = json.load(fh).get("pairs", [])
-    return {(f"task{r['task_id']}", *sorted((int(r["f1"]), int(r["f2"])))): bool(r["has_conflict"]) for r in rows}
+    out: dict[tuple[str, int, int], bool] = {}
+    for r in rows:
+        a, b = sorted((int(r["f1"]), int(r["f2"])))
+        out[(f"task{r['task_id']}", a, b)] = bool(r["has_conflict"])
+    return out
 
 
 def simulate(pairs_dir: str, repo: str, *, tasks: tuple[str, ...] = (), features: tuple[int, ...] = (),

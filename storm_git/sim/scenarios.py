@@ -305,7 +305,7 @@ def _workload(name: str, files: dict[str, str], changes: list[Change], order: li
               params: dict) -> Workload:
     for i, c in enumerate(changes):
         c.args.setdefault("_order", order[i] if i < len(order) else 0)
-    base = {p: c.encode() for p, c in files.items()}
+    base: dict[str, bytes | None] = {p: c.encode() for p, c in files.items()}
     return Workload(name, "scenario", base, [[c] for c in changes], test_cmd=TEST_CMD, params=params)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
-from ..core.errors import BadPath, UsageError
+from ..core.errors import BadPath, NotInitialised, UsageError
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import WriteResult
@@ -110,6 +110,8 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
         disk_sync.sync_locked(store, norm)  # a path that was only behind is brought forward, not adopted
         rtree, _ = disk_sync.record_tree(store)
         head = store.ref_target(WORKSPACE_REF)
+        if head is None:
+            raise NotInitialised("storm is not initialised in this repository", hint="run git storm init")
         conv = Conversions(store)
         states = {}
         for p in norm:

@@ -272,7 +272,8 @@ def finish_edit(ws: "SharedWorkspace", agent: str, paths: list[str], *, key: str
 def _finish_edit(ws: "SharedWorkspace", agent: str, paths: list[str], *, key: str, intent: str) -> WriteResult | None:
     store = ws.store
     pending = steps.take(store, agent, key) or {}
-    expected_before = pending.get("expected") if isinstance(pending.get("expected"), dict) else {}
+    found = pending.get("expected")
+    expected_before: dict[str, Any] = found if isinstance(found, dict) else {}
     top = store.main_workdir
     changes: dict[str, Any] = {}
     expected: dict[str, str | None] = {}

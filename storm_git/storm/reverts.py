@@ -50,7 +50,7 @@ def reverted_paths(store: Store, head: pygit2.Oid, states: dict[str, Any],
     searched: list[pygit2.Tree] = []
     for t in trees:
         try:
-            searched.append(store.repo[t])
+            searched.append(store.tree(t))
         except (pygit2.GitError, KeyError):
             pass  # a treeless partial clone (--filter=tree:0) lacks it: fetching 100 trees to spot a revert
             #       would cost a round trip each
@@ -86,7 +86,7 @@ def _moved(store: Store, walked: list[pygit2.Commit], head_tree: pygit2.Tree,
             else:
                 moved.update(changed_paths(store, store.commit(x.parent_ids[0]).tree, x.tree))
         if tip_tree is not None:
-            moved.update(changed_paths(store, head_tree, store.repo[tip_tree]))
+            moved.update(changed_paths(store, head_tree, store.tree(tip_tree)))
     except (pygit2.GitError, KeyError):
         return None
     return moved

@@ -73,9 +73,10 @@ def run(argv: list[str], cwd: str, timeout: float | None) -> tuple[int, bool]:
     # installed before the spawn: a Ctrl-C in the window between the two would
     # otherwise stop storm itself while the command goes on
     old = {}
-    handlers = ({signal.SIGINT: signal.SIG_IGN, signal.SIGQUIT: signal.SIG_IGN, signal.SIGTERM: forward,
-                 signal.SIGHUP: forward} if foreground else
-                {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGHUP: forward})
+    handlers: dict[signal.Signals, Any] = (
+        {signal.SIGINT: signal.SIG_IGN, signal.SIGQUIT: signal.SIG_IGN, signal.SIGTERM: forward,
+         signal.SIGHUP: forward} if foreground else
+        {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGHUP: forward})
     for s, h in handlers.items():
         try:
             old[s] = signal.signal(s, h)
