@@ -249,6 +249,7 @@ class Manager:
     def _read(self, agent_id: str, path: str) -> ReadResponse:
         with self._agent(agent_id) as ws:
             p = _file(ws, path)
+            ws.take_in_shell_edits(only_adopting=True)  # the whole tree: what the shell did elsewhere too
             [r] = ws.read([p], agent=agent_id)
             if r.content is None:
                 raise FileNotFoundError(errno.ENOENT, "No such file in the shared workspace", path)
@@ -295,6 +296,7 @@ class Manager:
         with self._agent(agent_id) as ws:
             store = ws.store
             p = _file(ws, path, for_write=True)
+            ws.take_in_shell_edits(only_adopting=True)  # the whole tree: the disk and the shared head one truth
             shown = {p: path}
             too_old: list[tuple[str, int]] = []
             found = _version(store, p, expected_version, path)

@@ -147,7 +147,7 @@ def old_version(repo: Path) -> dict[str, Any]:
     """An agent's view falls more versions behind than the manager keeps (the driver
     lowers storm's KEEP to STORM_KEEP to reach it in a few writes); its edit from that
     view is then a stale read, and the agent's next view and edit succeed."""
-    from storm_git.storm import versions
+    from storm_git.paper import versions
 
     versions.KEEP = int(os.environ.get("STORM_KEEP", "3"))
     w = World(repo, ["calc.py"])

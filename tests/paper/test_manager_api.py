@@ -63,7 +63,7 @@ def test_a_create_over_an_existing_file_names_its_real_author(repo: Path) -> Non
 
 
 def test_a_version_older_than_those_kept_is_a_stale_read(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from storm_git.storm import versions
+    from storm_git.paper import versions
 
     monkeypatch.setattr(versions, "KEEP", 3)  # the window: few versions kept, not 256
     m = Manager(repo, reservation_wait=0.5)
