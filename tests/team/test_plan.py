@@ -82,3 +82,21 @@ def test_run_refuses_a_mode_the_repository_is_not_in_and_a_missing_command(team_
     r = team(team_repo, "run", "--plan", str(plan_file(tmp_path)), "--harness", "cmd")
     assert r.returncode == 2 and "the cmd harness needs --harness-cmd" in r.stderr
     assert not (team_repo / ".git/storm/team").exists()
+
+
+def test_a_new_team_run_starts_each_engineer_with_a_new_read_set(team_repo, tmp_path):
+    """engineer_1 of an earlier run read src/util.py, which changed since; in a new run
+    its subtask is a new task: that old read is gone (it would refuse its writes as stale)."""
+    from helpers import storm
+
+    assert storm(team_repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(team_repo, "read", "src/util.py", agent="other").returncode == 0
+    assert storm(team_repo, "write", "src/util.py", input="changed = 1\n", agent="other").returncode == 0
+    seen = tmp_path / "seen.json"
+    plan = {"task": "t", "subtasks": [{"id": "s1", "title": "a", "brief": "b", "files": ["src/api.py"],
+                                       "depends_on": []}]}
+    r = team(team_repo, "run", "--plan", str(plan_file(tmp_path, plan)),
+             "--harness-cmd", f"git storm status --json > {seen}")
+    assert r.returncode == 0, r.stderr
+    [me] = [a for a in json.loads(seen.read_text())["agents"] if a["agent"] == "engineer_1"]
+    assert me["reads"] == 0 and me["stale"] == [], me
