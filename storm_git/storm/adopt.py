@@ -12,7 +12,7 @@ from typing import Any
 from ..core.agents import validate_agent
 from ..core.convert import Conversions
 from ..core.diffs import is_binary, unified
-from ..core.errors import BadPath, NotInitialised, UsageError
+from ..core.errors import BadPath, NotFound, NotInitialised, UsageError
 from ..core.locks import flocked
 from ..core.paths import check_on_disk, normalize
 from ..core.payloads import WriteResult
@@ -123,6 +123,9 @@ def adopt(ws: ValidatedWriter, paths: list[str], *, agent: str | None, intent: s
                 raise_failed_conversion(store, conv, p)
                 raise BadPath(f"{p} is not a regular file on disk (or lies beyond a symbolic link)",
                               hint="storm adopts regular files and symbolic links inside the repository")
+            if have is None and base is None and entry_at(store, store.commit(head).tree, p) is None:
+                raise NotFound(f"{p}: no such file on disk or in the shared workspace",
+                               hint="git storm status lists the edits on disk")
             if same(have, base):
                 cur = entry_at(store, store.commit(head).tree, p)
                 raise UsageError(f"{p} is not modified: the disk holds what storm put there"

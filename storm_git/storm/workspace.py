@@ -322,6 +322,11 @@ class SharedWorkspace(BaseWorkspace):
         the version each edit was made on."""
         from .adopt import adopt
 
+        for p in paths:  # a name that is nowhere: said as such, not as "a directory" or "not modified"
+            if isinstance(p, str) and p.endswith("/") and self._directory(p) is None:
+                shown = p.rstrip("/") or p
+                raise NotFound(f"{shown}/: no such directory on disk or in the shared workspace",
+                               hint="git storm status lists the edits on disk")
         if any(self._directory(p) is not None for p in paths):  # a directory: its edits, as git add DIR
             paths = self._under_directories(paths, skip=("not-a-file",) if allow_revert else ("not-a-file", "reverted"))
             if not paths:

@@ -510,3 +510,14 @@ def test_the_man_page_groups_the_commands_the_same_way():
     heads = [ln[4:].strip('"') for ln in page.splitlines() if ln.startswith(".SH ")]
     assert [h for h in heads if h.title() in [s.title() for s in HELP_SECTIONS]] == \
         [s.upper() for s in HELP_SECTIONS], heads
+
+
+def test_adopt_of_a_name_that_is_nowhere_says_so(repo):
+    """'adopt nothere/' said it names a directory, not a file; 'adopt nothere' that the disk
+    holds what storm put there. Neither exists anywhere: exit 2, one line saying that."""
+    before = snapshot_refs(repo)
+    r = storm(repo, "adopt", "nothere/", agent="e1")
+    assert r.returncode == 2 and "nothere/: no such directory on disk or in the shared workspace" in r.stderr, r.stderr
+    r = storm(repo, "adopt", "nothere", agent="e1")
+    assert r.returncode == 2 and "nothere: no such file on disk or in the shared workspace" in r.stderr, r.stderr
+    assert snapshot_refs(repo) == before
