@@ -12,7 +12,7 @@ TESTS = ROOT / "tests"
 OTHER_FOLDERS = {"support", "doors", "e2e"}
 # files at the top level: each spans packages or checks the project as a whole
 TOP_LEVEL = {"conftest.py", "__init__.py", "test_layering.py", "test_docs_snippets.py", "test_modes_compare.py",
-             "test_fresh_process.py", "test_suite_layout.py"}
+             "test_fresh_process.py", "test_suite_layout.py", "test_docs_run.py"}
 
 
 def _packages() -> set[str]:

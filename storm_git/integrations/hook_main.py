@@ -144,7 +144,7 @@ def _set_wait_policy() -> None:
     from ..storm.lock_wait import set_lock_wait
 
     def timeout(commondir: str) -> float | None:
-        from ..core.locks import lock_timeout  # only when a lock is actually waited for
+        from ..storm.lock_wait import lock_timeout  # only when a lock is actually waited for
 
         return lock_timeout(commondir, cap=HOOK_LOCK_SECONDS)
 

@@ -160,7 +160,7 @@ def finish_exec(ws: ValidatedWriter, agent: str, started: ExecStart, argv: list[
             return ExecResult(list(argv), returncode, timed_out, sorted(found.changes), None, found.nested)
         if found.mixed and refuse_mixed:
             _refuse_mixed(found.mixed, argv)
-        for p in found.changes:
+        for p in [*found.changes, *found.uncredited]:  # a name no door takes is refused, credited or not
             check_recordable(store, p, found.states.get(p), ws)
     changes, expected = found.changes, found.expected
     for p, change in changes.items():

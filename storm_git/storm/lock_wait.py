@@ -16,3 +16,10 @@ def set_lock_wait(timeout: Callable[[str], float | None], on_wait: Callable[[Any
     """``timeout``: seconds to wait by common git dir (None: as long as it takes);
     ``on_wait``: told once a wait starts."""
     set_wait_policy(WaitPolicy(timeout=timeout, on_wait=on_wait))
+
+
+def lock_timeout(commondir: str, *, cap: float | None = None) -> float | None:
+    """``storm.lockTimeout`` in seconds (None: as long as it takes), at most ``cap``."""
+    from ..core.locks import lock_timeout as configured
+
+    return configured(commondir, cap=cap)

@@ -510,7 +510,7 @@ def test_cli_without_the_sdk_says_how_to_install_it(repo, tmp_path):
 def test_help_shows_each_harness_configuration():
     r = subprocess.run(["git", "storm", "mcp", "-h"], capture_output=True, text=True, env=_env(), timeout=30)
     assert r.returncode == 0
-    for needle in ("claude mcp add", "[mcp_servers.storm]", ".cursor/mcp.json", "stdio_servers", "Example:"):
+    for needle in ("claude mcp add", "codex mcp add", ".cursor/mcp.json", "stdio_servers", "Example:"):
         assert needle in r.stdout, needle
 
 
