@@ -208,6 +208,9 @@ def _classify(ws: ValidatedWriter, agent: str, started: ExecStart) -> Classified
     found.mixed.sort()
     if started.command and attribution.mode(store) == attribution.NAMED:
         credited = attribution.named(started.command, list(changes), started.cwd)
+        # a file that did not exist when the command started is the command's (a person's
+        # save changes a file it has open; generators and builds make new ones)
+        credited |= {p for p in changes if entry_at(store, start, p) is None and p not in started.edited}
         for p in sorted(p for p in changes if p not in credited):
             found.uncredited.append(p)  # maybe a person's save while the command ran: never the agent's
             del changes[p]
