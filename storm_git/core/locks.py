@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .errors import Busy, UsageError
-from .store import git_env
 
 REMOTE_LOCK = "remote"
 # Held exclusively by whoever holds REMOTE_LOCK; queued writers take it shared to
@@ -307,6 +306,8 @@ DEFAULT_LOCK_TIMEOUT = 300.0
 
 def lock_timeout(commondir: str, *, cap: float | None = None) -> float | None:
     """``storm.lockTimeout`` in seconds (None: wait as long as it takes), at most ``cap``."""
+    from .store import git_env  # pygit2 only once a lock is waited for: a broken install still answers
+
     r = subprocess.run(["git", "--git-dir", commondir, "config", "--get", "storm.lockTimeout"],
                        capture_output=True, env=git_env())
     raw = r.stdout.decode("utf-8", "replace").strip()

@@ -143,7 +143,7 @@ def test_execute_command_tracks_commands_as_the_reference_does(repo: Path) -> No
 
 
 def test_execute_command_past_its_limit_is_killed_and_raises(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from storm_git.integrations import storm_manager
+    from storm_git.paper import manager as storm_manager
 
     monkeypatch.setattr(storm_manager, "EXECUTE_TIMEOUT", 1.0)
     m = Manager(repo)
