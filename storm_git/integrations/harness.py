@@ -421,6 +421,7 @@ def post_shell(ws: "SharedWorkspace", agent: str, event: HookEvent) -> HookResul
     command = shell_command(event)
     command = command if len(command) <= 100 else command[:97] + "..."
     res = commands.finish_exec(ws, agent, started, [command], intent=f"{agent} {event.tool}: {command}",
+                               leave_leased=True,
                                refuse_mixed=False)
     notes = []
     if res.uncredited:

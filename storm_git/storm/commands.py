@@ -143,19 +143,22 @@ class Classified:
 
 def finish_exec(ws: ValidatedWriter, agent: str, started: ExecStart, argv: list[str], *, returncode: int = 0,
                 timed_out: bool = False, intent: str | None = None, wait: bool = True,
-                on_wait: OnWait | None = None, refuse_mixed: bool = True) -> ExecResult:
+                on_wait: OnWait | None = None, refuse_mixed: bool = True,
+                leave_leased: bool = False) -> ExecResult:
     """After the command: what it changed, recorded as one write by ``agent``.
 
     A command killed by a signal or a timeout records nothing (its changes may be
     half done; they stay on disk as unmediated edits). ``refuse_mixed``: a changed
     file that already held an edit made outside storm refuses the whole record
     (exec); otherwise it is left out and named (a harness's shell, which cannot be
-    asked again)."""
+    asked again). ``leave_leased`` (a harness's shell): a file another agent holds is
+    that agent's (its own file tool's edit between its pre and post hooks) and is left
+    to it; otherwise a reservation is validated as for any write ("reserved")."""
     agent = validate_agent(agent)
     store = ws.store
     steps.take(store, agent, started.key)
     with flocked(store.commondir, "worktree"):
-        found = _classify(ws, agent, started)
+        found = _classify(ws, agent, started, leave_leased=leave_leased)
         if timed_out or returncode < 0:
             return ExecResult(list(argv), returncode, timed_out, sorted(found.changes), None, found.nested)
         if found.mixed and refuse_mixed:
@@ -181,7 +184,7 @@ def finish_exec(ws: ValidatedWriter, agent: str, started: ExecStart, argv: list[
     return result
 
 
-def _classify(ws: ValidatedWriter, agent: str, started: ExecStart) -> Classified:
+def _classify(ws: ValidatedWriter, agent: str, started: ExecStart, *, leave_leased: bool = False) -> Classified:
     """The command's changes since ``started`` (caller holds the worktree lock)."""
     store = ws.store
     after = snapshot(store)
@@ -196,7 +199,7 @@ def _classify(ws: ValidatedWriter, agent: str, started: ExecStart) -> Classified
     found = Classified(changes, expected, [], after.nested, states=after.dirty)
     now = reservations.clock()
     for p in list(changes):
-        r = reservations.get(store, p, now)
+        r = reservations.get(store, p, now) if leave_leased else None
         if r is not None and r.holder != agent:
             found.left.append(p)
             del changes[p], expected[p]

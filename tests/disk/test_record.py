@@ -133,9 +133,21 @@ def test_stash_or_reset_is_shown_as_reverted_and_never_adopted(repo, how):
 
 
 def test_an_edit_made_on_an_older_version_is_a_conflict_not_a_revert(repo):
-    (repo / "src/util.py").write_text("edited in an editor\n")  # made on the initial version
-    accepted_write(repo, "e2", "src/util.py", "e2's accepted version\n")  # disk kept (unmediated)
-    assert (repo / "src/util.py").read_text() == "edited in an editor\n"
+    from helpers import hold, read_as, release, rev, start_storm
+
+    read_as(repo, "e2", "src/util.py")
+    before = rev(repo, "refs/storm/workspace")
+    holder = hold(repo, "worktree", seconds=60)  # e2's write lands, then waits to write the disk...
+    try:
+        w = start_storm(repo, "write", "src/util.py", agent="e2", input=b"e2's accepted version\n")
+        while rev(repo, "refs/storm/workspace") == before:
+            assert w.poll() is None
+            time.sleep(0.01)
+        (repo / "src/util.py").write_text("edited in an editor\n")  # ...made on the initial version
+    finally:
+        release(holder)
+    assert w.wait(timeout=120) == 0
+    assert (repo / "src/util.py").read_text() == "edited in an editor\n"  # disk kept (unmediated)
     for _ in range(2):  # a blind retry does not overwrite either
         code, res = storm_json(repo, "adopt", "src/util.py", agent="e1")
         assert code == 1 and res["rejection"]["reason"] == "direct_conflict"
