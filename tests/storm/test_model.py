@@ -178,7 +178,8 @@ class StormMachine(RuleBasedStateMachine):
         def real(cli):
             if cli:
                 extra = [a for d in (deps or []) for a in ("--deps", d)]
-                return self._cli(agent, "write", path, "--no-wait", *extra, input=content)
+                empty = ["--allow-empty"] if content == b"" else []  # an empty stdin empties a file only when told
+                return self._cli(agent, "write", path, "--no-wait", *extra, *empty, input=content)
             return self.ws.write(path, content, agent=agent, deps=deps, wait=False)
 
         expected, got = self._expect_error(lambda: self.model.write(agent, path, content, deps), real, via_cli)

@@ -25,7 +25,8 @@ verbs (docs/architecture.md) as directly as possible, independently of ``storm_g
 * A ``direct_conflict`` or ``stale_dependency`` rejection (a conflict ``a`` must
   re-plan around) reserves ``f`` for ``a`` for ``reservation_seconds``, and so
   does an ``unread_target`` rejection with a stale path in the scope; a plain
-  ``unread_target`` reserves nothing (``a`` only lacked the content). Every
+  ``unread_target`` reserves nothing (``a`` only lacked the content), and nor does a
+  rejection of a target absent at the head (nobody's work there to re-plan around). Every
   rejection other than ``reserved`` refreshes ``S_a`` for ``f`` (the payload
   showed its content in full); stale paths were shown only as diffs and stay
   stale until ``a`` reads them again.
@@ -178,7 +179,7 @@ class Model:
                 del self.reservations[path]
             return Outcome(True, None, path, frozenset(), content)
         holder = None
-        if reason in (DIRECT_CONFLICT, STALE_DEPENDENCY) or stale:
+        if (reason in (DIRECT_CONFLICT, STALE_DEPENDENCY) or stale) and cur is not None:
             holder = agent
             if self.reservation_seconds > 0:
                 self.reservations[path] = (agent, self.now + self.reservation_seconds)
