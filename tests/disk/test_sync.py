@@ -116,7 +116,7 @@ def test_adopt_bad_input(repo):
     r = storm(repo, "adopt", "src/api.py", agent="e1")
     assert r.returncode == 2 and "not modified" in r.stderr
     r = storm(repo, "adopt", "nope.txt", agent="e1")
-    assert r.returncode == 2 and "not modified" in r.stderr
+    assert r.returncode == 2 and "nope.txt: no such file on disk or in the shared workspace" in r.stderr
     r = storm(repo, "adopt", "../outside", agent="e1")
     assert r.returncode == 2 and "outside the repository" in r.stderr
     r = storm(repo, "adopt", "src", agent="e1")
