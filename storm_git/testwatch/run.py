@@ -19,6 +19,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ..core.locks import pid_alive
+
 WHOLE = "(command)"  # the test id of a command that reports no tests of its own
 TIMEOUT = 900
 PLUGIN = "storm_watch_results"
@@ -72,21 +74,13 @@ def clear_dead_work(commondir: str) -> None:
         return
     for name in names:
         pid = name.split("-", 1)[0]
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         path = os.path.join(root, name)
         _kill_inside(path)
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _kill_inside(path: str) -> None:

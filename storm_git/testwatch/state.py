@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.errors import CorruptState
+from ..core.locks import pid_alive
 
 STATE = "state.json"
 HISTORY = "history.jsonl"
@@ -118,15 +119,7 @@ def history(commondir: str, limit: int = 50) -> list[dict[str, Any]]:
 
 
 def alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid > 0 and pid_alive(pid)
 
 
 def now() -> float:

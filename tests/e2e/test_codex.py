@@ -55,7 +55,7 @@ def test_untrusted_hooks_never_run_and_install_says_so(harness_bin, world):
 
 
 @pytest.mark.xfail(reason="known regression after the edit steps moved to storm/edits.py: a lease whose "
-                          "patch never ran still holds another session (reserved); see the open issue notes")
+                          "patch never ran still holds another session (reserved)")
 def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, world):
     """Codex sends no post hook when apply_patch fails: the lease its pre hook took
     must not hold the other session for the lease's 30 s (the wait is capped at 5 s

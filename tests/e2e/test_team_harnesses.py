@@ -79,7 +79,7 @@ def report(repo: Path, evs: list[dict]) -> dict:
 
 
 @pytest.mark.xfail(reason="known failure after the merge of the shell-edit rules: team run exits 1 in this "
-                          "scenario; see the open issue notes")
+                          "scenario")
 def test_three_claude_code_engineers_in_storm_mode(harness_bin, world, tmp_path):
     repo, home, log = world
     script = Script(claude_steps(repo))
