@@ -319,6 +319,7 @@ class Team:
                  f"Team task: {self.st.task}", f"Subtask {s.id}: {s.title}", "", s.brief.strip(), "",
                  "Your primary files (yours alone in this team): " + ", ".join(s.files)]
         if deps:
+            self.activity = self.progress.get(force=True)  # what the subtasks it builds on wrote, as of now
             lines.append("It builds on: " + "; ".join(
                 f"{d.id} ({d.title}, done by {by_sub[d.id].agent}: "
                 f"{', '.join(self.activity.get(by_sub[d.id].agent, Activity()).paths) or 'no file'})"
