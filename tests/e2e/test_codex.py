@@ -54,12 +54,12 @@ def test_untrusted_hooks_never_run_and_install_says_so(harness_bin, world):
     assert hx.writers(log, "src/util.py") and b"lo=0" in workspace(repo, "src/util.py")
 
 
-@pytest.mark.xfail(reason="known regression after the edit steps moved to storm/edits.py: a lease whose "
-                          "patch never ran still holds another session (reserved)")
 def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, world):
     """Codex sends no post hook when apply_patch fails: the lease its pre hook took
     must not hold the other session for the lease's 30 s (the wait is capped at 5 s
-    here, so a held lease would be a 'reserved' denial)."""
+    here, so a held lease would be a 'reserved' denial). B reads the file after A's
+    write (its shell read is recorded), so its patch passes storm's check and fails
+    only in Codex, on context B got wrong: a lease, not a rejection's reservation."""
     repo, home, log = world
     git(repo, "config", "storm.leaseSeconds", "30")
     git(repo, "config", "storm.harnessWaitSeconds", "5")
@@ -68,12 +68,12 @@ def test_a_failed_patch_leaves_no_lease_that_holds_another_session(harness_bin, 
               {"tool": "apply_patch", "patch": patch("src/api.py", ("def fetch(url):", "def fetch(url, timeout=10):"))},
               {"after": ["B", 2], "tool": "apply_patch",
                "patch": patch("src/api.py", ("    return http_get(url)", "    return http_get(url, timeout)"))}],
-        "B": [{"tool": "exec_command", "input": {"cmd": "cat src/api.py"}},
-              {"after": ["A", 2], "tool": "apply_patch",  # stale context: fails to apply
+        "B": [{"after": ["A", 2], "tool": "exec_command", "input": {"cmd": "cat src/api.py"}},
+              {"tool": "apply_patch",  # context B got wrong: fails to apply
                "patch": patch("src/api.py", ("def fetch(url):", "def fetch(url, retries=3):"))}],
     })
     a, b = script.outputs("A"), script.outputs("B")
-    assert "def fetch(url):" in a[0] and "def fetch(url):" in b[0]  # the shell reads
+    assert "def fetch(url):" in a[0] and "def fetch(url, timeout=10):" in b[0]  # the shell reads
     assert "Success" not in b[1], b[1]  # B's patch failed
     assert "Success" in a[2], a[2]  # A's next patch was not held by B's lease
     content = workspace(repo, "src/api.py").decode()
