@@ -22,9 +22,9 @@ from storm_git.cli.app import (
 )
 from storm_git.cli.empty_input import holds_content
 from storm_git.core.errors import CorruptState
+from storm_git.core.objects import blob_at
 from storm_git.core.paths import quoted
 from storm_git.core.payloads import WriteResult
-from storm_git.core.store import blob_at
 from storm_git.core.workspace import BaseWorkspace
 
 

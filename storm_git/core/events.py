@@ -113,7 +113,7 @@ def storm_writes(store: Store, head: pygit2.Oid | None) -> Iterator[dict[str, An
             prov = trailers.provenance(t)
         except ValueError:
             prov = None
-        if prov is not None:  # what it was validated against (readsets.load_provenance expands it)
+        if prov is not None:  # what it was validated against (provenance.load expands it)
             item["validated"] = {"at": prov.validated_at, "scope": prov.scope,
                                  "read_set": f"{prov.base} {prov.reads}", "deps": prov.deps}
         yield item

@@ -23,7 +23,7 @@ a write grow with the read set; the journal costs one append.
 **Provenance** — the read set a write was validated against — travels in the
 write's commit (``storm_git.core.trailers``): ``Storm-Read-Set: <base> <n>``
 says the read set was the note ``<base>`` plus the first ``n`` reads of the
-journal that extends it. :func:`load_provenance` resolves it from the folded
+journal that extends it. :func:`storm_git.core.provenance.load` resolves it from the folded
 journal note, or from the live journal file while ``<base>`` is not folded yet.
 Nothing per write goes into the notes, so a fold costs a few objects however many
 writes it covers.
@@ -45,11 +45,11 @@ from dataclasses import asdict, dataclass, field
 
 import pygit2
 
-from . import notes, trailers
+from . import notes
 from .errors import CorruptState
 from .files import append_all, read_own, replace_file
 from .locks import flocked, try_flocked
-from .store import AGENTS_PREFIX, Store, blob_at, ref_oid
+from .store import AGENTS_PREFIX, Store, ref_oid
 
 ABSENT = "absent"
 READ_SET_HEADER = "storm read set"
@@ -134,14 +134,14 @@ def _key(agent: str) -> bytes:
     return f"{READ_SET_HEADER}: {agent}\n".encode("utf-8")
 
 
-def _journal_key(agent: str, base: str) -> bytes:
+def journal_key(agent: str, base: str) -> bytes:
     """The key blob whose note is the journal that extended read-set note ``base``."""
     return f"{JOURNAL_KEY_HEADER}: {agent} {base}\n".encode("utf-8")
 
 
 # -- the folded read set (the note) ---------------------------------------------------------------
 
-def _note_blob(store: Store, tree: pygit2.Tree | None, key: bytes) -> pygit2.Oid | None:
+def note_blob(store: Store, tree: pygit2.Tree | None, key: bytes) -> pygit2.Oid | None:
     if tree is None:
         return None
     target = str(pygit2.hash(key))
@@ -153,7 +153,7 @@ def _note_blob(store: Store, tree: pygit2.Tree | None, key: bytes) -> pygit2.Oid
     return None
 
 
-def _lines(text: str | None, agent: str, out: dict[str, str] | None = None) -> dict[str, str]:
+def read_set_lines(text: str | None, agent: str, out: dict[str, str] | None = None) -> dict[str, str]:
     """{path: line} of a read-set note, without building entries."""
     out = {} if out is None else out
     match = _LINE_RE.fullmatch
@@ -203,7 +203,7 @@ def _parse_rows(text: str, agent: str, j: _Journal) -> None:
             raise CorruptReadSet(agent, f"unreadable journal line {ln[:60]!r}")
 
 
-def _parse_journal(data: bytes, agent: str, start: int = 0) -> _Journal:
+def parse_journal(data: bytes, agent: str, start: int = 0) -> _Journal:
     """The journal's complete lines from byte ``start`` (0: check the header). A
     line torn by a killed writer is ignored (and cut at the next append)."""
     end = data.rfind(b"\n") + 1
@@ -220,7 +220,7 @@ def _parse_journal(data: bytes, agent: str, start: int = 0) -> _Journal:
     return j
 
 
-def _read_journal(store: Store, agent: str) -> bytes | None:
+def read_journal(store: Store, agent: str) -> bytes | None:
     return read_own(journal_path(store, agent))
 
 
@@ -245,7 +245,7 @@ def _append(store: Store, agent: str, base: str, data: str, known: "_Cached | No
     raw = data.encode("utf-8", "surrogateescape")
     current = known is not None and known.size > 0 and known.mtime != 0 and known.base == base
     if not current:
-        old = _read_journal(store, agent)
+        old = read_journal(store, agent)
         if old is None or not old.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
             _start_journal(store, agent, base)
         elif not old.endswith(b"\n"):
@@ -329,7 +329,7 @@ def drop_cached(store: Store, agent: str) -> None:
 def _base_of(store: Store, agent: str) -> tuple[pygit2.Oid | None, str, pygit2.Tree | None]:
     ref = store.ref(agent_ref(agent))
     tree = notes.notes_tree(store, ref)
-    blob = _note_blob(store, tree, _key(agent))
+    blob = note_blob(store, tree, _key(agent))
     return (ref_oid(ref) if ref is not None else None), (str(blob) if blob else NO_BASE), tree
 
 
@@ -346,14 +346,14 @@ def _load_locked(store: Store, agent: str) -> _Cached:
     if c is not None and (c.notes_head, c.base, c.inode, c.size, c.mtime) == (notes_head, base, inode, size, mtime):
         return c
     if c is None or c.notes_head != notes_head or c.base != base or c.inode != inode or size < c.size:
-        blob = _note_blob(store, tree, _key(agent))
+        blob = note_blob(store, tree, _key(agent))
         text = None if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
-        lines = _lines(text, agent)
+        lines = read_set_lines(text, agent)
         c = _Cached(notes_head, base, inode, 0, 0, lines, entries={p: ReadEntry.parse(ln) for p, ln in lines.items()},
                     gen=next(_GEN))
-    raw = _read_journal(store, agent) if inode else None
+    raw = read_journal(store, agent) if inode else None
     if raw is not None and (c.size or raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode())):
-        j = _parse_journal(raw, agent, c.size)
+        j = parse_journal(raw, agent, c.size)
         _take(c, j.reads)
         c.size = j.size
     c.mtime = mtime if c.size == size else 0  # a torn tail is re-read next time
@@ -431,23 +431,23 @@ def fold(store: Store, agent: str) -> bool:
 
 def _fold_locked(store: Store, agent: str, drop: Iterable[str] | None = None, reset: bool = False) -> bool:
     _notes_head, base, tree = _base_of(store, agent)
-    raw = _read_journal(store, agent)
+    raw = read_journal(store, agent)
     journal = None
     if raw is not None and raw.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
-        journal = _parse_journal(raw, agent)
+        journal = parse_journal(raw, agent)
     if (journal is None or journal.lines == 0) and drop is None and not reset:
         if raw is not None and journal is None:
             _start_journal(store, agent, base)  # left by a fold killed after its notes commit
         return False
-    blob = _note_blob(store, tree, _key(agent))
+    blob = note_blob(store, tree, _key(agent))
     base_text = None if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
-    lines = {} if reset else _lines(base_text, agent)
+    lines = {} if reset else read_set_lines(base_text, agent)
     changes: dict[str, bytes | None] = {}
     if raw is not None and journal is not None and journal.lines:
         # kept for good under a key naming its base: the provenance of this journal's
         # writes (Storm-Read-Set: <base> <n>) points into it
         jbytes = raw[:journal.size]
-        jkey = _journal_key(agent, base)
+        jkey = journal_key(agent, base)
         store.write_blob(jkey)  # note targets must exist (git notes prune)
         changes[str(pygit2.hash(jkey))] = jbytes
         if not reset:
@@ -507,16 +507,16 @@ def _reset_unreadable(store: Store, agent: str) -> list[str]:
     paths still recognisable in it, or a marker when none is. The journal is kept
     as it was, under its base's key, like any folded journal."""
     _n, base, tree = _base_of(store, agent)
-    blob = _note_blob(store, tree, _key(agent))
+    blob = note_blob(store, tree, _key(agent))
     text = "" if blob is None else store.blob_bytes(blob).decode("utf-8", "surrogateescape")
-    raw = _read_journal(store, agent) or b""
+    raw = read_journal(store, agent) or b""
     text += raw.decode("utf-8", "surrogateescape")
     found = [ln.split(" ", 2)[2] for ln in text.split("\n")[1:] if ln.count(" ") >= 2]
     changes: dict[str, bytes | None] = {}
     kept = raw[:raw.rfind(b"\n") + 1]
     if kept.startswith(f"{JOURNAL_HEADER}{base}\n".encode()) and kept.count(b"\n") > 1:
-        store.write_blob(_journal_key(agent, base))
-        changes[str(pygit2.hash(_journal_key(agent, base)))] = kept
+        store.write_blob(journal_key(agent, base))
+        changes[str(pygit2.hash(journal_key(agent, base)))] = kept
     empty = _note_text(agent, {})
     store.write_blob(_key(agent))
     changes[str(pygit2.hash(_key(agent)))] = empty
@@ -561,75 +561,3 @@ def agents(store: Store) -> list[str]:
     except FileNotFoundError:
         pass
     return sorted(names)
-
-
-# -- provenance -----------------------------------------------------------------------------------
-
-class ProvenanceNotFound(CorruptState):
-    """A write's provenance names a journal that cannot be found (the agent's notes
-    ref was deleted or rewound, or its journal file lost before it was folded)."""
-
-    kind = "provenance_not_found"
-
-
-def read_set_at(repo: pygit2.Repository, tree: pygit2.Tree | None, agent: str, base: str, reads: int,
-                live: bytes | None = None) -> dict[str, ReadEntry]:
-    """The read set ``Storm-Read-Set: <base> <reads>`` names: the read-set note blob
-    ``base`` plus the first ``reads`` reads of the journal that extended it — its note
-    in the notes tree ``tree`` (the agent's ref), else ``live`` (the journal file, while
-    ``base`` is not folded yet). Raises ProvenanceNotFound, CorruptReadSet, KeyError."""
-    text = None if base == NO_BASE else blob_at(repo, pygit2.Oid(hex=base)).data.decode("utf-8", "surrogateescape")
-    lines = _lines(text, agent)
-    if reads:
-        jblob = _note_blob(None, tree, _journal_key(agent, base))  # type: ignore[arg-type]
-        if jblob is not None:
-            raw = blob_at(repo, jblob).data
-        elif live is not None and live.startswith(f"{JOURNAL_HEADER}{base}\n".encode()):
-            raw = live
-        else:
-            raise ProvenanceNotFound(f"the journal of {agent} extending {base[:12]} is not in "
-                                     f"{agent_ref(agent)}", hint="was the agent's notes ref deleted or rewound?")
-        j = _parse_journal(raw, agent)
-        if len(j.reads) < reads:
-            raise ProvenanceNotFound(f"the journal of {agent} extending {base[:12]} holds {len(j.reads)} "
-                                     f"reads, not the {reads} a write counted")
-        for ln in j.reads[:reads]:
-            lines[ln.split(" ", 2)[2]] = ln
-    return {p: ReadEntry.parse(ln) for p, ln in lines.items()}
-
-
-def provenance_entries(repo: pygit2.Repository, tree: pygit2.Tree | None, agent: str,
-                       prov: trailers.Provenance, live: bytes | None = None) -> list[ReadEntry]:
-    """The entries a write with provenance ``prov`` was validated against (its
-    ``Storm-Dep`` paths of the read set, or all of it), sorted by path."""
-    full = read_set_at(repo, tree, agent, prov.base, prov.reads, live)
-    keep = sorted(full) if prov.deps is None else sorted(p for p in set(prov.deps) if p in full)
-    return [full[p] for p in keep]
-
-
-def load_provenance(store: Store, agent: str | None, commit: str) -> tuple[dict[str, str], list[ReadEntry]] | None:
-    """(header, the read set the write ``commit`` was validated against), from its
-    commit's trailers (header ``validated-at``, ``scope``, ``read-set``,
-    ``journal-reads``). Resolves from the folded journal, or from the live journal
-    before the fold. None when the commit carries none (not a storm write).
-    ``agent`` None: the commit's ``Storm-Agent``."""
-    c = store.commit(pygit2.Oid(hex=str(commit)))
-    found = trailers.parse(c.message)
-    agent = agent or (found.get("Storm-Agent") or [""])[0]
-    try:
-        prov = trailers.provenance(found)
-    except ValueError as exc:
-        raise CorruptState(f"the provenance trailers of {str(commit)[:12]} are unreadable ({exc})") from None
-    if prov is None:
-        return None
-    header = {"agent": agent, "validated-at": prov.validated_at, "scope": prov.scope,
-              "read-set": prov.base, "journal-reads": str(prov.reads)}
-    try:
-        return header, _entries_now(store, agent, prov)
-    except ProvenanceNotFound:  # a fold between the two looks: its notes commit came first, look again
-        return header, _entries_now(store, agent, prov)
-
-
-def _entries_now(store: Store, agent: str, prov: trailers.Provenance) -> list[ReadEntry]:
-    tree = notes.notes_tree(store, store.ref(agent_ref(agent)))
-    return provenance_entries(store.repo, tree, agent, prov, _read_journal(store, agent))

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 import pygit2
 
 from .errors import CorruptState
+from .objects import blob_at
 from .readsets import path_key
-from .store import MODE_BLOB, RESERVATIONS_REF, Store, blob_at, ref_oid
+from .store import MODE_BLOB, RESERVATIONS_REF, Store, ref_oid
 
 CLOCK_ENV = "STORM_TEST_NOW"
 # A reservation lasts storm.reservationSeconds (default 30). One that ends further

@@ -18,7 +18,8 @@ import pygit2
 
 from .errors import RepoStateError
 from .gitcmd import run_git
-from .store import Store, odb_retry
+from .objects import odb_retry
+from .store import Store
 
 
 class SigningFailed(RepoStateError):

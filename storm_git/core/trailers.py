@@ -20,7 +20,7 @@ the commit carries it, so a write costs no note of its own):
   those entries of the read set; with none, the whole read set), encoded like
   ``Storm-Path``.
 
-``storm_git.core.readsets.load_provenance`` expands them into the read set.
+``storm_git.core.provenance.load`` expands them into the read set.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ from typing import Any
 
 import pygit2
 
-from .store import MODE_TREE, Store, tree_at
+from .objects import tree_at
+from .store import MODE_TREE, Store
 
 BIG_DIR_ENTRIES = 1024  # from here on, a pair of directories is compared by libgit2 (tree_changes)
 FLAT_DIR_ENTRIES = 128  # ... and from here on, a pair without subdirectories (tree_changes)

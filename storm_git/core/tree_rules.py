@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
+from .objects import blob_at, tree_at
 from .paths import LINK_MODE, tree_entry_refusal
-from .store import blob_at, tree_at
 
 if TYPE_CHECKING:
     from .store import Store

@@ -88,124 +88,15 @@ from .scope import (
     resolve,
     target_deps,
 )
+from .units import (
+    both_versions,
+    changed_units,
+    is_main_guard,
+    is_type_checking,
+    names_in,
+)
 
 Uses = dict[str, "set[str] | None"]  # per read file, the names used; None: used as a whole
-
-
-# -- the file's units ---------------------------------------------------------------------------
-def _unit_names(node: ast.stmt) -> list[str] | None:
-    """The names a definition binds, or None for a statement that is not one."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if len(names) == len(targets):
-            return names
-    return None
-
-
-def _is_main_guard(node: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` does not run on import."""
-    t = node.test if isinstance(node, ast.If) else None
-    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__"
-            and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant)
-            and t.comparators[0].value == "__main__")
-
-
-def _import_names(node: ast.stmt) -> list[str] | None:
-    """The names an import binds; None for a star import."""
-    if isinstance(node, ast.Import):
-        return [(a.asname or a.name).split(".")[0] for a in node.names]
-    if isinstance(node, ast.ImportFrom) and all(a.name != "*" for a in node.names):
-        return [a.asname or a.name for a in node.names]
-    return None
-
-
-def _is_type_checking(node: ast.stmt) -> bool:
-    """``if TYPE_CHECKING:`` (or ``typing.``/``t.TYPE_CHECKING``): never runs."""
-    t = node.test if isinstance(node, ast.If) and not node.orelse else None
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
-        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
-def units(source: bytes, may_cycle: Callable[[ast.stmt], bool] | None = None,
-          ) -> dict[tuple[str, str], list[ast.stmt]] | None:
-    """Top-level statements by key: ("def", name) for definitions, ("stmt", dump) for
-    the rest. An import is a definition of the names it binds unless ``may_cycle``
-    says it may close an import cycle (None: none may); the imports of an ``if
-    TYPE_CHECKING:`` block always are. None when the source does not parse."""
-    try:
-        tree = ast.parse(source)
-        return _units(tree, may_cycle)
-    except UNPARSABLE:
-        return None
-
-
-def _units(tree: ast.Module, may_cycle: Callable[[ast.stmt], bool] | None,
-           ) -> dict[tuple[str, str], list[ast.stmt]]:
-    out: dict[tuple[str, str], list[ast.stmt]] = {}
-    body = []
-    for i, node in enumerate(tree.body):
-        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
-                and isinstance(node.value.value, str):
-            continue  # the module's docstring
-        if _is_main_guard(node):
-            continue
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            body += [(n, False) for n in node.body]
-        else:
-            body.append((node, True))
-    for node, runs in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and _import_names(node) is not None \
-                and not (runs and may_cycle is not None and may_cycle(node)):
-            for one in _split_import(node):  # one unit per name: adding a name changes no other
-                out.setdefault(("def", _import_names(one)[0]), []).append(one)  # type: ignore[index]
-            continue
-        names = _unit_names(node)
-        for key in ([("def", n) for n in names] if names else [("stmt", ast.dump(node))]):
-            out.setdefault(key, []).append(node)
-    return out
-
-
-def _split_import(node: ast.Import | ast.ImportFrom) -> list[ast.stmt]:
-    """``from m import a, b`` as ``from m import a`` and ``from m import b``."""
-    out: list[ast.stmt] = []
-    for a in node.names:
-        one: ast.stmt = (ast.ImportFrom(module=node.module, names=[a], level=node.level)
-                         if isinstance(node, ast.ImportFrom) else ast.Import(names=[a]))
-        out.append(ast.copy_location(one, node))
-    return out
-
-
-def both_versions(old: bytes, new: bytes, may_cycle: Callable[[ast.stmt], bool]):
-    """Both versions' units, an import counted as a statement only where it is new
-    (a removed or unchanged import cannot close a new cycle); None if one does not parse."""
-    try:
-        before = {ast.dump(n) for n in ast.walk(ast.parse(old)) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    except UNPARSABLE:
-        return None
-    old_u = units(old)
-    new_u = units(new, lambda n: ast.dump(n) not in before and may_cycle(n))
-    return None if old_u is None or new_u is None else (old_u, new_u)
-
-
-def _changed(old: dict[tuple[str, str], list[ast.stmt]],
-             new: dict[tuple[str, str], list[ast.stmt]]) -> set[tuple[str, str]]:
-    return {k for k in old.keys() | new.keys()
-            if [ast.dump(n) for n in old.get(k, [])] != [ast.dump(n) for n in new.get(k, [])]}
-
-
-def _refs(nodes: Iterable[ast.AST], attrs: bool = False) -> set[str]:
-    """Names a statement mentions (and, with ``attrs``, the attributes it reads)."""
-    out: set[str] = set()
-    for node in nodes:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name):
-                out.add(n.id)
-            elif attrs and isinstance(n, ast.Attribute):
-                out.add(n.attr)
-    return out
 
 
 # -- what the write uses of each file -------------------------------------------------------------
@@ -317,7 +208,7 @@ def _closure(names: set[str], *versions: dict[tuple[str, str], list[ast.stmt]]) 
             continue
         out.add(n)
         for v in versions:
-            todo.extend(_refs(v.get(("def", n), [])) - out)
+            todo.extend(names_in(v.get(("def", n), [])) - out)
     return out
 
 
@@ -354,7 +245,7 @@ def _runtime_imports(store: Store, blob: str) -> list[tuple[str, int, list[str]]
                 out += [(a.name, 0, []) for a in n.names]
             elif isinstance(n, ast.ImportFrom):
                 out.append((n.module or "", n.level or 0, [a.name for a in n.names if a.name != "*"]))
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or _is_type_checking(n):
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or is_type_checking(n):
                 continue
             else:
                 todo += [c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt)]
@@ -428,7 +319,7 @@ class _Edits:
             got = None
         if got is None:
             return cls(target, None, [])
-        changed = _changed(*got)
+        changed = changed_units(*got)
         if any(kind == "stmt" for kind, _ in changed):
             return cls(target, None, [])
         return cls(target, {n for _, n in changed}, list(got))
@@ -447,7 +338,7 @@ class _Edits:
         # a name the caller binds itself at its top (a definition, an import) is its own,
         # not the target's; what it takes from the target is found through its imports
         own = {n for u in (old_u, new_u) for kind, n in u if kind == "def"}
-        names = (_refs(touched) - own) | (_refs(touched, attrs=True) - _refs(touched))
+        names = (names_in(touched) - own) | (names_in(touched, attrs=True) - names_in(touched))
         blob = r.head_blob(path)
         if blob is not None:
             content = r.store.blob_bytes(pygit2.Oid(hex=blob))
@@ -492,12 +383,12 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 def _statements(node: ast.stmt) -> list[tuple[ast.AST | None, set[str]]]:
     """Each statement in ``node`` (itself included) with the names it mentions, and the
     innermost function whose body holds it (None: the module's or a class's body)."""
-    out: list[tuple[ast.AST | None, set[str]]] = [(None, _refs(_own_parts(node)))]
+    out: list[tuple[ast.AST | None, set[str]]] = [(None, names_in(_own_parts(node)))]
 
     def visit(n: ast.AST, fn: ast.AST | None) -> None:
         for child in ast.iter_child_nodes(n):
             if isinstance(child, ast.stmt):
-                out.append((fn, _refs(_own_parts(child))))
+                out.append((fn, names_in(_own_parts(child))))
             visit(child, child if isinstance(child, _FUNCTIONS) else fn)
     visit(node, node if isinstance(node, _FUNCTIONS) else None)
     return out
@@ -540,8 +431,8 @@ def change_slice(edits: _Edits, content: bytes) -> bytes:
     old_u, new_u = edits.versions
     changed = set(edits.names)
     others = [x for k, nodes in new_u.items() if k[1] not in changed for x in nodes]
-    main = [n for n in ast.parse(content).body if _is_main_guard(n)]  # not a unit: kept whole
-    names = _closure(changed | _call_sites(others, changed) | _refs(main), new_u)
+    main = [n for n in ast.parse(content).body if is_main_guard(n)]  # not a unit: kept whole
+    names = _closure(changed | _call_sites(others, changed) | names_in(main), new_u)
     nodes = main + [x for n in sorted(names) for x in new_u.get(("def", n), [])]
     nodes += [x for n in sorted(changed) for x in old_u.get(("def", n), [])]  # what it replaced
     return ast.unparse(ast.Module(body=nodes, type_ignores=[])).encode()
@@ -628,7 +519,7 @@ def _changed_in(store: Store, r: Resolver, reads: dict[str, ReadEntry], d: str, 
                             _cycle_risk(r, d, goals, was))
     except (KeyError, ValueError):
         return None
-    return None if got is None else (got[0], got[1], _changed(*got))
+    return None if got is None else (got[0], got[1], changed_units(*got))
 
 
 def _verdict(r: Resolver, reads: dict[str, ReadEntry], d: str, uses: Uses, related: bool, own: bool,

@@ -33,8 +33,8 @@ import pygit2
 
 from ..core import trailers
 from ..core.errors import StormError
+from ..core.objects import odb_retry, tree_with
 from ..core.reservations import held_by_others
-from ..core.store import odb_retry, tree_with
 from ..core.tree_diff import changed_paths
 
 MOVED_FROM = "Storm-Moved-From"

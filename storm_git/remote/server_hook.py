@@ -33,8 +33,10 @@ from ..core.agents import validate_agent
 from ..core.errors import BadAgent, RepoStateError, UsageError
 from ..core.files import replace_file
 from ..core.gitcmd import run_git
-from ..core.readsets import CorruptReadSet, ProvenanceNotFound, ReadEntry, provenance_entries
-from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF, blob_at
+from ..core.objects import blob_at
+from ..core.provenance import ProvenanceNotFound, entries as provenance_entries
+from ..core.readsets import CorruptReadSet, ReadEntry
+from ..core.store import AGENTS_PREFIX, ORDERING_REF, RESERVATIONS_REF, WORKSPACE_REF
 from ..core.trailers import parse as parse_trailers, provenance as parse_provenance_trailers
 from ..core.workspace import DEFAULT_MAX_FILE_BYTES
 from ..storm.validate import moved

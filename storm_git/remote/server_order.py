@@ -57,9 +57,10 @@ from ..core.agents import validate_agent
 from ..core.errors import BadAgent, Busy, UsageError
 from ..core.files import append_log_line
 from ..core.gitcmd import run_git
-from ..core.readsets import provenance_entries
+from ..core.objects import commit_at
+from ..core.provenance import entries as provenance_entries
 from ..core.reservations import MAX_AHEAD_FACTOR, MAX_AHEAD_SECONDS
-from ..core.store import AGENTS_PREFIX, WORKSPACE_REF, commit_at
+from ..core.store import AGENTS_PREFIX, WORKSPACE_REF
 from ..core.trailers import Provenance, parse as parse_trailers
 from . import arrival, pktline, queue_move, ref_locks
 from .server_hook import GUARD_NAME as GUARD, INBOX_PREFIX, ZERO, Refused, check_commit, open_repo

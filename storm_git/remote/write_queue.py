@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from ..core import readsets, reservations, trailers
+from ..core import provenance, readsets, reservations, trailers
 from ..core.files import append_rows, read_own, remove_quietly, replace_file
 
 # REMOTE_LOCK: taken around every exchange with the server (fetch, push) and before the
@@ -331,7 +331,7 @@ def _read_set_paths(store: Store, c: pygit2.Commit) -> frozenset[str]:
     """The paths of the read set queued write ``c`` was validated against."""
     paths = _SCOPES.get(c.id)
     if paths is None:
-        paths = frozenset(e.path for e in (readsets.load_provenance(store, None, str(c.id)) or ({}, None))[1] or ())
+        paths = frozenset(e.path for e in (provenance.load(store, None, str(c.id)) or ({}, None))[1] or ())
         _remember_scope(c.id, paths)
     return paths
 

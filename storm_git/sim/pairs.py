@@ -266,7 +266,7 @@ def watch_chain(repo: str, a: Feature, b: Feature, shadow: ShadowTests, cache: A
     the manager's commit; what it blamed, after which write, and what it cost."""
     import pygit2
 
-    from ..core.store import tree_with
+    from ..core.objects import tree_with
     from ..testwatch import blame
     from ..testwatch.run import TestCommand
     from ..testwatch.watcher import WatchConfig, Watcher

@@ -34,7 +34,8 @@ from ..core.diffs import text_lines
 from ..core.errors import RepoStateError, UsageError
 from ..core.gitcmd import run_git
 from ..core.locks import flocked
-from ..core.store import Store, ref_oid, signature, tree_at
+from ..core.objects import tree_at
+from ..core.store import Store, ref_oid, signature
 from .worktrees import ahead_behind, branch_for, list_worktrees, storm_branches, target_branch
 
 STRATEGIES = ("abort", "ours", "theirs")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import git, make_repo, rev, snapshot_refs, storm, storm_json
-from storm_git.core import readsets
+from storm_git.core import provenance
 from storm_git.core.readsets import agent_ref as reads_ref
 
 
@@ -127,7 +127,7 @@ def test_read_sets_of_gone_agents(repo):
     assert ws.read_set("e1") == {} and list(ws.read_set("e2")) == ["src/api.py"]
     head = rev(repo, "refs/storm/workspace")
     # history kept: e1's write's provenance still resolves (its journal stays in the notes)
-    header, entries = readsets.load_provenance(ws.store, "e1", head)
+    header, entries = provenance.load(ws.store, "e1", head)
     assert header["validated-at"] == rev(repo, "refs/storm/workspace^") and [e.path for e in entries] == ["src/api.py"]
     code, rep = storm_json(repo, "doctor", "--forget-agent", "no..pe")
     assert code == 2 and rep["error"]["kind"] == "bad_agent"

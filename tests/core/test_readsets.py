@@ -16,7 +16,7 @@ import pytest
 
 from helpers import git, hold, journal, make_repo, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
-from storm_git.core import readsets, trailers
+from storm_git.core import provenance, readsets, trailers
 from storm_git.core.readsets import FOLD_BYTES
 
 
@@ -137,7 +137,7 @@ def test_a_write_folds_a_long_journal(repo):
     assert res.accepted
     assert journal(repo, "e1").read_bytes().count(b"\n") == 1  # folded by the write
     assert len(open_workspace(str(repo)).read_set("e1")) == 600
-    header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
+    header, entries = provenance.load(ws.store, "e1", res.commit)
     assert header["validated-at"] == rev(repo, "refs/storm/workspace^") and len(entries) == 600
 
 
@@ -146,7 +146,7 @@ def test_provenance_of_deps_and_after_a_concurrent_fold(repo):
     ws.read(["src/api.py", "src/util.py", "README.md"], agent="e1")
     res = ws.write("src/api.py", b"d\n", agent="e1", deps=["src/util.py"])
     ws.status()
-    header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
+    header, entries = provenance.load(ws.store, "e1", res.commit)
     assert header["scope"] == "deps" and sorted(e.path for e in entries) == ["src/api.py", "src/util.py"]
     # another process of the same agent folds between this write's load of its read set
     # and its commit: the commit names the read set it loaded, which the fold kept
@@ -161,7 +161,7 @@ def test_provenance_of_deps_and_after_a_concurrent_fold(repo):
     commit = ws.store.make_commit(ws.store.commit(head).tree_id, [head], "e1",
                                   trailers.format_message("by hand", "e1", "write", ["x"], prov))
     readsets.record_write(ws.store, "e1", [])
-    header, entries = readsets.load_provenance(open_workspace(str(repo)).store, "e1", str(commit))
+    header, entries = provenance.load(open_workspace(str(repo)).store, "e1", str(commit))
     assert header["read-set"] == view.base != readsets.load_view(ws.store, "e1").base
     assert {e.path: e.blob for e in entries} == {p: e.blob for p, e in view.entries.items()}
     assert "docs/new.md" not in {e.path for e in entries}

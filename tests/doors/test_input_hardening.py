@@ -341,14 +341,14 @@ def test_doctor_finds_and_fixes_a_corrupt_read_set(repo):
     assert storm_json(repo, "doctor")[1]["findings"] == []
     assert storm(repo, "read", "README.md", agent="e1").returncode == 0
     # the journal e1's write's provenance points into is history: kept, and it still resolves
-    from storm_git.core import readsets
+    from storm_git.core import provenance
     from storm_git.core.store import Store
 
     journal_key = git(repo, "hash-object", "--stdin", input=b"storm journal: e1 none\n").stdout.decode().strip()
     assert journal_key in folded and journal_key in git(repo, "notes", "--ref", "refs/notes/storm/agents/e1",
                                                         "list").stdout.decode()
     commit = rev(repo, "refs/storm/workspace")
-    header, entries = readsets.load_provenance(Store.discover(str(repo)), "e1", commit)
+    header, entries = provenance.load(Store.discover(str(repo)), "e1", commit)
     assert header["validated-at"] == rev(repo, "refs/storm/workspace^") and [e.path for e in entries] == ["README.md"]
 
 

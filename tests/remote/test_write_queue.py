@@ -490,7 +490,7 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
     journal once and kept for the commit each move makes: the second move below finds
     the moved commit's scope without resolving it, and drops the write because the
     server's new head changed a file it read (README.md), not one it wrote."""
-    from storm_git.core import readsets
+    from storm_git.core import provenance
     from storm_git.core.store import Store
     from storm_git.remote import workspace as client
 
@@ -500,8 +500,8 @@ def test_a_moved_write_keeps_its_read_set_and_a_later_move_drops_it_on_that_read
     assert storm(a, "read", "src/api.py", "README.md", agent="eng_x").returncode == 0
     assert storm(b, "read", "src/util.py", "README.md", agent="eng_z").returncode == 0
     resolved: list[str] = []
-    real = readsets.load_provenance
-    monkeypatch.setattr(readsets, "load_provenance", lambda s, ag, c: (resolved.append(c), real(s, ag, c))[1])
+    real = provenance.load
+    monkeypatch.setattr(provenance, "load", lambda s, ag, c: (resolved.append(c), real(s, ag, c))[1])
     store = Store.discover(str(a))
 
     ws = client.RemoteWorkspace(store, "origin")

@@ -103,7 +103,7 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
 
     # every accepted write was valid: its provenance read set matches its parent
     from storm_git import open_workspace
-    from storm_git.core import readsets
+    from storm_git.core import provenance
 
     ws = open_workspace(str(repo))
     ws.status()  # folds every agent's journal, which the commits' provenance points into
@@ -112,7 +112,7 @@ def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
         message = git(repo, "log", "-1", "--format=%B", c).stdout.decode()
         parent = rev(repo, f"{c}^")
         assert f"\nStorm-Validated-At: {parent}\n" in message and "\nStorm-Read-Set: " in message
-        header, entries = readsets.load_provenance(ws.store, a, c)
+        header, entries = provenance.load(ws.store, a, c)
         assert header["validated-at"] == parent
         assert any(e.path == it["path"] for e in entries) or _blob(repo, parent, it["path"]) is None
         for e in entries:

@@ -74,14 +74,14 @@ def _check_repo(repo: Path, acked: list[dict]) -> None:
     # provenance of every acknowledged write (checked on a sample): its commit's trailers,
     # resolved through the folded journal, or the live one of a writer killed before its
     # fold or stopped right now holding its lock (folding never waits for a busy agent)
-    from storm_git.core import readsets
+    from storm_git.core import provenance, readsets
     from storm_git.core.store import Store
 
     store = Store.discover(str(repo))
     readsets.fold_all(store)
     for a in random.sample(acked, min(5, len(acked))):
         agent = a["line"].split()[0]
-        got = readsets.load_provenance(store, agent, a["commit"])
+        got = provenance.load(store, agent, a["commit"])
         parent = git(repo, "rev-parse", a["commit"] + "^").stdout.decode().strip()
         assert got is not None and got[0]["validated-at"] == parent, a
         assert a["path"] in {e.path for e in got[1]}, a  # the writer read the file it wrote

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from helpers import PY_PROJECT, git, hold, journal, release, rev, start_write, storm, storm_json
 from storm_git import open_workspace
-from storm_git.core import readsets, trailers
+from storm_git.core import provenance as provenance_mod, trailers
 from storm_git.core.readsets import FOLD_BYTES, ReadEntry
 from storm_git.core.store import Store
 
@@ -31,7 +31,7 @@ def read_set(repo: Path, agent: str) -> dict[str, ReadEntry]:
 def provenance(repo: Path, commit: str) -> tuple[dict[str, str], dict[str, ReadEntry]]:
     """A write's provenance resolved from its commit alone (the agent from its trailers),
     by a fresh Store: nothing of the writing process is reused."""
-    got = readsets.load_provenance(Store.discover(str(repo)), None, commit)
+    got = provenance_mod.load(Store.discover(str(repo)), None, commit)
     assert got is not None, commit
     header, entries = got
     return header, {e.path: e for e in entries}

@@ -7,7 +7,7 @@ import pytest
 from unidiff import PatchSet
 
 from helpers import git, rev, show
-from storm_git.core import readsets
+from storm_git.core import provenance
 from storm_git.core.errors import NotFound, UsageError
 
 
@@ -212,7 +212,7 @@ def test_provenance_trailers_name_validated_read_set(repo, ws):
     message = git(repo, "log", "-1", "--format=%B", res.commit).stdout.decode()
     assert f"\nStorm-Validated-At: {rev(repo, 'refs/storm/workspace^')}\n" in message
     assert "\nStorm-Scope: all\nStorm-Read-Set: none 2\n" in message
-    header, entries = readsets.load_provenance(ws.store, "e1", res.commit)
+    header, entries = provenance.load(ws.store, "e1", res.commit)
     assert header["scope"] == "all"
     assert sorted(e.path for e in entries) == ["src/api.py", "src/util.py"]
     assert all(e.blob == git(repo, "rev-parse", f"HEAD:{e.path}").stdout.decode().strip() for e in entries)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pygit2
 
 from helpers import git, make_repo, read_as, storm, write_as
-from storm_git.core import readsets
+from storm_git.core import provenance, readsets
 from storm_git.core.store import Store
 
 WS = "refs/storm/workspace"
@@ -89,13 +89,13 @@ def server_provenance(srv: Path, agent: str, commit: str):
     alone: its copy of the agent's notes ref holds the journal they point into."""
     import pygit2
 
-    from storm_git.core import readsets, trailers
+    from storm_git.core import trailers
 
     r = pygit2.Repository(str(srv))
     prov = trailers.provenance(trailers.parse(r[pygit2.Oid(hex=commit)].message))
     assert prov is not None, commit
     tip = r.lookup_reference(f"refs/notes/storm/agents/{agent}").target
-    return prov, readsets.provenance_entries(r, r[tip].tree, agent, prov)
+    return prov, provenance.entries(r, r[tip].tree, agent, prov)
 
 
 def install_guard(srv: Path) -> None:
