@@ -78,8 +78,6 @@ def report(repo: Path, evs: list[dict]) -> dict:
     return json.loads(Path(next(e["json"] for e in evs if e["event"] == "report")).read_text())
 
 
-@pytest.mark.xfail(reason="known failure after the merge of the shell-edit rules: team run exits 1 in this "
-                          "scenario")
 def test_three_claude_code_engineers_in_storm_mode(harness_bin, world, tmp_path):
     repo, home, log = world
     script = Script(claude_steps(repo))
