@@ -81,6 +81,10 @@ def event_line(ev: dict[str, Any]) -> str:
         text = f"tests {'passed' if ev.get('passed') else 'failed'} (round {ev.get('round')}, {ev.get('seconds')}s)"
     elif kind == "landed":
         text = f"landed {str(ev.get('commit'))[:12]} on {ev.get('branch')}"
+    elif kind == "pushed":
+        text = f"pushed {ev.get('branch')} to {ev.get('remote')}"
+    elif kind == "push_failed":
+        text = f"not pushed to {ev.get('remote')}: {ev.get('error')}"
     elif kind == "report":
         text = f"run {ev.get('phase')}" + (f": {ev['why']}" if ev.get("why") else "") + f"; report {ev.get('markdown')}"
     else:

@@ -26,7 +26,7 @@ from ..coordination import assignments
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.store import WORKSPACE_REF, Store
 from ..integrations.brief import brief as agent_brief
-from . import land as landing, launcher, report
+from . import land as landing, launcher, publish, report
 from .plan import Plan, load_file, validate
 from .progress import Activity, Progress
 from .state import Engineer, RunDir, RunState, new_run_id
@@ -37,6 +37,7 @@ PROGRESS_EVERY = 1.0
 DONE = ("done", "failed", "stopped")
 EXIT_NOT_LANDED = 1
 EXIT_STOPPED = 143
+EXIT_NOT_PUSHED = 4
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -53,6 +54,8 @@ class Options:
     session_timeout: float | None = None
     harness_args: list[str] = field(default_factory=list)
     manager: str | None = None
+    branch: str | None = None  # land here instead of the branch the run starts on
+    push: str | None = None  # push the landed branch to this remote
 
 
 def tree_paths(store: Store, oid: pygit2.Oid | None) -> list[str]:
@@ -113,6 +116,11 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
         launcher.harness_bin(h)
     if store.repo.head_is_unborn or store.repo.head_is_detached:
         raise RepoStateError("the team lands on a branch: HEAD must be a branch with a commit")
+    start = str(store.repo.head.target)
+    if opts.branch:
+        publish.check_branch(store, opts.branch, start)
+    if opts.push:
+        publish.check_remote(store, opts.push)
     run = new_run_id()
     rd = RunDir(store.commondir, run)
     rd.create()
@@ -120,7 +128,8 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     st = RunState(run=run, task=plan.task, mode=mode, harness=opts.harness, harness_cmd=opts.harness_cmd,
                   test=opts.test, parallel=opts.parallel, fix_rounds=opts.fix_rounds,
                   branch=store.repo.head.shorthand, base_commit=str(store.repo.head.target),
-                  base_workspace=str(store.ref_target(WORKSPACE_REF)) if store.ref_target(WORKSPACE_REF) else None)
+                  base_workspace=str(store.ref_target(WORKSPACE_REF)) if store.ref_target(WORKSPACE_REF) else None,
+                  land_branch=opts.branch or "", push=opts.push)
     st.engineers = [Engineer(f"engineer_{i}", s.id, s.harness or opts.harness)
                     for i, s in enumerate(plan.subtasks, 1)]
     extra = {"test_timeout": opts.test_timeout, "session_timeout": opts.session_timeout,
@@ -137,6 +146,8 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     for e, s in zip(st.engineers, plan.subtasks, strict=True):
         assignments.assign(store, e.agent, s.files, task=f"{run} {s.id}: {s.title}", by=manager,
                            allow_overlap=True)
+    if mode == "worktree" and opts.branch:
+        publish.create_branch(store.main_workdir, opts.branch, start)  # the merges' target, from the start
     rd.save(st)
     return Team(store, rd, st, plan, extra)
 
@@ -522,13 +533,33 @@ class Team:
             if not res.passed:
                 return self.finish("failed", f"the tests fail on the shared head after {rounds} fix round(s)")
         message = self.commit_message()
+        target = self.target()
+        try:
+            if target != self.st.branch:
+                publish.switch_to(self.store, self.store.main_workdir, target)
+        except RepoStateError as exc:
+            return self.finish("failed", exc.message)
         data = landing.manager_commit(self.store.main_workdir, message, self.manager, self.test_env())
         # a resumed run whose commit had landed before it was killed: nothing new to commit, the tip has it
-        tip = data.get("commit") or str(self.store.ref_target("refs/heads/" + self.st.branch))
-        self.st.landed = {"commit": tip, "branch": data.get("branch") or self.st.branch, "agents": data.get("agents"),
+        tip = data.get("commit") or str(self.store.ref_target("refs/heads/" + target))
+        self.st.landed = {"commit": tip, "branch": data.get("branch") or target, "agents": data.get("agents"),
                           "writes": data.get("writes"), "paths": data.get("paths")}
         self.emit("landed", **self.st.landed)
-        return self.finish("landed", "")
+        return self.published()
+
+    def target(self) -> str:
+        """The branch the run lands on (``--branch``, else the one it started on)."""
+        return self.st.land_branch or self.st.branch
+
+    def published(self) -> int:
+        """After landing: the push (``--push``), then the end of the run."""
+        if not self.st.push:
+            return self.finish("landed", "")
+        res = publish.push(self.store.main_workdir, self.st.push, str(self.st.landed["branch"]),
+                           str(self.st.landed["commit"]), self.test_env())
+        self.st.pushed = res.to_dict()
+        self.emit("pushed" if res.ok else "push_failed", **self.st.pushed)
+        return self.finish("landed", "" if res.ok else f"landed, not pushed to {res.remote}: {res.error}")
 
     def commit_message(self) -> str:
         w = self.writes()
@@ -552,7 +583,7 @@ class Team:
                 if r["status"] == "conflicted" or e.fix_rounds < self.st.fix_rounds:
                     handed.append(e.agent)
             if handed:
-                target = rep.get("target") or self.st.branch
+                target = rep.get("target") or self.target()
                 notes = {r["agent"]: self.handback_note(r, target) for r in bad}
                 self.emit("handed_back", agents=handed,
                           why={r["agent"]: r["status"] for r in bad if r["agent"] in handed})
@@ -566,11 +597,11 @@ class Team:
             return self.stop()
         if bad:
             return self.finish("failed", "not merged: " + ", ".join(f"{r['agent']} ({r['status']})" for r in bad))
-        tip = self.store.ref_target("refs/heads/" + self.st.branch)
-        self.st.landed = {"commit": str(tip), "branch": self.st.branch,
+        tip = self.store.ref_target("refs/heads/" + self.target())
+        self.st.landed = {"commit": str(tip), "branch": self.target(),
                           "agents": [e.agent for e in self.st.engineers]}
         self.emit("landed", **self.st.landed)
-        return self.finish("landed", "")
+        return self.published()
 
     def by_sub(self, sid: str) -> Engineer:
         return next(e for e in self.st.engineers if e.subtask == sid)
@@ -578,7 +609,7 @@ class Team:
     def merge(self, agents: list[str]) -> dict[str, Any]:
         self.emit("merging", agents=agents)
         rep = landing.merge(self.store.main_workdir, agents, self.st.test, self.manager, self.test_env(),
-                         self.extra.get("test_timeout"))
+                            self.extra.get("test_timeout"), into=self.st.land_branch or None)
         results = [{"agent": r.get("agent"), "status": r.get("status"), "commit": r.get("commit"),
                     "conflicts": [c.get("path") for c in r.get("conflicts") or []],
                     "test": (r.get("test") or {}).get("passed") if r.get("test") else None}
@@ -613,7 +644,9 @@ class Team:
         rep = report.build(self.st, self.plan, self.writes_detail())
         report.write(self.rd, rep)
         self.emit("report", phase=phase, why=why, json=self.rd.file("report.json"), markdown=self.rd.file("report.md"))
-        return 0 if phase == "landed" else EXIT_NOT_LANDED
+        if phase == "landed":
+            return EXIT_NOT_PUSHED if self.st.pushed and not self.st.pushed.get("ok") else 0
+        return EXIT_NOT_LANDED
 
     def writes_detail(self) -> dict[str, dict[str, Any]]:
         self.activity = self.progress.get(force=True)
