@@ -210,8 +210,8 @@ class Handler(BaseHTTPRequestHandler):
                 continue
             # what else the harness sent before the model's next turn (hook context, reminders)
             extra = [_text(c.get("text", "")) for c in blocks if c.get("type") == "text"]
-            for later in messages[i + 1:]:
-                if later.get("role") != "user":
+            for later in messages[i + 1:]:  # Claude Code 2.1.332 sends hook feedback as a "system" message
+                if later.get("role") not in ("user", "system"):
                     break
                 extra.append(_text(later.get("content")))
             for c in results:
