@@ -314,7 +314,7 @@ class Team:
                     was, e.state = e.state, "waiting" if a.waiting_on else "running"
                     if was != e.state:
                         self.emit("waiting" if a.waiting_on else "resumed_work", agent=e.agent,
-                                  holder=a.waiting_on, path=a.on)
+                                  holder=a.waiting_on, path=a.waiting_for)
                         changed = True
         if changed:
             self.save()
