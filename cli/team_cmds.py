@@ -165,24 +165,31 @@ def _options(harness: str | None, harness_cmd: str | None, **kw: Any) -> Any:
               help="With a TASK: engineers the manager plans for.")
 @click.option("--resume", "resume_run", metavar="RUN", default=None,
               help="Continue a run that was killed or stopped.")
+@click.option("--branch", "-b", "land_branch", metavar="NAME", default=None,
+              help="Land on this branch (new, or at the start's commit) instead of the current one: storm "
+                   "mode switches to it for the manager's commit, worktree mode merges into it.")
+@click.option("--push", "push_remote", is_flag=False, flag_value="origin", default=None, metavar="[REMOTE]",
+              help="After landing, push the branch it landed on to REMOTE (default origin); exit 4 if refused.")
 @click.option("--quiet", "-q", is_flag=True, help="No board; only the final line.")
 @json_option
 def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | None, harness_cmd: str | None,
              mode: str | None, test_cmd: str | None, parallel: int, fix_rounds: int, test_timeout: float | None,
              session_timeout: float | None, harness_args: tuple[str, ...], agents: int, resume_run: str | None,
-             quiet: bool, as_json: bool) -> None:
+             land_branch: str | None, push_remote: str | None, quiet: bool, as_json: bool) -> None:
     """Run a plan: one engineer session per subtask, then the tests, then land.
 
     Exit 0 when every subtask is done, the tests pass and the work has landed
     (storm mode: the manager's commit on the branch; worktree mode: every
     engineer's branch merged in dependency order); 1 when it did not land (the
-    report says why); 2 a bad plan or option; 143 stopped.
+    report says why); 2 a bad plan or option; 4 landed but the push was
+    refused; 143 stopped.
 
     \b
     Example:
       git storm team run --plan plan.json --harness-cmd 'python3 agent.py' --test 'pytest -q'
       git storm team run --plan plan.json --harness claude --parallel 3
       git storm team run "add a --verbose flag" --agents 2 --harness codex
+      git storm team run --plan plan.json --harness claude --branch team/retries --push
       git storm team run --resume 20261201-101500-ab12
     """
     from storm_git.core.errors import UsageError
@@ -214,7 +221,7 @@ def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | Non
                 board.event({"time": time.time(), "event": "planned", "path": path, "run": made.run})
             opts = _options(harness, harness_cmd, mode=mode, test=test_cmd, parallel=parallel, fix_rounds=fix_rounds,
                             test_timeout=test_timeout, session_timeout=session_timeout,
-                            harness_args=list(harness_args))
+                            harness_args=list(harness_args), branch=land_branch, push=push_remote)
             t = runner.prepare(store, load_file(path), opts, where=path)
     except PlanError as exc:
         _plan_problems(exc, as_json)

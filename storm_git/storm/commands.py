@@ -218,7 +218,7 @@ def _classify(ws: ValidatedWriter, agent: str, started: ExecStart, *, leave_leas
             found.uncredited.append(p)  # maybe a person's save while the command ran: never the agent's
             del changes[p]
             expected.pop(p, None)
-    found.reverted = revert_targets(store, after.head, start, after, expected)
+    found.reverted = revert_targets(store, after.head, start, after, expected, agent)
     return found
 
 

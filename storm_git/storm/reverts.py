@@ -101,16 +101,47 @@ def _held_version(store: Store, tree: pygit2.Tree, path: str) -> pygit2.Oid | No
 
 
 def revert_targets(store: Store, head: pygit2.Oid, start: pygit2.Tree, after: Snapshot,
-                   expected: dict[str, str | None]) -> list[str]:
+                   expected: dict[str, str | None], agent: str) -> list[str]:
     """The command's targets it set back to an older shared version, now validated as
     a write's targets (``AS_WRITTEN``: the agent must have read the current version).
     Other targets are validated against what was on disk when the command started,
     which the command read; a ``git checkout``, ``stash`` or ``reset --hard`` takes
     its content from git's history instead, so that is no evidence that the agent saw
     the work it undoes: ``exec -- git checkout -- .`` must not revert other agents'
-    accepted writes that the agent never read."""
+    accepted writes that the agent never read. A revert that undoes only the agent's
+    own writes (:func:`undoes_only_own`) loses no one's work and stays validated like
+    the command's other targets, whatever its read set holds (a new session of the
+    agent starts with an empty one)."""
     states = {p: after.dirty.get(p) for p in expected}
     reverted = sorted(reverted_paths(store, head, states, start))
     for p in reverted:
-        expected[p] = AS_WRITTEN
+        if not undoes_only_own(store, head, p, _oid_of(states[p]), agent):
+            expected[p] = AS_WRITTEN
     return reverted
+
+
+def _oid_of(state: Any) -> pygit2.Oid | None:
+    return state[0] if isinstance(state, tuple) else None
+
+
+def undoes_only_own(store: Store, head: pygit2.Oid, path: str, restored: pygit2.Oid | None, agent: str) -> bool:
+    """Whether every shared commit that changed ``path`` since a version equal to
+    ``restored`` was a write of ``agent`` (``Storm-Agent``), walking back from ``head``
+    along first parents (at most ``REVERT_LOOKBACK`` commits): then setting it back
+    undoes the agent's own work and no one else's."""
+    try:
+        c = store.commit(head)
+        version = version_at(store, c.tree, path)
+        for _ in range(REVERT_LOOKBACK):
+            if version == restored:
+                return True
+            if not c.parent_ids:
+                return False
+            parent = store.commit(c.parent_ids[0])
+            older = version_at(store, parent.tree, path)
+            if older != version and trailers.parse(c.message).get("Storm-Agent") != [agent]:
+                return False
+            c, version = parent, older
+    except (pygit2.GitError, KeyError):
+        return False  # a partial clone lacks a tree: the read set decides
+    return False

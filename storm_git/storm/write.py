@@ -23,7 +23,7 @@ import pygit2
 
 from ..coordination import intents
 from ..coordination.assignments import OUTSIDE_ASSIGNMENT, flag_storm_write
-from ..core import maintenance, readsets, reservations, trailers, tree_rules
+from ..core import maintenance, readsets, reservations, trailers, tree_rules, waits
 from ..core.convert import Conversions
 from ..core.errors import BadPath, NotFound, StormError, UsageError
 from ..core.files import reason
@@ -347,44 +347,49 @@ def apply(ws: WriteHost, agent: str, changes: dict[str, Any], *, intent: str | N
     warnings: list[str] = []  # steps after the landing that failed (see _after_landing)
     announced: Reservation | None = None  # the reservation being waited for (on_wait told)
     blocked_at = blocked_end = 0.0  # time spent on reservations only, not on the lock
-    while True:
-        at = attempt(ws, w, pre, hold=hold, give_up=not wait or time.monotonic() - started >= wait_budget,
-                     warnings=warnings)
-        if at.outcome == ANALYSE:
-            w.analysed_outside += 1
-            analyse(ws, w, at.head, at.stale)
-            pre = None  # files that moved brought new dependencies, or left the scope: check them all
-            continue
-        if at.outcome == RETRY:
-            retries += 1
-            continue
-        if at.outcome == REFRESH:
-            pub.refresh_for_verdict(agent)
-            pre = None
-            continue
-        if at.outcome == PUBLISHED and pub.lands_later:
-            landed = pub.land(agent, at.commit)  # -- 4. land, without the lock
-            if landed is None:  # dropped on its way: validate again
-                retries, pre = retries + 1, None
+    try:
+        while True:
+            at = attempt(ws, w, pre, hold=hold, give_up=not wait or time.monotonic() - started >= wait_budget,
+                         warnings=warnings)
+            if at.outcome == ANALYSE:
+                w.analysed_outside += 1
+                analyse(ws, w, at.head, at.stale)
+                pre = None  # files that moved brought new dependencies, or left the scope: check them all
                 continue
-            if landed != at.commit:  # moved onto a newer head on its way (storm_git.remote)
-                at.commit, at.head = landed, store.commit(landed).parent_ids[0]
-            if at.held:  # the reservation ends once the write is on the shared ref
-                with flocked(store.commondir, "workspace"):
-                    _after_landing(warnings, "ending the writer's reservation", None,
-                                   end_reservations, store, agent, at.held)
-        if at.outcome == BLOCKED:
-            blocked = at.blocked
-            assert blocked is not None, "a BLOCKED attempt names the reservation"
-            if blocked != announced:
-                blocked_at = blocked_at or time.monotonic()
-                announced = blocked
-                if on_wait is not None:
-                    on_wait(blocked)
-            time.sleep(min(0.05, max(0.001, blocked.remaining())))
-            blocked_end = time.monotonic()
-            continue
-        break
+            if at.outcome == RETRY:
+                retries += 1
+                continue
+            if at.outcome == REFRESH:
+                pub.refresh_for_verdict(agent)
+                pre = None
+                continue
+            if at.outcome == PUBLISHED and pub.lands_later:
+                landed = pub.land(agent, at.commit)  # -- 4. land, without the lock
+                if landed is None:  # dropped on its way: validate again
+                    retries, pre = retries + 1, None
+                    continue
+                if landed != at.commit:  # moved onto a newer head on its way (storm_git.remote)
+                    at.commit, at.head = landed, store.commit(landed).parent_ids[0]
+                if at.held:  # the reservation ends once the write is on the shared ref
+                    with flocked(store.commondir, "workspace"):
+                        _after_landing(warnings, "ending the writer's reservation", None,
+                                       end_reservations, store, agent, at.held)
+            if at.outcome == BLOCKED:
+                blocked = at.blocked
+                assert blocked is not None, "a BLOCKED attempt names the reservation"
+                if blocked != announced:
+                    blocked_at = blocked_at or time.monotonic()
+                    announced = blocked
+                    waits.begin(store, agent, blocked.holder, blocked.path)
+                    if on_wait is not None:
+                        on_wait(blocked)
+                time.sleep(min(0.05, max(0.001, blocked.remaining())))
+                blocked_end = time.monotonic()
+                continue
+            break
+    finally:
+        if announced is not None:  # the board's sign of the wait (core.waits) goes with it
+            waits.end(store, agent)
     # -- 5. finish
     waited = time.monotonic() - started
     held_by = at.blocked or announced  # blocked: refused as reserved (perhaps at once, --no-wait)

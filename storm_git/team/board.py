@@ -32,7 +32,7 @@ def snapshot(store: Store, st: RunState, activity: dict[str, Activity]) -> dict[
             "alive": session_alive, "orphaned": session_alive and not runner_alive,
             "attempts": e.attempts, "exit": e.exit, "why": e.why, "on": a.on, "reads": a.reads,
             "writes": a.writes, "rejections": a.rejections, "reasons": a.reasons, "holds": a.holds,
-            "waits_for": a.waiting_on, "tokens": e.tokens, "cost": e.cost,
+            "waits_for": a.waiting_on, "waiting_for": a.waiting_for, "tokens": e.tokens, "cost": e.cost,
             "elapsed": round(((e.ended or now) - e.started), 1) if e.started else None,
         })
     head = store.ref_target(WORKSPACE_REF)
@@ -64,7 +64,13 @@ def table(snap: dict[str, Any]) -> list[str]:
                      f"{hw:<18}{r['tokens'] if r['tokens'] is not None else '-':>8}"
                      f"{'{:.3f}'.format(r['cost']) if r['cost'] is not None else '-':>8}"
                      f"{'{:.0f}s'.format(r['elapsed']) if r['elapsed'] is not None else '-':>7}")
+    lines += [f"  {r['agent']} {waiting(r['waits_for'], r['waiting_for'])}" for r in snap["engineers"]
+              if r["waits_for"] and r["state"] in ("running", "waiting")]
     return lines
+
+
+def waiting(holder: str | None, path: str | None) -> str:
+    return f"waiting on {holder}" + (f" for {path}" if path else "")
 
 
 def event_line(ev: dict[str, Any]) -> str:
@@ -81,6 +87,12 @@ def event_line(ev: dict[str, Any]) -> str:
         text = f"tests {'passed' if ev.get('passed') else 'failed'} (round {ev.get('round')}, {ev.get('seconds')}s)"
     elif kind == "landed":
         text = f"landed {str(ev.get('commit'))[:12]} on {ev.get('branch')}"
+    elif kind == "waiting":
+        text = waiting(ev.get("holder"), ev.get("path"))
+    elif kind == "pushed":
+        text = f"pushed {ev.get('branch')} to {ev.get('remote')}"
+    elif kind == "push_failed":
+        text = f"not pushed to {ev.get('remote')}: {ev.get('error')}"
     elif kind == "report":
         text = f"run {ev.get('phase')}" + (f": {ev['why']}" if ev.get("why") else "") + f"; report {ev.get('markdown')}"
     else:

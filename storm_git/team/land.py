@@ -120,9 +120,9 @@ def commit_worktree(path: str, agent: str, message: str, env: dict[str, str]) ->
 
 
 def merge(top: str, agents: list[str], test: str | None, manager: str, env: dict[str, str],
-          timeout: float | None) -> dict[str, Any]:
-    """``git storm merge AGENT... [--test CMD]`` in the order given; its JSON report."""
-    args = ["merge", *agents, "--agent", manager, "--json"]
+          timeout: float | None, into: str | None = None) -> dict[str, Any]:
+    """``git storm merge AGENT... [--into BRANCH] [--test CMD]`` in the order given; its JSON report."""
+    args = ["merge", *agents, "--agent", manager, "--json"] + (["--into", into] if into else [])
     if test:
         args += ["--test", test] + (["--test-timeout", str(timeout)] if timeout else [])
     r = storm_cli(args, cwd=top, env=env, timeout=3600)

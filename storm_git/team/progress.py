@@ -3,9 +3,12 @@
 Accepted writes are the shared ref's commits (``Storm-Agent``/``Storm-Path``
 trailers) since the run's base; rejections are ``rejection`` events of
 ``refs/storm/log`` since the run started; reservations are the live ones; reads
-are the agent's read set. In worktree mode the writes are the commits of the
-engineer's branch. Results are cached on the refs' targets, so a board refreshed
-while nobody writes costs a few ref lookups.
+are the agent's read set. An engineer is blocked on a reservation while a write of
+it waits inside storm for another agent's reservation (the marks of
+storm_git.core.waits), and after that write was refused for a reservation that
+still holds. In worktree mode the writes are the commits of the engineer's branch.
+Results are cached on the refs' targets (and the waits' folder), so a board
+refreshed while nobody writes costs a few ref lookups.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import events, readsets, reservations, trailers
+from ..core import events, readsets, reservations, trailers, waits
 from ..core.store import EVENTS_REF, WORKSPACE_REF, Store
 
 MAX_WALK = 100_000
@@ -32,7 +35,8 @@ class Activity:
     on: str | None = None  # the file it is on: its last write or rejection
     first: float | None = None  # time of its first write or rejection
     last: float | None = None  # time of its last write or rejection
-    waiting_on: str | None = None  # its last write was refused for this holder's reservation, still held
+    waiting_on: str | None = None  # blocked on this holder's reservation (see Progress.get)
+    waiting_for: str | None = None  # ... of this path
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -66,7 +70,7 @@ class Progress:
         names = [WORKSPACE_REF, EVENTS_REF, "refs/storm/reservations"] + \
             ["refs/heads/" + b for b in self.branches.values()]
         return tuple(str(s.ref_target(n)) for n in names) + tuple(_size(readsets.journal_path(s, a))
-                                                                    for a in self.agents)
+                                                                    for a in self.agents) + (waits.stamp(s),)
 
     def get(self, force: bool = False) -> dict[str, Activity]:
         key = self._refs_key()
@@ -84,6 +88,10 @@ class Progress:
             still = act.waiting_on and act.rejected_paths and \
                 self._live.get(act.rejected_paths[-1]) == act.waiting_on
             act.waiting_on = act.waiting_on if still else None
+            act.waiting_for = act.rejected_paths[-1] if still else None
+        for agent, w in waits.current(self.store, self.agents).items():  # a write waiting inside storm now
+            act = acts[agent]
+            act.waiting_on, act.waiting_for, act.on = w.holder, w.path, w.path
         for a in self.agents:
             try:
                 acts[a].reads = len(readsets.load(self.store, a)) if self.mode == "storm" else 0

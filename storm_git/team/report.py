@@ -46,7 +46,7 @@ def build(st: RunState, plan: Plan, activity: dict[str, dict[str, Any]]) -> dict
         "run": st.run, "task": st.task, "mode": st.mode, "phase": st.phase, "problems": st.problems,
         "started": st.started, "ended": st.ended,
         "seconds": round((st.ended or st.started) - st.started, 3), "branch": st.branch,
-        "base_commit": st.base_commit, "landed": st.landed, "engineers": engineers,
+        "base_commit": st.base_commit, "landed": st.landed, "pushed": st.pushed or None, "engineers": engineers,
         "conflicts": {"at_write": at_write, "at_merge": at_merge, "by_tests": by_tests},
         "tests": [{k: v for k, v in t.items() if k != "output"} | {"output_tail": str(t.get("output", ""))[-800:]}
                   for t in st.tests],
@@ -65,6 +65,10 @@ def markdown(rep: dict[str, Any]) -> str:
     landed = rep.get("landed") or {}
     if landed.get("commit"):
         lines.append(f"Landed: {landed['commit']} on {landed.get('branch') or rep['branch']}.")
+    pushed = rep.get("pushed") or {}
+    if pushed:
+        lines.append(f"Pushed: {pushed['branch']} to {pushed['remote']}." if pushed.get("ok") else
+                     f"Not pushed to {pushed['remote']}: {pushed.get('error')}")
     for p in rep.get("problems") or []:
         lines.append(f"Problem: {p}")
     lines += ["", "| engineer | subtask | state | writes | rejections | re-plans | waits | tokens | cost | time |",

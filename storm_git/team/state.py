@@ -82,6 +82,9 @@ class RunState:
     tests: list[dict[str, Any]] = field(default_factory=list)
     merges: list[dict[str, Any]] = field(default_factory=list)
     landed: dict[str, Any] = field(default_factory=dict)
+    land_branch: str = ""  # --branch: where it lands, when not where it started
+    push: str | None = None  # --push: the remote
+    pushed: dict[str, Any] = field(default_factory=dict)  # the push's outcome (publish.Pushed)
     problems: list[str] = field(default_factory=list)
 
     def engineer(self, agent: str) -> Engineer:

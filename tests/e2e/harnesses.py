@@ -4,10 +4,12 @@ closed port on 127.0.0.1 (127.0.0.1 itself excluded), telemetry, updates and
 Codex's plugins and apps are off, and each run has its own HOME and CODEX_HOME."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,25 @@ def claude(bin_dir: Path, cwd: Path, prompt: str, port: int, home: Path, hook_lo
                             cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     return Run(proc, f"claude {prompt!r}")
+
+
+@functools.cache
+def claude_version(bin_dir: Path) -> tuple[int, ...]:
+    """``claude --version`` as numbers (2, 1, 197), run with a scratch HOME."""
+    with tempfile.TemporaryDirectory() as home:
+        r = subprocess.run([str(bin_dir / "claude"), "--version"], capture_output=True, text=True, timeout=60,
+                           env={**base_env(Path(home), Path(home) / "hooks.jsonl"), "DISABLE_AUTOUPDATER": "1"},
+                           stdin=subprocess.DEVNULL, check=True)
+    return tuple(int(x) for x in r.stdout.split()[0].split("."))
+
+
+def hooks_before_read_checks(bin_dir: Path) -> bool:
+    """Whether Claude Code runs the PreToolUse hook before its own check that an
+    Edit's file was read and not modified since: 2.1.197 checks first ("has not been
+    read yet", "modified since read") and storm's hook never sees such an edit;
+    2.1.332 runs the hook first, so storm refuses it (unread_target,
+    direct_conflict) with the current content. The change lies between the two."""
+    return claude_version(bin_dir) > (2, 1, 197)
 
 
 def codex_home(home: Path, port: int, extra_toml: str = "") -> Path:

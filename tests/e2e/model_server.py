@@ -50,11 +50,15 @@ class Script:
         self.cond = threading.Condition(self.lock)
 
     def record(self, session: str, call_id: str, name: str, output: Any, is_error: bool = False,
-               extra: str = "") -> None:
+               extra: str = "", conversation: str = "") -> None:
+        """Once per tool call of a conversation (the harness resends the whole of it each
+        turn); ``conversation`` tells apart two sessions of one marker (a team engineer's
+        fix round), whose call ids the script numbers alike."""
+        key = f"{conversation}\0{call_id}"
         with self.lock:
-            if call_id in self.seen_ids:
+            if key in self.seen_ids:
                 return
-            self.seen_ids.add(call_id)
+            self.seen_ids.add(key)
             self.results.setdefault(session, []).append(
                 {"call_id": call_id, "tool": name, "output": _text(output), "is_error": is_error, "extra": extra})
 
@@ -98,6 +102,20 @@ def _text(content: Any) -> str:
     if isinstance(content, dict):
         return _text(content.get("text") or content.get("content") or json.dumps(content))
     return json.dumps(content)
+
+
+def _conversation(body: dict[str, Any]) -> str:
+    """What identifies one conversation: its first user message (the session's prompt)."""
+    if "messages" in body:
+        first = next((m for m in body["messages"] if m.get("role") == "user"), None)
+        return _text(first.get("content")) if first else ""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    seen = []
+    for u in (i for i in items if isinstance(i, dict) and i.get("role") == "user"):
+        seen.append(_text(u.get("content")))  # Codex's environment context, then the prompt
+        if MARKER.search(seen[-1]):
+            break
+    return "\n".join(seen)
 
 
 def _marker(body: dict[str, Any]) -> str | None:
@@ -179,6 +197,7 @@ class Handler(BaseHTTPRequestHandler):
     def _anthropic(self, body: dict[str, Any]) -> None:
         s = self.script
         session = _marker(body)
+        conversation = _conversation(body)
         messages = body.get("messages") or []
         names = {}
         for i, m in enumerate(messages):
@@ -191,13 +210,13 @@ class Handler(BaseHTTPRequestHandler):
                 continue
             # what else the harness sent before the model's next turn (hook context, reminders)
             extra = [_text(c.get("text", "")) for c in blocks if c.get("type") == "text"]
-            for later in messages[i + 1:]:
-                if later.get("role") != "user":
+            for later in messages[i + 1:]:  # Claude Code 2.1.332 sends hook feedback as a "system" message
+                if later.get("role") not in ("user", "system"):
                     break
                 extra.append(_text(later.get("content")))
             for c in results:
                 s.record(session, c.get("tool_use_id"), names.get(c.get("tool_use_id"), "?"), c.get("content"),
-                         bool(c.get("is_error")), "\n".join(x for x in extra if x))
+                         bool(c.get("is_error")), "\n".join(x for x in extra if x), conversation)
         if session and body.get("tools"):
             s.tools.setdefault("claude", [t.get("name") for t in body["tools"]])
         index = sum(1 for m in messages if m.get("role") == "assistant")
@@ -236,6 +255,7 @@ class Handler(BaseHTTPRequestHandler):
     def _openai(self, body: dict[str, Any]) -> None:
         s = self.script
         session = _marker(body)
+        conversation = _conversation(body)
         items = body.get("input") if isinstance(body.get("input"), list) else []
         names = {}
         calls = 0
@@ -255,7 +275,7 @@ class Handler(BaseHTTPRequestHandler):
                         break
                     extra.append(_text(later.get("content")))
                 s.record(session, it.get("call_id"), names.get(it.get("call_id"), "?"), it.get("output"),
-                         extra="\n".join(x for x in extra if x))
+                         extra="\n".join(x for x in extra if x), conversation=conversation)
         if session and body.get("tools"):
             s.tools.setdefault("codex", [t.get("name") or t.get("type") for t in body["tools"]])
         step = s.step(session, calls) if session else {"text": "ok"}

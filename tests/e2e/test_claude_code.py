@@ -58,11 +58,16 @@ def test_two_sessions_one_file_the_stale_one_learns_what_changed_on_reading_agai
     })
     [a] = hx.writers(log, "src/api.py")[:1]
     out = script.outputs("B")
-    # Claude Code's own check refuses the stale edit before any hook runs ...
-    assert "modified since read" in out[1], out[1]
-    # ... so storm tells B on its next read: the diff and who made it
-    assert "src/api.py changed since your previous read" in out[2] and f"by {a}" in out[2], out[2]
-    assert "+def fetch(url, timeout=10):  # A: callers hang" in out[2]
+    if hx.hooks_before_read_checks(harness_bin):
+        # storm's hook sees the stale edit first: refused with the diff and who made it
+        assert "rejected (direct_conflict)" in out[1] and f"changed by {a}" in out[1], out[1]
+        assert "+def fetch(url, timeout=10):  # A: callers hang" in out[1]
+    else:
+        # Claude Code's own check refuses the stale edit before any hook runs ...
+        assert "modified since read" in out[1], out[1]
+        # ... so storm tells B on its next read: the diff and who made it
+        assert "src/api.py changed since your previous read" in out[2] and f"by {a}" in out[2], out[2]
+        assert "+def fetch(url, timeout=10):  # A: callers hang" in out[2]
     content = workspace(repo, "src/api.py").decode()
     assert "timeout=10" in content and "http_get(url, 5)" in content  # no lost update
     writers = hx.writers(log, "src/api.py")
@@ -124,9 +129,13 @@ def test_new_file_shell_edit_failing_edit_and_an_unread_file_in_one_session(harn
     # Claude Code checks an Edit's input before any hook: a failing one takes no lease ...
     assert "String to replace not found" in out[3]
     assert "updated successfully" in script.outputs("B")[1]  # ... so B's edit of the file goes on
-    assert "has not been read yet" in out[4]  # its own check: an unread file is not edited
+    if hx.hooks_before_read_checks(harness_bin):  # storm's hook refuses the unread file first
+        assert "rejected (unread_target)" in out[4] and "never read README.md" in out[4], out[4]
+        assert hx.writers(log, "README.md") == []
+    else:
+        assert "has not been read yet" in out[4]  # its own check: an unread file is not edited
+        assert [e for e in hx.hook_log(log) if "README.md" in e["paths"]] == []
     assert (repo / "README.md").read_text() == "# service\n"
-    assert [e for e in hx.hook_log(log) if "README.md" in e["paths"]] == []
     # a failing command: what it wrote is still recorded, and the model saw its output
     assert "failing" in out[5] and "Exit code 3" in out[5], out[5]
     assert workspace(repo, "src/half.txt") == b"half\n"

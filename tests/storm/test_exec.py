@@ -338,6 +338,30 @@ def test_a_command_reverting_the_agents_own_write_is_recorded(repo):
     assert show(repo, "refs/storm/workspace", "src/util.py") == show(repo, "HEAD", "src/util.py")
 
 
+def test_undoing_only_its_own_writes_needs_no_read_set(repo):
+    """A new session of the agent starts with an empty read set (here: forget), yet a
+    command setting a file back past writes that were all its own loses no one's
+    work: recorded. Past another agent's write in between, it must have read it."""
+    assert storm(repo, "read", "src/util.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="CLAMP = 1\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/util.py", input="CLAMP = 2\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "forget", "--agent", "engineer_1").returncode == 0
+    r = storm(repo, "exec", "--agent", "engineer_1", "--", "git", "checkout", "--", "src/util.py")
+    assert r.returncode == 0, r.stderr
+    assert show(repo, "refs/storm/workspace", "src/util.py") == show(repo, "HEAD", "src/util.py")
+    # engineer_1, then engineer_2 on top: setting it back to the original undoes engineer_2's write too
+    assert storm(repo, "read", "src/api.py", agent="engineer_1").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="A = 1\n", agent="engineer_1").returncode == 0
+    assert storm(repo, "read", "src/api.py", agent="engineer_2").returncode == 0
+    assert storm(repo, "write", "src/api.py", input="A = 2\n", agent="engineer_2").returncode == 0
+    assert storm(repo, "forget", "--agent", "engineer_1").returncode == 0
+    head = rev(repo, "refs/storm/workspace")
+    r = storm(repo, "exec", "--json", "--agent", "engineer_1", "--", "git", "checkout", "--", "src/api.py")
+    res = _last_json(r.stdout)
+    assert r.returncode == 1 and res["write"]["rejection"]["reason"] == "unread_target", res
+    assert rev(repo, "refs/storm/workspace") == head
+
+
 def test_a_revert_among_many_changed_files_is_still_found(repo):
     """With many targets the search for older versions looks only at paths the shared
     history changed (one pass over it): the revert of api.py among 40 new files is

@@ -9,7 +9,8 @@ logs what it received (its environment's team variables and its brief) to
 expects ends the script with exit 9.
 
 Steps: ``{"read": [paths]}``; ``{"append": path, "text": s, "expect": 0|1}`` (the
-content last read plus ``text``); ``{"put": path, "text": s}`` (whole content);
+content last read plus ``text``); ``{"put": path, "text": s}`` (whole content; either with ``"wait": true``: the write
+waits for another agent's reservation, instead of --no-wait);
 ``{"edit": path, "old": s, "new": s}``; ``{"exec": "sh command"}`` (git storm exec);
 ``{"sh": "sh command"}``; ``{"wait_ws": path, "contains": s}`` (until the shared
 head's file holds it); ``{"wait_file": path}``; ``{"sleep": seconds}``; ``{"exit": n}``.
@@ -64,8 +65,8 @@ def main() -> int:
         elif "append" in step or "put" in step:
             path = step.get("append") or step["put"]
             text = (seen.get(path, "") + step["text"]) if "append" in step else step["text"]
-            r = run([*STORM, "write", path, "--json", "--no-wait", "-m", step.get("intent", f"{agent} {path}")],
-                    text.encode())
+            r = run([*STORM, "write", path, "--json", *([] if step.get("wait") else ["--no-wait"]), "-m",
+                     step.get("intent", f"{agent} {path}")], text.encode())
             out = json.loads(r.stdout or "{}")
             rej = out.get("rejection") or {}
             results.append({"write": path, "rc": r.returncode, "reason": rej.get("reason")})

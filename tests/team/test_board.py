@@ -85,3 +85,58 @@ def test_on_a_terminal_the_board_is_a_table_redrawn_in_place(team_repo, tmp_path
     last = r.stdout[r.stdout.rindex("  storm mode  "):]  # the last frame
     assert "engineer    subtask" in last and "✓ engineer_1  a" in last and "✓ engineer_2  b" in last
     assert "landed" in last
+
+
+def test_waiting_is_shown_while_a_write_waits_inside_storm_and_not_after(team_repo, tmp_path):
+    """engineer_2's write waits inside storm (no --no-wait) for the reservation engineer_1
+    holds after its rejection: no rejection yet, yet the board says whom it waits on and
+    for which file, while it lasts; once the reservation ends the write lands and the
+    board says running again."""
+    subprocess.run(["git", "config", "storm.reservationSeconds", "8"], cwd=team_repo, check=True)
+    log = tmp_path / "log"
+    log.mkdir()
+    f1 = tmp_path / "e1-holds"
+    steps = {
+        # engineer_1's write of README.md is rejected after engineer_2's: it holds README.md for 8 s
+        "a": {"work": [{"read": ["README.md"]}, {"wait_ws": "README.md", "contains": "- x"},
+                       {"append": "README.md", "text": "- e1\n", "expect": 1}, {"sh": f"touch {f1}"}]},
+        # engineer_2 writes README.md again: storm holds that write until the reservation ends
+        "b": {"work": [{"read": ["README.md"]}, {"append": "README.md", "text": "- x\n"},
+                       {"wait_file": str(f1), "timeout": 120}, {"read": ["README.md"]},
+                       {"append": "README.md", "text": "- e2\n", "wait": True}]},
+    }
+    sc = tmp_path / "scenario.json"
+    sc.write_text(json.dumps(steps))
+    run = subprocess.Popen([sys.executable, "-m", "storm_git", "team", "run", "--plan", str(plan_file(tmp_path, PLAN2)),
+                            "--harness-cmd", agent_cmd(sc, log), "--json"], cwd=team_repo, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not f1.exists():
+        assert time.time() < deadline and run.poll() is None
+        time.sleep(0.05)
+    seen = None
+    while seen is None and run.poll() is None:
+        st = json.loads(team(team_repo, "status", "--json").stdout)
+        e2 = st["engineers"][1]
+        if e2["waits_for"]:
+            seen = (st, team(team_repo, "status").stdout)
+        assert time.time() < deadline, st
+    assert seen is not None, "the board never showed engineer_2 waiting"
+    st, text = seen
+    e2 = st["engineers"][1]
+    assert (e2["waits_for"], e2["waiting_for"], e2["on"]) == ("engineer_1", "README.md", "README.md"), e2
+    assert e2["reasons"] == {}, e2  # blocked inside storm: no rejection
+    assert "  engineer_2 waiting on engineer_1 for README.md" in text.splitlines(), text
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, (out[-3000:], err[-3000:])
+    evs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    mine = [(e["event"], e.get("holder"), e.get("path")) for e in evs if e.get("agent") == "engineer_2" and
+            e["event"] in ("waiting", "resumed_work")]
+    # (its session may end before the next look notices the wait is over: no resumed_work then)
+    assert mine in ([("waiting", "engineer_1", "README.md"), ("resumed_work", None, None)],
+                    [("waiting", "engineer_1", "README.md")]), mine
+    got = json.loads((log / "engineer_2.work.json").read_text())
+    assert [x.get("rc") for x in got["results"] if "write" in x] == [0, 0]  # the waiting write landed
+    after = json.loads(team(team_repo, "status", "--json").stdout)["engineers"][1]
+    assert after["waits_for"] is None and after["state"] == "done"
+    assert not list((team_repo / ".git/storm/waits").iterdir())  # the mark went with the wait
