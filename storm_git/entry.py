@@ -1,11 +1,16 @@
 """The ``git-storm`` executable: ``harness hook`` goes straight to its own small
-entry point; everything else to the click command line.
+entry point, an agent verb (``read``, ``write``...) to the repository's resident
+process when one serves it; everything else, and any call it cannot take, to the
+click command line in this process.
 
-A harness runs the hook around every tool call, hundreds of times a session, so
-the hook must not pay for importing click and every command's module, nor fail
-because one of them cannot be imported: it answers the harness itself, failing
-closed (storm_git.integrations.hook_main), through the repository's hook daemon
-when one runs (storm_git.integrations.hook_client).
+A harness runs the hook around every tool call, and an agent the verbs, hundreds
+of times a session, so neither may pay for importing click and every command's
+module (nor may the hook fail because one of them cannot be imported): the hook
+answers the harness itself, failing closed (storm_git.integrations.hook_main),
+through the repository's hook daemon when one runs
+(storm_git.integrations.hook_client); a verb is relayed to that daemon with the
+standard library alone (storm_git.integrations.cli_client), which starts it for
+the next call when none runs.
 """
 from __future__ import annotations
 
@@ -18,6 +23,17 @@ def main() -> None:
         from storm_git.integrations.hook_client import main as hook_main
 
         sys.exit(hook_main(args[2:]))
+    if args and args[0] in ("read", "write", "edit", "rm", "status", "log", "release", "forget", "exec"):
+        from storm_git.integrations.cli_client import via_daemon
+
+        try:
+            code = via_daemon(args)
+        except KeyboardInterrupt:
+            sys.exit(130)  # before the call was handed over: nothing ran
+        except Exception:  # noqa: BLE001 - raised only before the hand-over: nothing ran, so it runs here
+            code = None
+        if code is not None:
+            sys.exit(code)
     from storm_git.cli.main import main as cli_main
 
     cli_main()

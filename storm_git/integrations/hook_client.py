@@ -29,6 +29,12 @@ from . import hookd_place, hookd_wire, repo_probe
 CONNECT_TIMEOUT = 2.0  # seconds; a live daemon accepts at once
 READY_TIMEOUT = 2.0  # seconds for the child to take on the call before the client runs it itself
 OFF_WORDS = (b"hookdaemon", b"include")
+# The daemon serves the command line's agent verbs too (storm_git.cli.resident);
+# when the command line cannot be imported it still serves the hooks.
+DAEMON_MAIN = ("import sys; del sys.path[0]\n"
+               "try:\n    from storm_git.cli.resident import main\n"
+               "except Exception:\n    from storm_git.integrations.hookd import main\n"
+               "main(sys.argv[1:])")
 
 
 def disabled(env: "os._Environ[str]") -> bool:
@@ -79,7 +85,9 @@ def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
     return common, hookd_place.name(fp, os.environb)
 
 
-def _request(fp: str, cwd: str, args: list[str], data: bytes) -> bytes:
+def request(fp: str, cwd: str, args: list[str], data: bytes, magic: bytes = hookd_wire.MAGIC) -> bytes:
+    """The call as the daemon's child takes it on: this process's storm, working
+    directory, umask, stream encodings, argv, arguments and environment."""
     streams = []
     for s in (sys.stdin, sys.stdout, sys.stderr):
         streams += [(getattr(s, "encoding", None) or "utf-8").encode(),
@@ -89,15 +97,15 @@ def _request(fp: str, cwd: str, args: list[str], data: bytes) -> bytes:
     fields = [fp.encode("utf-8", "surrogateescape"), os.fsencode(cwd), str(umask).encode(),
               hookd_wire.pack(streams), hookd_wire.pack([os.fsencode(a) for a in sys.argv]),
               hookd_wire.pack([os.fsencode(a) for a in args]), hookd_wire.env_fields(dict(os.environb)), data]
-    return hookd_wire.MAGIC + hookd_wire.pack(fields)
+    return magic + hookd_wire.pack(fields)
 
 
-def _peer_uid(sock: "_socket.socket") -> int:
+def peer_uid(sock: "_socket.socket") -> int:
     creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
     return int.from_bytes(creds[4:8], sys.byteorder)
 
 
-def _write(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -126,10 +134,10 @@ def via_daemon(args: list[str], data: bytes) -> int | None:
             sock.close()
             start_daemon(common, fp, path)
             return None
-        if _peer_uid(sock) != os.getuid():
+        if peer_uid(sock) != os.getuid():
             sock.close()
             return None  # another user's socket: never talk to it
-        sock.sendall(_request(fp, cwd, args, data))
+        sock.sendall(request(fp, cwd, args, data))
         sock.settimeout(READY_TIMEOUT)
         if sock.recv(1) != hookd_wire.READY:
             sock.close()
@@ -158,8 +166,8 @@ def via_daemon(args: list[str], data: bytes) -> int | None:
             return 2
     assert fields is not None  # a code was read from them
     try:
-        _write(1, fields[1])
-        _write(2, fields[2])
+        write_all(1, fields[1])
+        write_all(2, fields[2])
     except OSError:
         pass  # the harness stopped reading: as a hook in its own process, it cannot say more
     return code
@@ -203,8 +211,7 @@ def start_daemon(common: str, fp: str, path: str) -> None:
         os.close(fd)
         return  # a daemon holds it: starting, or alive but not yet listening
     os.close(fd)
-    argv = [sys.executable, "-c", "import sys; del sys.path[0]; from storm_git.integrations.hookd import main; "
-            "main(sys.argv[1:])", common, path]
+    argv = [sys.executable, "-c", DAEMON_MAIN, common, path]
     try:
         pid = os.fork()
     except OSError:

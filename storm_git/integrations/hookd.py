@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import hookd_peer, hookd_place, hookd_wire
+from . import hookd_cli, hookd_peer, hookd_place, hookd_wire
 
 IDLE_SECONDS = 600.0
 TICK_SECONDS = 5.0
@@ -66,8 +66,8 @@ def decode_request(fields: list[bytes]) -> Request:
                    [os.fsdecode(a) for a in hookd_wire.unpack(args[8:])], hookd_wire.env_from(env), data)
 
 
-def preload() -> None:
-    for name in PRELOAD_MODULES:
+def preload(more: tuple[str, ...] = ()) -> None:
+    for name in PRELOAD_MODULES + more:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the call's child meets the same error, as a new process would
@@ -117,8 +117,10 @@ def loaded_files() -> dict[str, tuple[int, int]]:
 class Daemon:
     """The listening socket and the loop that forks a child per call."""
 
-    def __init__(self, common: str, path: str, fp: str, name: str, idle: float) -> None:
+    def __init__(self, common: str, path: str, fp: str, name: str, idle: float,
+                 cli: hookd_cli.Main | None = None) -> None:
         self.common, self.path, self.fp, self.name, self.idle = common, path, fp, name, idle
+        self.cli = cli
         self.peer = Peer(hookd_peer.confinement() or (), hookd_peer.exec_env(os.environb))
         self.files = loaded_files()
         self.sock: socket.socket | None = None
@@ -242,7 +244,7 @@ class Daemon:
             pid = os.fork()
             if pid == 0:
                 child(conn, self.name, self.peer, Caller(peer_pid, accepted),
-                      [self.sock.detach(), self.lock_fd])  # never returns
+                      [self.sock.detach(), self.lock_fd], self.cli)  # never returns
             conn.close()
 
     def close(self) -> None:
@@ -268,6 +270,17 @@ def reap() -> None:
 def become(req: Request) -> tuple[io.BytesIO, io.BytesIO]:
     """Take on the client's process state; returns the buffers that collect what
     the hook writes on sys.stdout and sys.stderr."""
+    become_process(req)
+    (ienc, ierr), (oenc, oerr), (eenc, eerr) = req.streams
+    out, err = io.BytesIO(), io.BytesIO()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(req.data), encoding=ienc, errors=ierr)
+    sys.stdout = io.TextIOWrapper(out, encoding=oenc, errors=oerr)
+    sys.stderr = io.TextIOWrapper(err, encoding=eenc, errors=eerr, line_buffering=True)
+    return out, err
+
+
+def become_process(req: Request) -> None:
+    """Take on the client's working directory, umask, environment and argv."""
     import pwd
 
     import pygit2
@@ -284,33 +297,15 @@ def become(req: Request) -> tuple[io.BytesIO, io.BytesIO]:
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     pygit2.settings.search_path[ConfigLevel.GLOBAL] = home
     pygit2.settings.search_path[ConfigLevel.XDG] = os.path.join(xdg, "git")
-    (ienc, ierr), (oenc, oerr), (eenc, eerr) = req.streams
-    out, err = io.BytesIO(), io.BytesIO()
-    sys.stdin = io.TextIOWrapper(io.BytesIO(req.data), encoding=ienc, errors=ierr)
-    sys.stdout = io.TextIOWrapper(out, encoding=oenc, errors=oerr)
-    sys.stderr = io.TextIOWrapper(err, encoding=eenc, errors=eerr, line_buffering=True)
     sys.argv = req.argv
-    return out, err
 
 
 def run_hook(args: list[str], data: bytes) -> int:
     """``sys.exit(hook_main(args))`` as the interpreter runs it: the exit code it
     would end with, the traceback of an uncaught exception on stderr."""
-    try:
-        from .hook_main import main as hook_main
+    from .hook_main import main as hook_main
 
-        code = hook_main(args, data)
-        return code if isinstance(code, int) else 0 if code is None else 1
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        sys.stderr.write(f"{exc.code}\n")  # as the interpreter does with sys.exit("text")
-        return 1
-    except BaseException:  # noqa: BLE001 - what a new interpreter does with it
-        import traceback
-
-        traceback.print_exc()
-        return 1
+    return hookd_cli.exit_status(lambda: hook_main(args, data))
 
 
 @dataclass(frozen=True)
@@ -334,8 +329,10 @@ def serves(conn: socket.socket, mine: Peer, caller: Caller, req: Request) -> boo
             and hookd_peer.same_as_peer(conn, caller.pid, mine.confinement, caller.accepted))
 
 
-def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fds: list[int]) -> None:
-    """One call, in the process forked for it. Never returns."""
+def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fds: list[int],
+          cli: hookd_cli.Main | None = None) -> None:
+    """One call (a hook's, or with ``cli`` a command line's), in the process forked
+    for it. Never returns."""
     code = 0
     try:
         for fd in daemons_fds:  # the listening socket and the daemon's lock are not the call's
@@ -344,14 +341,20 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         conn.settimeout(REQUEST_TIMEOUT)
-        if hookd_wire.recv_exact(conn, len(hookd_wire.MAGIC)) != hookd_wire.MAGIC:
+        magic = hookd_wire.recv_exact(conn, len(hookd_wire.MAGIC))
+        if magic not in (hookd_wire.MAGIC, hookd_wire.CLI_MAGIC):
             return
         fields = hookd_wire.recv_packed(conn)
         if fields is None or len(fields) != 8:
             return
         req = decode_request(fields)
-        if req.fingerprint != name or not serves(conn, mine, caller, req):
-            conn.sendall(hookd_wire.REFUSED)  # another storm, or a caller confined otherwise: it runs the hook itself
+        if req.fingerprint != name or not serves(conn, mine, caller, req) or (
+                magic == hookd_wire.CLI_MAGIC and cli is None):
+            conn.sendall(hookd_wire.REFUSED)  # another storm, or a caller confined otherwise: it runs the call itself
+            return
+        if magic == hookd_wire.CLI_MAGIC:
+            assert cli is not None
+            hookd_cli.serve(conn, cli, req.args, req.streams, lambda: become_process(req))
             return
         try:
             out, err = become(req)
@@ -359,14 +362,8 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
             conn.sendall(hookd_wire.REFUSED)  # its directory is gone, say: the client meets that itself
             return
         conn.sendall(hookd_wire.READY)
-        go, anc, _, _ = conn.recvmsg(1, socket.CMSG_LEN(3 * 4))
-        fds = [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for level, kind, d in anc
-               if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for i in range(0, len(d) - 3, 4)]
-        if go != hookd_wire.GO or len(fds) != 3:
+        if not hookd_cli.receive_streams(conn):
             return  # the client gave up waiting and runs the call itself
-        for target, fd in zip((0, 1, 2), fds, strict=True):
-            os.dup2(fd, target)
-            os.close(fd)
         conn.settimeout(None)
         status = run_hook(req.args, req.data)  # (the hook registers no atexit handler: os._exit skips none)
         try:
@@ -384,8 +381,10 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
         os._exit(code)
 
 
-def main(argv: list[str]) -> None:
-    """``hookd COMMON_DIR SOCKET_PATH``, as the client starts it."""
+def main(argv: list[str], cli: hookd_cli.Main | None = None, preload_more: tuple[str, ...] = ()) -> None:
+    """``hookd COMMON_DIR SOCKET_PATH``, as the client starts it; with ``cli`` (the
+    command line's ``main``, which this layer cannot import) it serves the
+    command line's agent verbs too, with ``preload_more`` loaded in advance."""
     common, path = argv
     os.chdir("/")
     import storm_git
@@ -396,10 +395,10 @@ def main(argv: list[str]) -> None:
     if hookd_place.socket_path(common, name, os.environ) != path:
         return  # this interpreter sees another storm, or another confinement, than the client did
     idle = float(os.environ.get("STORM_HOOKD_IDLE") or IDLE_SECONDS)
-    d = Daemon(common, path, fp, name, idle)
+    d = Daemon(common, path, fp, name, idle, cli)
     if not d.take_lock():
         return  # another daemon of this name is starting or running
-    preload()
+    preload(preload_more)
     import gc
 
     gc.freeze()  # a child's collections then never touch (and copy) the daemon's objects

@@ -20,10 +20,7 @@ small ``/proc`` reads: standard library only, the client runs this first.
 """
 from __future__ import annotations
 
-import errno
 import os
-import signal
-import time
 
 NAMESPACES = ("mnt", "net", "pid", "pid_for_children", "user", "ipc", "uts", "cgroup", "time",
               "time_for_children")
@@ -34,8 +31,9 @@ STATUS_ROWS = (b"Uid:", b"Gid:", b"Groups:", b"NoNewPrivs:", b"Seccomp:", b"Secc
 EXEC_NAMES = frozenset((b"PATH", b"HOME", b"XDG_CONFIG_HOME", b"XDG_CONFIG_DIRS", b"SHELL", b"BASH_ENV", b"ENV",
                         b"IFS", b"TMPDIR", b"GCONV_PATH", b"LOCPATH", b"NLSPATH", b"HOSTALIASES", b"GLIBC_TUNABLES",
                         b"PERL5LIB", b"PERL5OPT", b"PERLLIB", b"RUBYOPT", b"RUBYLIB", b"NODE_OPTIONS",
-                        b"SSH_ASKPASS", b"PAGER", b"EDITOR", b"VISUAL"))
-EXEC_PREFIXES = (b"LD_", b"GIT_", b"PYTHON", b"MALLOC_")
+                        b"SSH_ASKPASS", b"PAGER", b"EDITOR", b"VISUAL", b"LANG", b"LANGUAGE"))
+# (LC_: the locale a process sets up at its start, and git's messages)
+EXEC_PREFIXES = (b"LD_", b"GIT_", b"PYTHON", b"MALLOC_", b"LC_")
 SO_PEERPIDFD = 77  # Linux 6.5 on; older kernels refuse it and the start time stands in
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -107,6 +105,9 @@ def same_as_peer(sock, pid: int, mine: tuple[bytes, ...], accepted: float) -> bo
     confined as ``mine`` says; ``accepted`` is CLOCK_BOOTTIME at accept. A pid
     whose process died and was reused is caught by the pidfd (the process is still
     alive after the reads) or, without one, by a start after the accept."""
+    import errno
+    import signal
+
     if pid <= 0:
         return False  # in a pid namespace the daemon cannot see into
     pidfd = peer_pidfd(sock)
@@ -128,4 +129,6 @@ def same_as_peer(sock, pid: int, mine: tuple[bytes, ...], accepted: float) -> bo
 
 
 def boottime() -> float:
+    import time
+
     return time.clock_gettime(time.CLOCK_BOOTTIME)

@@ -15,13 +15,20 @@ One connection is one hook call:
    connection that ends after GO without it means the call's process died
    mid-call: the client fails closed.
 
+A command line call (``git storm read``, ``write``...: ``CLI_MAGIC`` instead of
+``MAGIC``, no stdin bytes in the request) goes the same way, except that the
+child reads and writes the attached streams themselves, the client may send
+``INTR`` after GO (its Ctrl-C), and ``RESULT`` carries the exit code alone.
+
 Standard library only, and no module that is slow to import: the client runs
 this on every hook call.
 """
 from __future__ import annotations
 
 MAGIC = b"STORMHK1"
+CLI_MAGIC = b"STORMCL1"  # a command line call (storm_git.integrations.hookd_cli)
 READY, REFUSED, GO, RESULT = b"R", b"N", b"G", b"X"
+INTR = b"I"  # client -> daemon after GO, on a command line call: Ctrl-C
 
 
 def pack(fields: list[bytes]) -> bytes:

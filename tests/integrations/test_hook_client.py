@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from daemon_helpers import (
     daemons_of,
     event,
     hook,
+    listening_as_another_user,
     sockets,
     started,
     stop,
@@ -230,35 +230,11 @@ def _imposter(drepo: Path) -> None:
     assert path.parent == drepo / ".git/storm/hookd"
     stop(pid)
     os.chmod(drepo / ".git/storm/hookd", 0o777)
-    r_fd, w_fd = os.pipe()
-    imposter = os.fork()
-    if imposter == 0:
-        try:
-            os.close(r_fd)
-            os.setgid(65534)
-            os.setuid(65534)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            path.unlink(missing_ok=True)
-            s.bind(str(path))
-            s.listen(1)
-            os.write(w_fd, b"up")
-            conn, _ = s.accept()
-            conn.settimeout(5)
-            got = conn.recv(100)
-            os.write(w_fd, b"got:" + got)
-        finally:
-            os._exit(0)
-    os.close(w_fd)
-    try:
-        assert os.read(r_fd, 2) == b"up"
+    with listening_as_another_user(path) as told:
         data = event(drepo, "PostToolUse", "Read", {"file_path": str(drepo / "src/api.py")}, "r1")
         r = hook(drepo, data, env)
         assert r.returncode == 0 and b"additionalContext" not in r.stderr
-        assert os.read(r_fd, 100) == b"got:"  # connected, checked, hung up: nothing sent
-    finally:
-        os.close(r_fd)
-        os.kill(imposter, signal.SIGKILL)
-        os.waitpid(imposter, 0)
+        assert os.read(told, 100) == b"got:"  # connected, checked, hung up: nothing sent
 
 
 def test_two_sessions_calls_run_at_once_through_the_daemon(drepo: Path) -> None:

@@ -3,6 +3,7 @@ event on stdin) with the hook daemon on, and finding, stopping and killing the
 daemon and its per-call children by pid."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,7 +11,9 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 GIT_STORM = shutil.which("git-storm") or "git-storm"
 
@@ -136,3 +139,80 @@ def daemons_of(repo: Path) -> list[int]:
         if any(b"integrations.hookd import main" in a for a in argv) and common.encode() in argv and alive(int(d)):
             out.append(int(d))
     return out
+
+
+@dataclass
+class Ran:
+    """One ``git storm`` run: exit code, output bytes, and the modules it imported
+    when PYTHONPROFILEIMPORTTIME=1 (its report is taken out of ``err``)."""
+    code: int
+    out: bytes
+    err: bytes
+    imported: set[str]
+
+    @property
+    def served(self) -> bool:
+        """The verb ran in the daemon: the client relayed it and loaded no click."""
+        return "storm_git.integrations.cli_client" in self.imported and "click" not in self.imported
+
+
+def importtime_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the import-time report on (a PYTHON* variable: the daemon of
+    callers that set it is its own)."""
+    return dict(env, PYTHONPROFILEIMPORTTIME="1")
+
+
+def cli(cwd: Path, *args: str | bytes, env: dict[str, str], input: bytes | None = None,
+        timeout: float = 60) -> Ran:
+    """``git storm ARGS`` as its own process (the installed console script)."""
+    r = subprocess.run([GIT_STORM, *args], cwd=cwd, env=env, input=input, capture_output=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL if input is None else None)
+    kept, imported = [], set()
+    for line in r.stderr.splitlines(keepends=True):
+        if line.startswith(b"import time:"):
+            imported.add(line.rsplit(b"|", 1)[-1].strip().decode())
+        else:
+            kept.append(line)
+    return Ran(r.returncode, r.stdout, b"".join(kept), imported)
+
+
+def syscall_reading_stdin(pid: int) -> bool:
+    """Process ``pid`` is blocked in read(0, ...)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as fh:
+            fields = fh.read().split()
+    except OSError:
+        return False
+    return len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == 0
+
+
+@contextlib.contextmanager
+def listening_as_another_user(path: Path) -> Iterator[int]:
+    """A listener of uid 65534 at ``path`` (root only); yields a descriptor that
+    reads ``got:`` and what a client sent it, once one connected."""
+    r_fd, w_fd = os.pipe()
+    imposter = os.fork()
+    if imposter == 0:
+        try:
+            os.close(r_fd)
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            path.unlink(missing_ok=True)
+            s.bind(str(path))
+            s.listen(1)
+            os.write(w_fd, b"up")
+            conn, _ = s.accept()
+            conn.settimeout(5)
+            got = conn.recv(100)
+            os.write(w_fd, b"got:" + got)
+        finally:
+            os._exit(0)
+    os.close(w_fd)
+    try:
+        assert os.read(r_fd, 2) == b"up"
+        yield r_fd
+    finally:
+        os.close(r_fd)
+        os.kill(imposter, signal.SIGKILL)
+        os.waitpid(imposter, 0)
