@@ -138,7 +138,15 @@ def daemons_of(repo: Path) -> list[int]:
             continue
         if any(b"integrations.hookd import main" in a for a in argv) and common.encode() in argv and alive(int(d)):
             out.append(int(d))
-    return out
+    return [p for p in out if _parent(p) not in out]  # a call's forked child shares its daemon's command line
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass
