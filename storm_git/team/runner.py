@@ -26,7 +26,7 @@ from ..coordination import assignments
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.store import WORKSPACE_REF, Store
 from ..integrations.brief import brief as agent_brief
-from . import land as landing, launcher, report
+from . import head_tests, land as landing, launcher, report
 from .plan import Plan, load_file, validate
 from .progress import Activity, Progress
 from .state import Engineer, RunDir, RunState, new_run_id
@@ -53,6 +53,7 @@ class Options:
     session_timeout: float | None = None
     harness_args: list[str] = field(default_factory=list)
     manager: str | None = None
+    watch_test: str | None = None  # git storm watch's runner on the shared head (storm mode)
 
 
 def tree_paths(store: Store, oid: pygit2.Oid | None) -> list[str]:
@@ -106,6 +107,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     plan = check_plan(store, data, mode, where)
     if opts.parallel < 1:
         raise UsageError("--parallel must be at least 1")
+    head_tests.check(mode, opts.watch_test)
     harnesses = {s.harness or opts.harness for s in plan.subtasks}
     if "cmd" in harnesses and not opts.harness_cmd:
         raise UsageError("the cmd harness needs --harness-cmd 'SHELL COMMAND'")
@@ -124,7 +126,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     st.engineers = [Engineer(f"engineer_{i}", s.id, s.harness or opts.harness)
                     for i, s in enumerate(plan.subtasks, 1)]
     extra = {"test_timeout": opts.test_timeout, "session_timeout": opts.session_timeout,
-             "harness_args": opts.harness_args, "manager": manager}
+             "harness_args": opts.harness_args, "manager": manager, "watch_test": opts.watch_test}
     with open(rd.file("plan.json"), "w", encoding="utf-8") as fh:
         import json
 
@@ -198,6 +200,7 @@ class Team:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.listeners: list[Listener] = []
         self.ticks: list[Callable[[Team], None]] = []
+        self.on_finish: list[Callable[[Team], None]] = []  # before the report is built
         self.stopping = False
         self.hooks: dict[str, str | None] = {}
         self.progress = Progress(store, [e.agent for e in st.engineers], since=st.started,
@@ -240,6 +243,7 @@ class Team:
                   parallel=self.st.parallel)
         for o in orphaned(self.store.commondir, skip=self.st.run):  # found; `team stop RUN` ends them
             self.emit("orphan", **o, hint=f"git storm team stop {o['run']}")
+        head_tests.attach(self)
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             self.work()
@@ -605,6 +609,8 @@ class Team:
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, phase: str, why: str) -> int:
+        for f in self.on_finish:
+            f(self)
         self.st.phase = phase
         self.st.ended = time.time()
         if why:

@@ -83,6 +83,7 @@ class RunState:
     merges: list[dict[str, Any]] = field(default_factory=list)
     landed: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    head_tests: dict[str, Any] = field(default_factory=dict)  # the shared head's runner: head_tests.py
 
     def engineer(self, agent: str) -> Engineer:
         return next(e for e in self.engineers if e.agent == agent)
