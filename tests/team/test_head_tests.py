@@ -91,6 +91,8 @@ def test_a_semantic_conflict_found_while_the_team_works_is_told_shown_and_report
     ht = snap["head_tests"]
     assert ht["result"] == "red" and ht["failing"] == ["tests/test_sum.py::test_sum_stays_small"]
     assert len(ht["found"]) == 1 and ht["runner"]["alive"] is False
+    first = team(sum_repo, "status", run).stdout.splitlines()[0]
+    assert "head tests red at" in first and "semantic test_sum_stays_small by engineer_" in first, first
     # the runner is gone with the run, and left no export behind
     st = json.loads((rd / "state.json").read_text())
     assert st["head_tests"]["pid"] is None
