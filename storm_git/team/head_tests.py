@@ -37,8 +37,6 @@ from . import launcher
 from .state import RunDir, RunState
 
 LOOK_EVERY = 1.0
-RESTARTS = 3  # a runner that crashed is started again this many times in a run
-RESTART_AFTER = 5.0
 STOP_GRACE = 10.0
 
 
@@ -70,7 +68,6 @@ class HeadTests:
     def __init__(self, team: TeamLike, cmd: str) -> None:
         self.team, self.cmd = team, cmd
         self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
         self.last_look = 0.0
         self.closed = False
         self.rounds_seen = int(team.st.head_tests.get("rounds") or 0)
@@ -84,7 +81,6 @@ class HeadTests:
         st = self.state
         st.setdefault("cmd", self.cmd)
         st.setdefault("found", [])
-        st.setdefault("restarts", 0)
         old_pid, old_start = st.get("pid"), st.get("pstart")
         if old_pid and launcher.alive(old_pid, old_start):  # the runner of the run's killed process
             launcher.end(int(old_pid), old_start)
@@ -97,22 +93,20 @@ class HeadTests:
         with open(t.rd.file("watch.out"), "ab") as fo, open(t.rd.file("watch.err"), "ab") as fe:
             self.proc = subprocess.Popen(argv, cwd=t.store.main_workdir, env=t.test_env(), stdin=subprocess.DEVNULL,
                                          stdout=fo, stderr=fe, start_new_session=True)
-        self.started_at = time.monotonic()
         self.state.update(pid=self.proc.pid, pstart=launcher.proc_start(self.proc.pid), running=True)
         t.save()
         t.emit("head_watch", pid=self.proc.pid, test=self.cmd)
 
     def _ended(self, code: int) -> None:
-        t, st = self.team, self.state
+        """The runner exited before the run's end: said, not started again (what stopped
+        it, a corrupt state or another runner, would stop the next one too)."""
+        t = self.team
         self.proc = None
-        st.update(pid=None, pstart=None, running=False)
-        why = {EXIT_REPO_STATE: "another git storm watch runs on this repository (the board shows its rounds)",
+        self.state.update(pid=None, pstart=None, running=False)
+        why = {EXIT_REPO_STATE: "another git storm watch runs on this repository (the board shows its rounds), "
+                                "or its state is unreadable",
                EXIT_USAGE: "the runner refused its options"}.get(code, "")
-        tail = _tail(t.rd.file("watch.err"))
-        t.emit("head_watch_ended", code=code, why=why or tail)
-        if not why and code not in (0, 128 + signal.SIGTERM) and int(st.get("restarts") or 0) < RESTARTS:
-            st["restarts"] = int(st.get("restarts") or 0) + 1
-            st["restart_due"] = True
+        t.emit("head_watch_ended", code=code, why=_tail(t.rd.file("watch.err")) or why)
         t.save()
 
     def close(self) -> None:
@@ -129,7 +123,7 @@ class HeadTests:
                 launcher.end(proc.pid, None, grace=0.5)
                 proc.wait()
         self.proc = None
-        self.state.update(pid=None, pstart=None, running=False, restart_due=False)
+        self.state.update(pid=None, pstart=None, running=False)
         self.look(force=True)
         self.team.save()
 
@@ -140,10 +134,6 @@ class HeadTests:
         proc = self.proc
         if proc is not None and proc.poll() is not None:
             self._ended(int(proc.returncode))
-        if self.proc is None and self.state.get("restart_due") and \
-                time.monotonic() - self.started_at >= RESTART_AFTER:
-            self.state["restart_due"] = False
-            self.spawn()
         self.look()
 
     def look(self, force: bool = False) -> None:
