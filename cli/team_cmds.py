@@ -152,6 +152,10 @@ def _options(harness: str | None, harness_cmd: str | None, **kw: Any) -> Any:
               help="Must be the repository's mode (git storm mode switches it).")
 @click.option("--test", "test_cmd", metavar="CMD", default=None,
               help="The test gate on the integrated result (sh -c).")
+@click.option("--watch-test", "watch_test", metavar="CMD", default=None,
+              help="Storm mode: run git storm watch's test runner with CMD on the shared head while the "
+                   "engineers work (the tests it picks are appended to CMD, as pytest takes them); a semantic "
+                   "conflict or break it finds is told to the engineers involved and is in the board and report.")
 @click.option("--parallel", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="At most this many sessions at once.")
 @click.option("--fix-rounds", type=click.IntRange(0, 5), default=1, show_default=True,
@@ -173,9 +177,10 @@ def _options(harness: str | None, harness_cmd: str | None, **kw: Any) -> Any:
 @click.option("--quiet", "-q", is_flag=True, help="No board; only the final line.")
 @json_option
 def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | None, harness_cmd: str | None,
-             mode: str | None, test_cmd: str | None, parallel: int, fix_rounds: int, test_timeout: float | None,
-             session_timeout: float | None, harness_args: tuple[str, ...], agents: int, resume_run: str | None,
-             land_branch: str | None, push_remote: str | None, quiet: bool, as_json: bool) -> None:
+             mode: str | None, test_cmd: str | None, watch_test: str | None, parallel: int, fix_rounds: int,
+             test_timeout: float | None, session_timeout: float | None, harness_args: tuple[str, ...], agents: int,
+             resume_run: str | None, land_branch: str | None, push_remote: str | None, quiet: bool,
+             as_json: bool) -> None:
     """Run a plan: one engineer session per subtask, then the tests, then land.
 
     Exit 0 when every subtask is done, the tests pass and the work has landed
@@ -187,6 +192,7 @@ def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | Non
     \b
     Example:
       git storm team run --plan plan.json --harness-cmd 'python3 agent.py' --test 'pytest -q'
+      git storm team run --plan plan.json --harness claude --test 'pytest -q' --watch-test 'pytest -q'
       git storm team run --plan plan.json --harness claude --parallel 3
       git storm team run "add a --verbose flag" --agents 2 --harness codex
       git storm team run --plan plan.json --harness claude --branch team/retries --push
@@ -221,7 +227,8 @@ def team_run(plan_or_task: str | None, plan_file: str | None, harness: str | Non
                 board.event({"time": time.time(), "event": "planned", "path": path, "run": made.run})
             opts = _options(harness, harness_cmd, mode=mode, test=test_cmd, parallel=parallel, fix_rounds=fix_rounds,
                             test_timeout=test_timeout, session_timeout=session_timeout,
-                            harness_args=list(harness_args), branch=land_branch, push=push_remote)
+                            harness_args=list(harness_args), branch=land_branch, push=push_remote,
+                            watch_test=watch_test)
             t = runner.prepare(store, load_file(path), opts, where=path)
     except PlanError as exc:
         _plan_problems(exc, as_json)

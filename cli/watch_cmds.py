@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from typing import Any
 
@@ -26,9 +28,13 @@ from storm_git.cli.app import CONTEXT, cli, emit_json, json_option, open_store_h
 @click.option("--once", is_flag=True, help="Test the head now if it is untested, then exit.")
 @click.option("--rounds", type=click.IntRange(min=1), default=None, help="Exit after this many rounds.")
 @click.option("--status", "show", is_flag=True, help="Print the head's test state and the notices, then exit.")
+@click.option("--while-pid", "while_pid", type=click.IntRange(min=1), default=None, metavar="PID",
+              help="Run only while process PID does: when it ends, stop the round's tests and exit (git storm "
+                   "team run starts its runner so).")
 @json_option
 def watch(test_cmd: str | None, quiet_s: float | None, every: int | None, full_every: int | None,
-          tests_glob: str | None, once: bool, rounds: int | None, show: bool, as_json: bool) -> None:
+          tests_glob: str | None, once: bool, rounds: int | None, show: bool, while_pid: int | None,
+          as_json: bool) -> None:
     """Run the tests on the shared head as writes land, and tell the agents who broke one.
 
     Each round exports the head (never the shared working tree) and runs the
@@ -41,6 +47,7 @@ def watch(test_cmd: str | None, quiet_s: float | None, every: int | None, full_e
     call (hook, MCP, command line); 'git storm status' and 'log' show it. A test
     red before any agent wrote is never blamed. Takes none of storm's locks:
     run it beside the agents (another terminal, or '&'). One line per round.
+    SIGTERM stops the round's tests and exits 143.
 
     \b
     Example:
@@ -50,7 +57,7 @@ def watch(test_cmd: str | None, quiet_s: float | None, every: int | None, full_e
       git storm watch --status
     """
     from storm_git.testwatch import report
-    from storm_git.testwatch.watcher import WatchConfig, Watcher
+    from storm_git.testwatch.watcher import WatchConfig, Watcher, tether
 
     store = open_store_here()
     commondir = store.commondir
@@ -66,6 +73,14 @@ def watch(test_cmd: str | None, quiet_s: float | None, every: int | None, full_e
         given.update(tests=tuple(tests_glob.split()), universe=True)
     cfg = WatchConfig.from_git(store.repo, test_cmd, **given)
     w = Watcher(store.repo, commondir, cfg)
+
+    def stop(signum: int, _frame: Any) -> None:
+        w.tests.kill()  # the tests run in a session of their own: they would outlive the runner
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    if while_pid is not None:
+        tether(while_pid, lambda: os.kill(os.getpid(), signal.SIGTERM))
 
     def said(rep) -> None:
         if as_json:

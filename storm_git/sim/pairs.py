@@ -259,6 +259,20 @@ class ShadowTests:
                                     if p.endswith(".py") and (data := _show(source, tree, p)) is not None}
 
 
+def false_alarms(found: list[dict[str, Any]], tests: dict[str, bool | None], failing: list[str]) -> int:
+    """The runner's findings the integrated result does not bear out: a semantic
+    conflict on a pair that is none (no feature's tests fail on the result that pass
+    on the feature alone), a break by a feature whose tests pass on the result. A
+    break by a feature that fails its own tests alone is borne out: the result fails
+    them too."""
+    def borne_out(f: dict[str, Any]) -> bool:
+        if f["kind"] == "semantic":
+            return bool(failing)
+        return any(tests.get(str(k)) is False for k in f.get("features") or [])
+
+    return sum(1 for f in found if not borne_out(f))
+
+
 def watch_chain(repo: str, a: Feature, b: Feature, shadow: ShadowTests, cache: Any) -> dict[str, Any]:
     """Run ``git storm watch``'s rounds on the chain of writes the storm run left on
     refs/storm/workspace, each write with its feature's tests (:class:`ShadowTests`),
@@ -395,8 +409,7 @@ def run_pair(task: Task, a: Feature, b: Feature, base: Files, modes: tuple[str, 
         failing = [k for k, ok in res.tests.items() if ok is False and alone.get(int(k)) is not False]
         res.semantic = bool(failing) and m.judgement == 0 and not res.errors
         if res.watch is not None and "error" not in res.watch:
-            # a blame on a pair whose integration passes its tests is a false alarm
-            res.watch["false_alarms"] = len(res.watch["found"]) if not failing else 0
+            res.watch["false_alarms"] = false_alarms(res.watch["found"], res.tests, failing)
         if kind == "storm" and m.rejections:
             res.caught = "write"
         elif kind == "worktree" and m.caught_at_merge:

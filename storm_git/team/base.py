@@ -63,6 +63,7 @@ class TeamBase:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.listeners: list[Listener] = []
         self.ticks: list[Callable[[Any], None]] = []  # each called with the team after every look
+        self.on_finish: list[Callable[[Any], None]] = []  # each called with the team before the report
         self.stopping = False
         self.hooks: dict[str, str | None] = {}
         self.progress = Progress(store, [e.agent for e in st.engineers], since=st.started,
@@ -97,6 +98,8 @@ class TeamBase:
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, phase: str, why: str) -> int:
+        for f in self.on_finish:
+            f(self)
         self.st.phase = phase
         self.st.ended = time.time()
         if why:

@@ -3,7 +3,8 @@
 ``snapshot`` is what ``team status --json`` prints and what the live table shows:
 per engineer its state, the file it is on, reads, accepted and rejected writes,
 reservations held and the holder it waits for, tokens, cost and elapsed time; for
-the run its phase, the shared head and the last test result. Rendering is plain
+the run its phase, the shared head, the last test result and, with a runner on the
+shared head (:mod:`.head_tests`), its last round and the writes it blamed. Rendering is plain
 text (the CLI redraws it in place on a terminal, prints one line per event
 otherwise): a dozen rows refreshed once a second need no terminal library.
 """
@@ -13,7 +14,7 @@ import time
 from typing import Any
 
 from ..core.store import WORKSPACE_REF, Store
-from . import launcher
+from . import head_tests, launcher
 from .progress import Activity
 from .state import RunState
 
@@ -42,6 +43,7 @@ def snapshot(store: Store, st: RunState, activity: dict[str, Activity]) -> dict[
             "head": str(head) if head is not None else None, "branch": st.branch,
             "last_test": None if last is None else {"passed": bool(last.get("passed")), "round": last.get("round"),
                                                    "agent": last.get("agent")},
+            "head_tests": head_tests.view(store.commondir, st),
             "landed": st.landed, "problems": st.problems, "engineers": rows,
             "elapsed": round((st.ended or now) - st.started, 1)}
 
@@ -52,7 +54,7 @@ def table(snap: dict[str, Any]) -> list[str]:
     head = (snap["head"] or "-")[:10]
     result = "-" if test is None else ("pass" if test["passed"] else "FAIL")
     lines = [(f"team run {snap['run']}  {snap['mode']} mode  {snap['phase']}  {snap['elapsed']:.0f}s  "
-              f"shared head {head}  tests {result}"),
+              f"shared head {head}  tests {result}" + head_line(snap.get("head_tests"))),
              (f"{'':2}{'engineer':<12}{'subtask':<10}{'state':<9}{'on':<24}{'reads':>6}{'writes':>7}"
               f"{'rejected':>9}  {'holds/waits':<18}{'tokens':>8}{'cost':>8}{'time':>7}")]
     for r in snap["engineers"]:
@@ -73,6 +75,20 @@ def waiting(holder: str | None, path: str | None) -> str:
     return f"waiting on {holder}" + (f" for {path}" if path else "")
 
 
+def head_line(ht: dict[str, Any] | None) -> str:
+    """The runner on the shared head, for the board's first line ("" when none)."""
+    if not ht:
+        return ""
+    text = f"  head tests {ht['result'] or '-'}"
+    if ht.get("head"):
+        text += f" at {ht['head'][:10]} (round {ht['rounds']})"
+    if ht.get("testing"):
+        text += f", testing {ht['testing'][:10]}"
+    for f in ht.get("found") or []:
+        text += f"; {f['kind']} {f['test'].rsplit('::', 1)[-1]} by {'+'.join(f['agents'])}"
+    return text
+
+
 def event_line(ev: dict[str, Any]) -> str:
     """One event as one line of text."""
     t = time.strftime("%H:%M:%S", time.localtime(float(ev.get("time", 0))))
@@ -85,6 +101,14 @@ def event_line(ev: dict[str, Any]) -> str:
         text = f"{ev.get('state')}" + (f": {ev['why']}" if ev.get("why") else "") + f" after {ev.get('seconds')}s"
     elif kind == "tested":
         text = f"tests {'passed' if ev.get('passed') else 'failed'} (round {ev.get('round')}, {ev.get('seconds')}s)"
+    elif kind == "head_tested":
+        failing = ev.get("failing") or []
+        text = (f"shared head {str(ev.get('commit'))[:10]} tested (round {ev.get('round')}): {ev.get('result')}"
+                + (f", failing {', '.join(failing)}" if failing else ""))
+    elif kind == "head_conflict":
+        what = "semantic conflict" if ev.get("found") == "semantic" else "break"
+        text = (f"tests on the shared head: {ev.get('test')} fails: {what} by writes "
+                f"{', '.join(ev.get('writes') or [])} ({', '.join(ev.get('agents') or [])}): told on their next call")
     elif kind == "landed":
         text = f"landed {str(ev.get('commit'))[:12]} on {ev.get('branch')}"
     elif kind == "waiting":

@@ -3,7 +3,9 @@
 Per engineer: its writes and the files they touched, rejections by reason,
 re-plans (a rejected path the engineer then wrote), reservation waits, tokens,
 cost and time; for the run: the conflicts caught at write (storm's rejections),
-at merge (worktree mode) and by the tests, and what landed where.
+at merge (worktree mode), by the tests on the shared head during the run (storm
+mode with ``--watch-test``: each semantic conflict or break and the writes it was
+blamed on) and by the tests at landing, and what landed where.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def build(st: RunState, plan: Plan, activity: dict[str, dict[str, Any]]) -> dict
     at_write = sum(v for x in engineers for k, v in x["reasons"].items() if k in WRITE_CONFLICTS)
     at_merge = sum(1 for m in st.merges for r in m.get("results", []) if r.get("status") == "conflicted")
     by_tests = sum(1 for t in st.tests if not t.get("passed"))
+    found = list(st.head_tests.get("found") or [])
     tokens = [x["tokens"] for x in engineers if x["tokens"] is not None]
     costs = [x["cost"] for x in engineers if x["cost"] is not None]
     return {
@@ -47,7 +50,13 @@ def build(st: RunState, plan: Plan, activity: dict[str, dict[str, Any]]) -> dict
         "started": st.started, "ended": st.ended,
         "seconds": round((st.ended or st.started) - st.started, 3), "branch": st.branch,
         "base_commit": st.base_commit, "landed": st.landed, "pushed": st.pushed or None, "engineers": engineers,
-        "conflicts": {"at_write": at_write, "at_merge": at_merge, "by_tests": by_tests},
+        "conflicts": {"at_write": at_write, "at_merge": at_merge, "by_tests": by_tests,
+                      **({} if not st.head_tests.get("cmd") else
+                         {"on_head": sum(1 for f in found if f.get("kind") == "semantic"),
+                          "breaks_on_head": sum(1 for f in found if f.get("kind") == "break")})},
+        "head_tests": None if not st.head_tests.get("cmd") else
+        {"test": st.head_tests["cmd"], "rounds": int(st.head_tests.get("rounds") or 0),
+         "last": {"commit": st.head_tests.get("head"), "result": st.head_tests.get("result")}, "found": found},
         "tests": [{k: v for k, v in t.items() if k != "output"} | {"output_tail": str(t.get("output", ""))[-800:]}
                   for t in st.tests],
         "totals": {"writes": sum(x["writes"] for x in engineers),
@@ -81,8 +90,16 @@ def markdown(rep: dict[str, Any]) -> str:
                      f"{'{:.4f}'.format(e['cost']) if e['cost'] is not None else '-'} | "
                      f"{'{:.1f} s'.format(e['seconds']) if e['seconds'] is not None else '-'} |")
     c = rep["conflicts"]
-    lines += ["", (f"Conflicts caught: {c['at_write']} at write, {c['at_merge']} at merge, "
-                   f"{c['by_tests']} by the tests."), ""]
+    caught = f"Conflicts caught: {c['at_write']} at write, {c['at_merge']} at merge, "
+    ht = rep.get("head_tests")
+    if ht:
+        caught += (f"{c.get('on_head', 0)} semantic conflict(s) and {c.get('breaks_on_head', 0)} break(s) "
+                   f"by the tests on the shared head during the run ({ht['rounds']} rounds of `{ht['test']}`), ")
+    lines += ["", caught + f"{c['by_tests']} by the tests{' at landing' if ht else ''}.", ""]
+    for f in (ht or {}).get("found") or []:
+        what = "semantic conflict between" if f["kind"] == "semantic" else "break by"
+        lines.append(f"- tests on the shared head: {f['test']} failed on {f['head'][:10]}: {what} "
+                     + " and ".join(f"{w['commit'][:10]} ({w['agent']}: {w['subject']})" for w in f["writes"]))
     for e in rep["engineers"]:
         if e["paths"]:
             lines.append(f"- {e['agent']} wrote {', '.join(e['paths'])}")

@@ -19,7 +19,7 @@ import pygit2
 from ..coordination import assignments
 from ..core.errors import NotInitialised, RepoStateError, UsageError
 from ..core.store import WORKSPACE_REF, Store
-from . import launcher, publish
+from . import head_tests, launcher, publish
 from .base import EXIT_NOT_LANDED, EXIT_NOT_PUSHED, EXIT_STOPPED, Listener, tree_paths
 from .lander import Lander
 from .plan import Plan, load_file, validate
@@ -44,6 +44,7 @@ class Options:
     manager: str | None = None
     branch: str | None = None  # land here instead of the branch the run starts on
     push: str | None = None  # push the landed branch to this remote
+    watch_test: str | None = None  # git storm watch's runner on the shared head (storm mode)
 
 
 def current_mode(store: Store) -> str:
@@ -80,6 +81,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     plan = check_plan(store, data, mode, where)
     if opts.parallel < 1:
         raise UsageError("--parallel must be at least 1")
+    head_tests.check(mode, opts.watch_test)
     harnesses = {s.harness or opts.harness for s in plan.subtasks}
     if "cmd" in harnesses and not opts.harness_cmd:
         raise UsageError("the cmd harness needs --harness-cmd 'SHELL COMMAND'")
@@ -104,7 +106,7 @@ def prepare(store: Store, data: Any, opts: Options, *, where: str = "the plan") 
     st.engineers = [Engineer(f"engineer_{i}", s.id, s.harness or opts.harness)
                     for i, s in enumerate(plan.subtasks, 1)]
     extra = {"test_timeout": opts.test_timeout, "session_timeout": opts.session_timeout,
-             "harness_args": opts.harness_args, "manager": manager}
+             "harness_args": opts.harness_args, "manager": manager, "watch_test": opts.watch_test}
     with open(rd.file("plan.json"), "w", encoding="utf-8") as fh:
         import json
 
@@ -179,6 +181,7 @@ class Team(Lander):
                   parallel=self.st.parallel)
         for o in orphaned(self.store.commondir, skip=self.st.run):  # found; `team stop RUN` ends them
             self.emit("orphan", **o, hint=f"git storm team stop {o['run']}")
+        head_tests.attach(self)
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             self.work()

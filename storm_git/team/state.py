@@ -86,6 +86,7 @@ class RunState:
     push: str | None = None  # --push: the remote
     pushed: dict[str, Any] = field(default_factory=dict)  # the push's outcome (publish.Pushed)
     problems: list[str] = field(default_factory=list)
+    head_tests: dict[str, Any] = field(default_factory=dict)  # the shared head's runner: head_tests.py
 
     def engineer(self, agent: str) -> Engineer:
         return next(e for e in self.engineers if e.agent == agent)

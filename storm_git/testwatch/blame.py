@@ -9,10 +9,12 @@ not exist) on an earlier head and fails on this one:
 2. otherwise the first failing head between the last green one and this one is
    found by bisection (only the failing tests run);
 3. that write's agent's writes alone, each applied as a diff (a three-way merge)
-   onto the last green head: the test fails there too, it is a *break* by that
-   write; it passes, the first other agent's write that makes it fail again
-   (bisected the same way) is the write it interacts with: a *semantic conflict*
-   between the two.
+   onto the base (onto the last green head when they do not apply to the base:
+   they build on other agents' writes): the test fails there too, it is a *break*
+   by that write; it passes, the first other agent's write that makes it fail
+   with them (bisected the same way) is the write it interacts with: a *semantic
+   conflict* between the two. Alone means alone: another agent's write that was
+   green on its own (the last green head) is still a partner.
 """
 from __future__ import annotations
 
@@ -110,13 +112,18 @@ def blame(repo: pygit2.Repository, links: list[Link], test: str, fails: Fails,
     culprit = links[k]
     if culprit.agent is None:
         return Finding(test, "unresolved", [culprit], tail, "the first failing head is no agent's write")
-    own = [lk for lk in links[lo + 1:k + 1] if lk.agent == culprit.agent]
-    alone = apply(repo, links[lo].tree, own)
+    start = 0
+    own = [lk for lk in links[1:k + 1] if lk.agent == culprit.agent]
+    alone = apply(repo, links[0].tree, own)
+    if alone is None:  # they build on other agents' writes: alone on the last green head
+        start = lo
+        own = [lk for lk in links[lo + 1:k + 1] if lk.agent == culprit.agent]
+        alone = apply(repo, links[lo].tree, own)
     if alone is None:
         return Finding(test, "unresolved", [culprit], tail, "its writes do not apply alone to the last green head")
     if fails(alone, test)[0]:
         return Finding(test, "break", [culprit], tail, "it fails with this write alone")
-    others = [i for i in range(lo + 1, k) if links[i].agent not in (None, culprit.agent)]
+    others = [i for i in range(start + 1, k) if links[i].agent not in (None, culprit.agent)]
     if not others:
         return Finding(test, "unresolved", [culprit], tail, "it passes with this write alone and no other agent wrote")
 

@@ -115,6 +115,17 @@ class TestCommand:
     cache: dict[tuple[str, str], Outcome] = field(default_factory=dict)
     full: dict[str, dict[str, Outcome]] = field(default_factory=dict)
     _seq: int = 0
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def kill(self) -> None:
+        """End the test command running now (its whole session), if any: the runner
+        is being stopped."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def _workdir(self) -> str:
         root = work_root(self.commondir)
@@ -148,6 +159,7 @@ class TestCommand:
             t0, c0 = time.monotonic(), _children_cpu()
             proc = subprocess.Popen(cmd, shell=True, cwd=out_dir, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = proc
             try:
                 output, _ = proc.communicate(timeout=self.timeout)
                 rc = proc.returncode
@@ -155,6 +167,8 @@ class TestCommand:
                 os.killpg(proc.pid, signal.SIGKILL)
                 output, _ = proc.communicate()
                 rc, output = -1, output + f"\ntimed out after {self.timeout:.0f}s".encode()
+            finally:
+                self._proc = None
             self.stats.runs += 1
             self.stats.seconds += time.monotonic() - t0
             self.stats.cpu_s += _children_cpu() - c0

@@ -16,6 +16,7 @@ locks: writers never wait for it. One runner per repository (its own lock file,
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 import pygit2
 
 from ..core.errors import Busy, UsageError
-from ..core.locks import try_flocked
+from ..core.locks import pid_alive, try_flocked
 from . import blame, graph, notices, state
 from .run import WHOLE, Outcome, TestCommand, clear_dead_work
 
@@ -235,3 +236,23 @@ class Watcher:
                 if once or (rounds is not None and done >= rounds):
                     return done
                 time.sleep(self.cfg.poll_s)
+
+
+def tether(pid: int, on_gone: Callable[[], None], poll_s: float = 0.5) -> threading.Thread:
+    """Call ``on_gone`` once process ``pid`` has ended (from a daemon thread, so even in
+    the middle of a round): a runner started for another process, a team run, ends
+    with it however it ended. When ``pid`` is the parent, its end is the parent
+    changing (a killed parent left as a zombie has ended too)."""
+    parent = os.getppid() == pid
+
+    def gone() -> bool:
+        return os.getppid() != pid if parent else not pid_alive(pid)
+
+    def watch() -> None:
+        while not gone():
+            time.sleep(poll_s)
+        on_gone()
+
+    t = threading.Thread(target=watch, name="storm-watch-tether", daemon=True)
+    t.start()
+    return t

@@ -295,3 +295,16 @@ def test_click_2800_semantic_conflict_is_found_on_the_shared_head_before_the_man
     assert found["test"].startswith("tests/test_shell_completion__f2.py::")
     totals = rep.to_dict()["watch"]["storm"]
     assert totals["semantic_found"] == 1 and totals["false_alarms"] == 0 and totals["test_runs"] >= 3
+
+
+def test_a_false_alarm_is_a_finding_the_integrated_result_does_not_bear_out():
+    """click task 2956's feature 7 fails its own tests alone: the runner's break by its
+    write is right (the result fails them too), no false alarm; a semantic conflict on
+    a pair whose result passes, or a break by a feature whose tests pass, is one."""
+    brk = {"kind": "break", "features": [7], "test": "tests/test_basic__f7.py"}
+    sem = {"kind": "semantic", "features": [1, 2], "test": "tests/test_x__f2.py::t"}
+    assert pairs.false_alarms([brk], {"6": True, "7": False}, failing=[]) == 0
+    assert pairs.false_alarms([brk], {"6": True, "7": True}, failing=[]) == 1
+    assert pairs.false_alarms([sem], {"1": True, "2": False}, failing=["2"]) == 0
+    assert pairs.false_alarms([sem], {"1": True, "2": True}, failing=[]) == 1
+    assert pairs.false_alarms([sem, brk], {"1": True, "7": False}, failing=[]) == 1

@@ -140,6 +140,49 @@ def test_a_flaky_test_is_not_blamed(repo, tmp_path):
     assert notices(repo) == [] and state(repo)["results"]["tests/test_flaky.py::test_flaky"]["outcome"] == "flaky"
 
 
+def test_a_semantic_conflict_across_a_green_round_is_still_blamed_on_both(tmp_path):
+    """A test the base has: alice's write is tested green on its own head, then bob's
+    makes it fail. Bob's write alone (on the base) passes: a semantic conflict with
+    alice's, not a break by bob, though alice's write was already on the last green head."""
+    repo = make_repo(tmp_path / "sum", {**FILES, "lib/a.py": "A = 1\n", "lib/b.py": "B = 1\n",
+                                        "tests/test_sum.py": "from lib.a import A\nfrom lib.b import B\n\n\n"
+                                                             "def test_sum():\n    assert A + B < 4\n"})
+    assert watch(repo)["failed"] == []
+    a = write(repo, "alice", "lib/a.py", "A = 2\n")
+    assert watch(repo)["failed"] == []
+    b = write(repo, "bob", "lib/b.py", "B = 2\n")
+    rep = watch(repo)
+    (f,) = rep["findings"]
+    assert f["test"] == "tests/test_sum.py::test_sum" and f["kind"] == "semantic", f
+    assert [(w["agent"], w["commit"]) for w in f["writes"]] == [("alice", a), ("bob", b)]
+
+
+def test_a_runner_tied_to_a_process_ends_with_it_and_stops_its_tests(repo, tmp_path):
+    """--while-pid: the process it serves is killed in the middle of a round; the
+    runner exits and the round's test command (a session of its own) is ended too."""
+    gate = tmp_path / "started"
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    parent = subprocess.Popen(["sleep", "120"])
+    p = subprocess.Popen([sys.executable, "-m", "storm_git", "watch", "--test", f"touch {gate}; sleep 77",
+                          "--once", "--while-pid", str(parent.pid)], cwd=repo, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):
+            if gate.exists():
+                break
+            time.sleep(0.1)
+        assert gate.exists(), p.stderr.read() if p.poll() is not None else "the test command never started"
+        parent.kill()
+        parent.wait()
+        assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+    leftover = subprocess.run(["pgrep", "-f", "sleep 77"], capture_output=True, text=True, check=False)
+    assert leftover.stdout.strip() == ""
+    assert not any((repo / ".git" / "storm" / "tests" / "work").iterdir())  # its export removed
+
+
 def test_the_runner_killed_mid_run_leaves_a_consistent_state_and_a_new_one_finishes(repo, tmp_path):
     watch(repo)  # round 1 on the base
     before = state(repo)
