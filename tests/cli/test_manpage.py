@@ -30,6 +30,7 @@ def test_man_page_renders_every_command():
         assert f"git storm {name}" in out, name
 
 
+@pytest.mark.slow
 def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
     """No top-level `cli` or `hooks` module may land in site-packages; the hook shims
     ship as data, and setuptools has nothing to warn about ("would be ignored")."""
@@ -52,6 +53,7 @@ def test_wheel_maps_cli_and_hooks_under_storm_git(tmp_path):
     assert "would be ignored" not in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_git_storm_help_finds_the_page_after_an_editable_install(tmp_path):
     """The README installs with `pip install -e`; git turns `git storm --help` into
     `man git-storm`, which must find the page in the environment (through its bin/ on PATH)."""

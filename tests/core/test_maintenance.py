@@ -116,6 +116,7 @@ def run_bounded(tmp_path: Path, writes: int, every: int, name: str) -> None:
            loose_after_runs=after_runs[:: max(1, len(after_runs) // 10)])
 
 
+@pytest.mark.slow
 def test_maintenance_keeps_loose_objects_bounded(tmp_path):
     if long_run():
         run_bounded(tmp_path, 10_000, 500, "loose objects bounded (STORM_LONG)")
@@ -192,6 +193,7 @@ def test_one_maintenance_run_leaves_few_loose_objects(tmp_path):
     assert fsck(repo).returncode == 0
 
 
+@pytest.mark.slow
 def test_writes_start_maintenance_by_themselves(tmp_path):
     """Like git gc --auto: past storm.autoMaintenance loose objects, a write starts
     `git storm maintenance --auto` in the background; the loose count stays bounded."""
@@ -313,6 +315,7 @@ def test_the_loose_step_runs_while_a_roll_up_holds_its_lock(tmp_path):
     assert fsck(repo).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_roll_up_keeps_the_packs_few(tmp_path):
     """Packs made one per maintenance run are rolled up geometrically: however many runs,
     a few packs (object lookups, storm's and git's, slow down with each pack)."""

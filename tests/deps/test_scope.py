@@ -4,6 +4,8 @@ needs: an unrelated stale read is let through, a changed import, name-defining
 file or importer is still a rejection, and other languages use the whole read set."""
 from __future__ import annotations
 
+import pytest
+
 from helpers import (  # a reads, b changes, a writes
     PY_PROJECT,
     change_as as _change,
@@ -226,6 +228,7 @@ def test_a_mixed_write_is_still_rejected_by_what_its_code_uses(repo):
     assert not res.accepted and [s.path for s in res.rejection.stale] == ["pkg/core.py"], res.rejection
 
 
+@pytest.mark.slow
 def test_module_walk_matches_ast_walk_on_real_code():
     """depscope walks a write's new module with its own walker (twice ast.walk's speed):
     same nodes, same order, and the same imports, names and free names as the

@@ -218,7 +218,7 @@ def hostile_cli(tmp_path_factory):
     return _hostile_repo(tmp_path_factory.mktemp("hostile-cli") / "repo")
 
 
-N_CLI = 75 if not long_run() else 1000
+N_CLI = 35 if not long_run() else 1000
 
 
 @settings(max_examples=N_CLI, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -294,6 +294,7 @@ def test_a_writer_gives_up_after_the_reservation_wait(repo: Path) -> None:
 
 
 # -- many agents, processes, restarts ------------------------------------------------------------
+@pytest.mark.slow
 def test_many_agents_as_tasks_on_one_event_loop(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {"log.txt": "", **{f"own/{i}.txt": "" for i in range(8)}})
     manager = Manager(repo)

@@ -12,6 +12,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 import helpers
 from helpers import git, release, rev, start_write, storm, storm_json
 from manager_agent import Agent
@@ -85,6 +87,7 @@ def test_a_reset_to_an_ancestor_of_handed_out_numbers_is_seen_by_a_fresh_process
     assert shared(repo, UTIL) == "y\n"
 
 
+@pytest.mark.slow
 def test_a_dropped_queued_write_keeps_its_number_in_the_remote_clone(tmp_path: Path) -> None:
     """In clone a an agent reads another agent's queued write (version 2); clone b writes
     the file first, the server drops a's write at a's next push and a's ref is put back

@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, git, make_repo, rev, storm, storm_json
 
 WS = "refs/storm/workspace"
@@ -260,6 +262,7 @@ def test_sync_refuses_to_follow_a_branch_that_moved_while_it_waited(tmp_path):
     assert rev(b, "refs/heads/main") == mine
 
 
+@pytest.mark.slow
 def test_the_day_in_docs_remote_runs_on_a_project_that_already_has_its_file(tmp_path):
     """The day's write of version.py was refused (unread_target) on a project that
     already had one, and the commit then found nothing to commit."""

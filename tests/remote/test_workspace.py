@@ -669,12 +669,12 @@ def _fleet(tmp_path: Path, daemon: Daemon, n: int) -> tuple[Path, list[Path]]:
 
 
 def test_clones_and_processes_write_at_once(tmp_path, daemon):
-    """3 clones x 2 processes x 10 writes on own and shared files, against git daemon
-    with the guard installed: the issue's invariants (larger: the slow variant)."""
-    srv, clones = _fleet(tmp_path, daemon, 3)
+    """2 clones x 2 processes x 5 writes on own and shared files, against git daemon
+    with the guard installed: the invariants (larger: the slow variant)."""
+    srv, clones = _fleet(tmp_path, daemon, 2)
     h0 = rev(srv, WS)
-    recs = _run_writers(tmp_path, clones, procs=2, writes=10, share=0.4)
-    assert len([r for r in recs if r["kind"] == "ack"]) == 3 * 2 * 10
+    recs = _run_writers(tmp_path, clones, procs=2, writes=5, share=0.5)
+    assert len([r for r in recs if r["kind"] == "ack"]) == 2 * 2 * 5
     _check_invariants(srv, h0, clones, recs)
 
 

@@ -141,6 +141,7 @@ def test_survivors_names_the_lines_a_feature_added_that_the_result_lacks(synthet
 
 
 # -- replays -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_clean_pair_is_rejected_at_write_and_cleared_by_one_rebased_change(synthetic):
     """git merges features 1 and 2 cleanly; storm rejects the second writer. Re-planning
     costs a re-read; accepting the rebased change does not. Both changes survive, and
@@ -163,6 +164,7 @@ def test_clean_pair_is_rejected_at_write_and_cleared_by_one_rebased_change(synth
     assert rep.to_dict()["gold"]["agree"] == 1
 
 
+@pytest.mark.slow
 def test_conflicting_pair_is_caught_at_merge_and_at_write_and_no_rebased_change_is_accepted(synthetic):
     """Features 1 and 3 change one line differently: worktree mode's merge conflicts (as
     the dataset says), storm rejects, and the rebased change (conflict markers) is refused:
@@ -184,6 +186,7 @@ def test_conflicting_pair_is_caught_at_merge_and_at_write_and_no_rebased_change_
                                     "merge_conflicting": 1}
 
 
+@pytest.mark.slow
 def test_cli_disjoint_pair_has_nothing_to_catch_and_the_markdown_says_what_the_json_says(synthetic, tmp_path):
     """Features 1 and 4 change different files: no rejection, one read and one write
     per agent; the report's files are written."""
@@ -239,6 +242,7 @@ def test_click_pair_that_merges_cleanly_fails_a_features_tests(tmp_path):
         assert r.lost_updates == 0 and r.semantic and r.tests == {"1": True, "2": False}
 
 
+@pytest.mark.slow
 def test_the_pairs_plot_does_not_show_a_catch_at_write_whose_result_failed_as_clean(tmp_path):
     """Storm rejected a write of the pair (caught at write), yet the integrated result
     failed a feature's tests: the bar for it is marked as such, not a clean 'at write'."""

@@ -85,6 +85,7 @@ def test_storm_mode_catches_the_conflict_at_write(name):
     assert m.lost_updates == 0 and m.writes_checked >= 2
 
 
+@pytest.mark.slow
 def test_worktree_mode_finds_them_at_merge_or_by_tests():
     sig = runner.run(scenarios.scenario("signature", 2), "worktree")
     assert sig.caught_at_merge == 1 and sig.test_passed is True and sig.lost_updates == 0
@@ -151,6 +152,7 @@ def click_repo(tmp_path_factory):
     return dest
 
 
+@pytest.mark.slow
 def test_replay_deals_commits_and_reads_imports(click_repo):
     w = workload.replay(str(click_repo), "HEAD~10..HEAD", 3)
     assert w.n_changes == 10 and [len(a) for a in w.agents] == [4, 3, 3]
@@ -159,6 +161,7 @@ def test_replay_deals_commits_and_reads_imports(click_repo):
     assert set(w.reference) == {t for a in w.agents for c in a for t in c.targets}
 
 
+@pytest.mark.slow
 def test_replay_both_modes_on_click(click_repo):
     w = workload.replay(str(click_repo), "HEAD~8..HEAD", 2, test_cmd="python -m compileall -q src")
     for mode in runner.MODES:
@@ -170,6 +173,7 @@ def test_replay_both_modes_on_click(click_repo):
             assert m.diverged_paths == []  # re-applied in order: the history's end state
 
 
+@pytest.mark.slow
 def test_replay_of_a_repository_holding_a_storm_git_package_uses_the_installed_storm(tmp_path):
     """Replaying storm's own history puts an older storm_git/ in the replayed tree: the
     agents must not import it (they once did, and failed with its old errors)."""
@@ -203,6 +207,7 @@ def test_replay_on_click_with_four_agents(click_repo):
 
 
 # -- the report and the CLI -------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_report_files_and_markdown_matches_json(tmp_path):
     out = tmp_path / "out"
     r = storm(tmp_path, "simulate", "--scenarios", "--only", "registry,disjoint", "--agents", "2",
@@ -253,6 +258,7 @@ def test_cli_refuses_bad_input_with_one_line(tmp_path):
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.slow
 def test_deps_both_runs_storm_mode_with_each_scope_and_auto_misses_no_conflict(tmp_path):
     """--deps both: storm mode once per validation scope, side by side; on the scenario
     suite's overlapping work the computed scope catches at write what the full one does."""
@@ -308,6 +314,7 @@ def _overlapping_history(repo: Path) -> None:
         git(repo, "commit", "-q", "-am", f"{name} {i}")
 
 
+@pytest.mark.slow
 def test_a_seeded_replay_is_the_same_run_every_time(tmp_path):
     """--seed: the agents of a round write in a shuffled but fixed order, so two runs
     (two scopes, two versions of storm) meet the same interleaving; 'race' lets them

@@ -13,6 +13,8 @@ import multiprocessing as mp
 import random
 from pathlib import Path
 
+import pytest
+
 from helpers import fsck, git, make_repo, rev
 
 PROCS = 8
@@ -53,6 +55,7 @@ def _blob(repo: Path, commit: str, path: str) -> str | None:
     return r.stdout.decode().strip() or None
 
 
+@pytest.mark.slow
 def test_eight_processes_fifty_writes_each(tmp_path: Path) -> None:
     files = {p: "start\n" for p in SHARED}
     files.update({f"own/e{i}.txt": "start\n" for i in range(PROCS)})

@@ -74,6 +74,7 @@ def _writes() -> int:
     return 40 if long_run() else 5
 
 
+@pytest.mark.slow
 def test_sixteen_writers_one_file(tmp_path):
     run_contention(tmp_path, ["hot.txt"], _writes(), "contention one file" + (" (STORM_LONG)" if long_run() else ""))
 
