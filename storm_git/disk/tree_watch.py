@@ -250,3 +250,45 @@ def is_dir(top: str, path: str) -> bool:
         return stat.S_ISDIR(os.lstat(os.path.join(top, path)).st_mode)
     except OSError:
         return False
+
+
+# -- what the resident process's watch is doing, for git storm doctor ------------------
+STATE_NAME = "tree-watch"
+
+
+@dataclass
+class State:
+    pid: int
+    watching: bool
+    dirs: int
+    why: str | None  # why there is no watch (the watch limit, say)
+
+
+def write_state(common: str, w: TreeWatch | None, why: str | None = None) -> None:
+    import json
+
+    path = os.path.join(common, "storm", STATE_NAME)
+    broken = why or (w.broken if w is not None else "no watch")
+    data = {"pid": os.getpid(), "watching": broken is None, "dirs": len(w.dirs) if w is not None else 0,
+            "why": broken}
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # storm's directory gone: the daemon retires on its next tick
+
+
+def read_state(common: str) -> State | None:
+    """The state the running resident process wrote (None: none, or it is not running)."""
+    import json
+
+    try:
+        with open(os.path.join(common, "storm", STATE_NAME)) as fh:
+            d = json.load(fh)
+        st = State(int(d["pid"]), bool(d["watching"]), int(d["dirs"]), d.get("why"))
+        os.kill(st.pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return st

@@ -235,9 +235,11 @@ class Daemon:
         w = tree_watch.TreeWatch(top, limit)
         try:
             w.start()
-        except OSError:
+        except OSError as exc:
             w.close()
+            tree_watch.write_state(self.common, None, f"inotify: {exc.strerror or exc}")
             return
+        tree_watch.write_state(self.common, w)
         wpath = self.path[:-len(".sock")] + ".w"
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
@@ -302,7 +304,10 @@ class Daemon:
         while True:
             ready = self.wait(min(TICK_SECONDS, self.idle))
             if self.watch is not None and self.watch.fd in ready:
+                broken = self.watch.broken
                 self.watch.drain()  # the queue kept short: an overflow costs the next call a walk
+                if self.watch.broken != broken:
+                    tree_watch.write_state(self.common, self.watch)
             if self.wsock is not None and self.wsock in ready:
                 self.answer_watch()
             if self.sock not in ready:
