@@ -110,10 +110,9 @@ from ..core.store import (
     git_env,
     ref_oid,
 )
-from ..disk import tree_watch
 from ..remote import ref_locks
 from ..remote.state_files import FILES as REMOTE_FILES
-from ..storm import index as git_index, private_index
+from ..storm import index as git_index, private_index, tree_watch
 from . import harness_install
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..disk import tree_watch
+from ..storm import tree_watch
 from . import hookd_cli, hookd_peer, hookd_place, hookd_wire
 
 IDLE_SECONDS = 600.0
@@ -225,11 +225,11 @@ class Daemon:
 
     def start_watch(self) -> None:
         """Watch the main working tree and answer its children's questions about it
-        on a socket of its own (:mod:`storm_git.disk.tree_watch`); without inotify, a
+        on a socket of its own (:mod:`storm_git.storm.tree_watch`); without inotify, a
         working tree or a socket, calls walk."""
         top = os.path.dirname(os.path.abspath(self.common))
         if (os.environ.get("STORM_NO_WATCH") or os.path.basename(self.common) != ".git"
-                or not self.path.endswith(".sock") or not tree_watch.inotify.available()):
+                or not self.path.endswith(".sock") or not tree_watch.available()):
             return
         limit = int(os.environ.get("STORM_WATCH_MAX_CHANGED") or tree_watch.MAX_CHANGED)  # tests shrink it
         w = tree_watch.TreeWatch(top, limit)
@@ -239,7 +239,6 @@ class Daemon:
             w.close()
             tree_watch.write_state(self.common, None, f"inotify: {exc.strerror or exc}")
             return
-        tree_watch.write_state(self.common, w)
         wpath = self.path[:-len(".sock")] + ".w"
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
@@ -258,6 +257,7 @@ class Daemon:
             os.umask(old)
         self.watch, self.wsock = w, s
         tree_watch.serve_at(wpath, top)
+        tree_watch.write_state(self.common, w)
 
     def answer_watch(self) -> None:
         """One child's question: what changed since its token (read the queue first)."""
@@ -343,6 +343,7 @@ class Daemon:
     def close(self) -> None:
         """Remove the socket if it is still this daemon's."""
         if self.wsock is not None:
+            tree_watch.clear_state(self.common)
             try:
                 os.unlink(self.path[:-len(".sock")] + ".w")
             except OSError:

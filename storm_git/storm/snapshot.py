@@ -1,4 +1,8 @@
-"""What differs on disk from what storm last put there: one snapshot by stat.
+"""What differs on disk from what storm last put there: one snapshot.
+
+Where the resident process watches the working tree, a snapshot asks it what
+changed since the last one and looks only at those paths (:mod:`.watched`);
+otherwise, and whenever the watch cannot be sure, it walks, as follows.
 
 Storm does not keep git's own index in step with the shared head (that would
 cost a full index write per accepted write at 100k files). To find what differs

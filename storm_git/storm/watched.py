@@ -1,6 +1,6 @@
 """A snapshot from the resident process's watch, without walking the tree.
 
-A snapshot taken under a watch token (:mod:`storm_git.disk.tree_watch`) is kept
+A snapshot taken under a watch token (:mod:`storm_git.storm.tree_watch`) is kept
 as the *base*, ``<common git dir>/storm/exec-watch``: the token, the disk record's
 tree, the paths that differed and their states, the nested repositories, and the
 stat data of the files that change what a walk finds (git's configuration, the
@@ -32,9 +32,10 @@ from ..core.convert import Conversions
 from ..core.files import read_own, replace_file
 from ..core.store import Store
 from ..core.tree_diff import tree_changes
-from ..disk import safe_fs, tree_watch
+from ..disk import safe_fs
 from ..disk.record import entry_or_none
 from ..disk.safe_fs import disk_state, same
+from . import tree_watch
 
 BASE_NAME = "exec-watch"
 WATCH = "storm.watch"
@@ -122,10 +123,13 @@ def fingerprint(store: Store) -> list[Any]:
 
 def look(store: Store) -> Look | None:
     """Ask the watch (before anything on disk is looked at); None: no watch to ask."""
+    if os.environ.get("STORM_NO_DAEMON"):
+        return None  # the path without the resident process: walk
     if not store.config_bool(WATCH, True) or store.config_bool("core.sparseCheckout", False):
         return None
     base = load_base(store)
-    answer = tree_watch.ask(store.main_workdir, base.epoch if base else None, base.gen if base else None)
+    answer = tree_watch.ask(store.commondir, store.main_workdir, base.epoch if base else None,
+                            base.gen if base else None)
     if answer is None:
         return None
     return Look(answer, base, fingerprint(store))

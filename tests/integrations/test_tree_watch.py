@@ -192,3 +192,25 @@ def test_exec_through_the_daemon_records_what_the_command_changed(drepo: Path):
     assert sorted(json.loads(r.out)["paths"]) == ["gen/o.py", "src/util.py"]
     assert (drepo / "src" / "util.py").read_text() == "changed\n"
     assert unmediated(same_as_walk(drepo, env, "watch")) == set()
+
+
+def test_a_process_of_its_own_asks_the_running_daemon(drepo: Path):
+    """The manager's commit runs in its own process: it asks the daemon's watch for
+    the unmediated edits it reports; a stopped daemon that does not answer makes it walk."""
+    env, pid = served(drepo)
+    menv = dict(env, STORM_AGENT="manager")
+    (drepo / "src" / "util.py").write_text("X = 5\n")
+    r = cli(drepo, "commit", "-m", "one", env=menv)
+    assert r.code == 0, r.err
+    assert how(drepo) == "watch" and b"src/util.py" in r.out + r.err
+    base = (drepo / ".git" / "storm" / "exec-watch").read_bytes()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        (drepo / "src" / "api.py").write_text("changed\n")
+        r = cli(drepo, "commit", "-m", "two", env=menv)
+        assert r.code == 0, r.err
+        assert b"src/api.py" in r.out + r.err  # found by a walk
+        assert (drepo / ".git" / "storm" / "exec-watch").read_bytes() == base  # no token: the base stays
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert unmediated(same_as_walk(drepo, env, "watch")) == {"src/util.py", "src/api.py"}

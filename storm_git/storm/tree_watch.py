@@ -11,20 +11,22 @@ epoch. The epoch changes whenever events may have been lost: a queue overflow
 of the resident process (a new watch, a new epoch). The watch keeps directory
 names and changed paths, never the tree's contents.
 
-The process that asks is a forked child of the resident process (its copy of the
-watch stops at the fork), so it asks the parent, which reads the queued events
-first: every change made before the question is in the answer. Outside the
-resident process there is no watch and :func:`ask` answers None: walk.
+A process that wants an answer asks the resident process over a socket, even a
+forked child of it (whose copy of the watch stops at the fork); the resident
+process reads the queued events first, so every change made before the question
+is in the answer. Without a resident process watching (none runs, another user's,
+it is stopped and does not answer in time) :func:`ask` answers None: walk.
 """
 from __future__ import annotations
 
 import os
 import socket
 import stat
+import sys
 import uuid
 from dataclasses import dataclass
 
-from . import inotify
+from ..disk import inotify
 
 MASK = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_FROM
         | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_DELETE_SELF
@@ -33,7 +35,7 @@ NESTED_MASK = (inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | i
                | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_DONT_FOLLOW | inotify.IN_ONLYDIR)
 MAX_CHANGED = 100_000  # changed paths kept; beyond, the epoch changes (the next look walks)
 QUERY = b"STWQ1"
-ASK_TIMEOUT = 10.0
+ASK_TIMEOUT = 1.0  # a stopped resident process: walk after this long
 
 
 @dataclass
@@ -176,25 +178,41 @@ class TreeWatch:
         return Answer(self.epoch, self.gen, {p for p, g in self.changed.items() if g > gen})
 
 
-# -- the question, from a forked child of the resident process -----------------------
-_served: tuple[str, str] | None = None  # (query socket path, the watched tree's real path)
+# -- the question, from any process of the same user ---------------------------------
+_served: tuple[str, str] | None = None  # in the resident process: (query socket, the watched tree's real path)
+
+
+def available() -> bool:
+    return inotify.available()
 
 
 def serve_at(path: str, top: str) -> None:
-    """In the resident process: children ask about ``top`` at ``path``."""
+    """In the resident process: its children ask about ``top`` at ``path``."""
     global _served
     _served = (path, os.path.realpath(top))
 
 
-def ask(top: str, epoch: str | None, gen: int | None) -> Answer | None:
+def ask(common: str, top: str, epoch: str | None, gen: int | None) -> Answer | None:
     """The resident process's answer for the working tree ``top``; None when there
-    is none to ask (not a child of it, another tree, no watch, any failure)."""
-    if _served is None or os.path.realpath(top) != _served[1]:
+    is none to ask (no resident process with a watch of it, another user's, no
+    answer in time, any failure). A forked child asks its parent; another process
+    finds the socket in the state the resident process wrote."""
+    if _served is not None:
+        path, served_top = _served
+    else:
+        st = read_state(common)
+        if st is None or not st.watching or not st.socket:
+            return None
+        path, served_top = st.socket, st.top
+    if os.path.realpath(top) != served_top:
         return None
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     s.settimeout(ASK_TIMEOUT)
     try:
-        s.connect(_served[0])
+        s.connect(path)
+        creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
+            return None  # someone else listens there: no answer of theirs is taken
         s.sendall(QUERY + f" {epoch or '-'} {gen if gen is not None else -1}\n".encode())
         chunks = []
         while True:
@@ -262,15 +280,21 @@ class State:
     watching: bool
     dirs: int
     why: str | None  # why there is no watch (the watch limit, say)
+    socket: str = ""  # where it answers
+    top: str = ""  # the working tree it watches (real path)
+
+
+def _state_path(common: str) -> str:
+    return os.path.join(common, "storm", STATE_NAME)
 
 
 def write_state(common: str, w: TreeWatch | None, why: str | None = None) -> None:
     import json
 
-    path = os.path.join(common, "storm", STATE_NAME)
+    path = _state_path(common)
     broken = why or (w.broken if w is not None else "no watch")
     data = {"pid": os.getpid(), "watching": broken is None, "dirs": len(w.dirs) if w is not None else 0,
-            "why": broken}
+            "why": broken, "socket": _served[0] if _served else "", "top": w.top if w is not None else ""}
     tmp = f"{path}.{os.getpid()}"
     try:
         with open(tmp, "w") as fh:
@@ -280,14 +304,25 @@ def write_state(common: str, w: TreeWatch | None, why: str | None = None) -> Non
         pass  # storm's directory gone: the daemon retires on its next tick
 
 
+def clear_state(common: str) -> None:
+    """The resident process ends: its state goes (when it is still its own)."""
+    st = read_state(common)
+    if st is not None and st.pid == os.getpid():
+        try:
+            os.unlink(_state_path(common))
+        except OSError:
+            pass
+
+
 def read_state(common: str) -> State | None:
     """The state the running resident process wrote (None: none, or it is not running)."""
     import json
 
     try:
-        with open(os.path.join(common, "storm", STATE_NAME)) as fh:
+        with open(_state_path(common)) as fh:
             d = json.load(fh)
-        st = State(int(d["pid"]), bool(d["watching"]), int(d["dirs"]), d.get("why"))
+        st = State(int(d["pid"]), bool(d["watching"]), int(d["dirs"]), d.get("why"), str(d.get("socket") or ""),
+                   str(d.get("top") or ""))
         os.kill(st.pid, 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
