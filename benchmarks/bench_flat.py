@@ -20,11 +20,15 @@ takes minutes here), plus ``--click``: the click repository from
   each time) by an agent, an in-process read of a path not read yet beside the
   bare blob lookup (``revparse_single``) measured in the same loop, the manager's
   commit after one write;
-* the resident process's start (from the first call to its socket answering) and
-  its resident memory after the rounds; the watch's own start, in-process.
+* the resident process's start (from the first call: its socket answering, then its
+  watch up) and its resident memory after the rounds; the watch's own start,
+  in-process; beside the manager's commit, git's own floor for changing one entry
+  of an index that size (``git update-index --index-info`` on a copy: a read and a
+  write of the whole index file).
 
     python3 benchmarks/bench_flat.py                          # 1k, 50k, 200k + click
     python3 benchmarks/bench_flat.py --sizes 1000,10000,50000,200000 --rounds 11
+    python3 benchmarks/bench_flat.py --walk                   # the same with storm.watch=false
 """
 from __future__ import annotations
 
@@ -71,6 +75,9 @@ def ensure_tree(cache: str, name: str, n: int | None) -> str:
 def files_in(path: str) -> int:
     r = subprocess.run(["git", "ls-files", "-z"], cwd=path, capture_output=True, check=True)
     return r.stdout.count(b"\0")
+
+
+WALK = False  # --walk: storm.watch=false, every snapshot walks (the figures without the watch)
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -137,9 +144,20 @@ def door_rounds(repo: str, rounds: int) -> dict[str, float]:
     subprocess.run(["git-storm", "status"], cwd=repo, env=env, capture_output=True, check=True)
     while daemon_pid(repo, env) is None:
         time.sleep(0.01)
-    start = time.perf_counter() - t0
+    listening = time.perf_counter() - t0
     pid = daemon_pid(repo, env)
     assert pid is not None
+    state = os.path.join(repo, ".git", "storm", "tree-watch")
+    deadline = time.monotonic() + 120
+    while not WALK and time.monotonic() < deadline:  # its watch is up once it names itself in its state
+        try:
+            with open(state) as fh:
+                if json.load(fh).get("pid") == pid:
+                    break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    watching = time.perf_counter() - t0
     hook = ["git-storm", "harness", "hook"]
     counter = [0]
 
@@ -164,9 +182,10 @@ def door_rounds(repo: str, rounds: int) -> dict[str, float]:
         for k, fn in calls.items():
             samples[k].append(fn())
     out = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    out["daemon_start_ms"] = start * 1e3
+    out["daemon_listen_ms"] = listening * 1e3
+    out["daemon_watching_ms"] = watching * 1e3
     out["daemon_rss_mb"] = rss_kb(pid) / 1024
-    out["how"] = how(repo)  # type: ignore[assignment]
+    out["how"] = "walk (storm.watch=false)" if WALK else how(repo)  # type: ignore[assignment]
     out.update(lib_rounds(repo, rounds))  # the daemon still runs: the manager's commit asks its watch
     stop_daemon(repo, env)
     return out
@@ -175,7 +194,7 @@ def door_rounds(repo: str, rounds: int) -> dict[str, float]:
 LIB = r"""
 import json, os, statistics, sys, time
 from storm_git import open_workspace
-from storm_git.disk import tree_watch
+from storm_git.storm import tree_watch
 repo, rounds = sys.argv[1], int(sys.argv[2])
 ws = open_workspace(repo)
 r = ws.store.repo
@@ -205,13 +224,24 @@ for i in range(2 * rounds):
     res = ws.write(target, data, agent="writer", intent="bench")
     writes.append(time.perf_counter() - t)
     assert res.accepted, res
-commits = []
+commits, floors_index = [], []
+import shutil, subprocess
+copy = os.path.join(ws.store.gitdir, "index.bench-floor")
 for i in range(max(3, rounds // 3)):
     ws.write(target, f"c {time.time_ns()}\n".encode(), agent="writer", intent="bench")
     t = time.perf_counter(); ws.commit(f"bench {i}", agent="manager"); commits.append(time.perf_counter() - t)
+    # git's own floor for changing one entry of this index: read it, replace one entry, write it
+    shutil.copyfile(os.path.join(ws.store.gitdir, "index"), copy)
+    blob = str(r.revparse_single(f"HEAD:{target}").id)
+    t = time.perf_counter()
+    subprocess.run(["git", "update-index", "-z", "--index-info"], cwd=repo, check=True,
+                   env=dict(os.environ, GIT_INDEX_FILE=copy), input=f"100644 {blob}\t{target}\0".encode())
+    floors_index.append(time.perf_counter() - t)
+os.unlink(copy)
 m = lambda xs: statistics.median(xs) * 1e3
 print(json.dumps({"write_ms": m(writes), "read_new_ms": m(reads), "blob_ms": m(floors),
                   "read_ratio": statistics.median(reads) / statistics.median(floors), "commit_ms": m(commits),
+                  "index_floor_ms": m(floors_index),
                   "watch_start_ms": watch_start * 1e3, "watch_dirs": watch_dirs}))
 """
 
@@ -231,7 +261,10 @@ def main() -> None:
     ap.add_argument("--cache", default="/tmp/storm-bench-flat")
     ap.add_argument("--no-click", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--walk", action="store_true", help="storm.watch=false: every snapshot walks the tree")
     args = ap.parse_args()
+    global WALK
+    WALK = args.walk
     os.makedirs(args.cache, exist_ok=True)
     trees = [(f"gen{n}", int(n)) for n in args.sizes.split(",")]
     if not args.no_click and os.path.exists(CLICK_BUNDLE):
@@ -242,7 +275,13 @@ def main() -> None:
         repo = ensure_tree(args.cache, name, n)
         built = time.perf_counter() - t
         res: dict[str, object] = {"files": files_in(repo), "ready_s": built}
-        res.update(door_rounds(repo, args.rounds))
+        if WALK:  # (the repository's config: libgit2 reads no GIT_CONFIG_* variables)
+            subprocess.run(["git", "config", "storm.watch", "false"], cwd=repo, check=True)
+        try:
+            res.update(door_rounds(repo, args.rounds))
+        finally:
+            if WALK:
+                subprocess.run(["git", "config", "--unset", "storm.watch"], cwd=repo, check=True)
         results[name] = res
         print(f"{name}: {json.dumps(res)}", file=sys.stderr, flush=True)
     with open("/proc/loadavg") as fh:
@@ -257,7 +296,8 @@ def main() -> None:
             ("git storm status", "status", first), ("git status --porcelain", "git_status", first),
             ("python3 -S -c pass", "python_S", first),
             ("library write (vs 10k)", "write_ms", ten), ("read of a new path", "read_new_ms", first),
-            ("  bare blob lookup", "blob_ms", first), ("manager's commit", "commit_ms", first)]
+            ("  bare blob lookup", "blob_ms", first), ("manager's commit", "commit_ms", first),
+            ("  git update-index, 1 entry", "index_floor_ms", first)]
     head = f"{'':28}" + "".join(f"{name:>20}" for name, _ in trees)
     print(head)
     for label, key, ref in rows:
@@ -266,7 +306,8 @@ def main() -> None:
             v = float(results[name][key])  # type: ignore[arg-type]
             cells += f"{v:10.2f} ms {v / float(ref[key]):5.2f}x"  # type: ignore[arg-type]
         print(f"{label:28}{cells}")
-    for label, key in (("read new ÷ blob lookup", "read_ratio"), ("daemon start (ms)", "daemon_start_ms"),
+    for label, key in (("read new ÷ blob lookup", "read_ratio"), ("daemon listens (ms)", "daemon_listen_ms"),
+                       ("daemon watches (ms)", "daemon_watching_ms"),
                        ("watch start (ms)", "watch_start_ms"), ("watched directories", "watch_dirs"),
                        ("daemon RSS (MB)", "daemon_rss_mb"), ("files", "files")):
         print(f"{label:28}" + "".join(f"{float(results[n][key]):20.1f}" for n, _ in trees))  # type: ignore[arg-type]

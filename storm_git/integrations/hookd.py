@@ -303,13 +303,14 @@ class Daemon:
         last = time.monotonic()
         while True:
             ready = self.wait(min(TICK_SECONDS, self.idle))
-            if self.watch is not None and self.watch.fd in ready:
+            if self.watch is not None:
                 broken = self.watch.broken
-                self.watch.drain()  # the queue kept short: an overflow costs the next call a walk
+                if self.watch.fd in ready:
+                    self.watch.drain()  # the queue kept short: an overflow costs the next call a walk
+                if self.wsock is not None and self.wsock in ready:
+                    self.answer_watch()
                 if self.watch.broken != broken:
-                    tree_watch.write_state(self.common, self.watch)
-            if self.wsock is not None and self.wsock in ready:
-                self.answer_watch()
+                    tree_watch.write_state(self.common, self.watch)  # for git storm doctor
             if self.sock not in ready:
                 if not ready:
                     reap()

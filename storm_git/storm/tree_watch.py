@@ -19,6 +19,7 @@ it is stopped and does not answer in time) :func:`ask` answers None: walk.
 """
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
@@ -85,16 +86,16 @@ class TreeWatch:
             try:
                 with os.scandir(path) as it:
                     entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-            except OSError:
-                continue  # gone already: its parent's event names it
-            nested = bool(d) and any(n == ".git" for n, _ in entries)
-            try:
+                nested = bool(d) and any(n == ".git" for n, _ in entries)
                 wd = inotify.add_watch(self.fd, os.fsencode(path), NESTED_MASK if nested else MASK)
             except inotify.WatchLimit as exc:
                 self.broken = str(exc)
                 return
-            except OSError:
-                continue  # removed meanwhile, or not a directory any more: its parent's event names it
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue  # removed meanwhile, or not a directory any more: its parent's event names it
+                self.broken = f"cannot watch {path}: {exc.strerror}"  # a directory left unwatched: no answers
+                return
             self.dirs[wd] = d
             self.nested.discard(wd)
             if nested:
@@ -150,7 +151,10 @@ class TreeWatch:
             if d is None:
                 continue
             if ev.mask & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
-                self._mark(d)  # its parent names it too; the top itself: the answer is a walk
+                if not d:  # the working tree's own directory: nothing more would be seen there
+                    self.broken = "the working tree's directory was moved or removed"
+                    return
+                self._mark(d)  # its parent names it too
                 continue
             name = os.fsdecode(ev.name)
             if ev.wd in self.nested and name != ".git":
