@@ -214,3 +214,18 @@ def test_a_process_of_its_own_asks_the_running_daemon(drepo: Path):
     finally:
         os.kill(pid, signal.SIGCONT)
     assert unmediated(same_as_walk(drepo, env, "watch")) == {"src/util.py", "src/api.py"}
+
+
+def test_a_file_become_a_directory_and_links_are_found_as_a_walk_finds_them(drepo: Path):
+    env, _ = served(drepo)
+    (drepo / "src" / "util.py").unlink()
+    (drepo / "src" / "util.py").mkdir()
+    (drepo / "src" / "util.py" / "inner.py").write_text("i\n")
+    os.symlink("api.py", drepo / "src" / "link.py")
+    os.symlink("../docs", drepo / "src" / "docs-link")  # a link to a directory: a link, never entered
+    st = same_as_walk(drepo, env, "watch")
+    assert {"src/util.py", "src/util.py/inner.py", "src/link.py", "src/docs-link"} <= unmediated(st)
+    subprocess.run(["rm", "-rf", str(drepo / "src" / "util.py")], check=True)
+    (drepo / "src" / "util.py").write_text("X = 1\n")
+    (drepo / "src" / "link.py").unlink()
+    assert unmediated(same_as_walk(drepo, env, "watch")) == {"src/docs-link"}
