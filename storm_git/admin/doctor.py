@@ -73,6 +73,11 @@ What it looks for:
   refuses with exit 3 naming it. The fix discards it (and its record of the tree
   it held) under the worktree flock; the next command rebuilds it from git's own
   index, as on first use.
+* ``tree_watch_unavailable``: the resident process runs without its inotify watch
+  of the working tree (the user's inotify watches are all taken,
+  ``fs.inotify.max_user_watches``; no inotify): every snapshot walks the tree, as
+  without the resident process. Not fixed here: raising a kernel limit is the
+  administrator's call.
 * ``orphaned_worktree``: git worktree records whose directory is gone
   (``git worktree prune`` semantics; only the records under ``.git/worktrees``
   are removed, never a directory that exists).
@@ -107,7 +112,7 @@ from ..core.store import (
 )
 from ..remote import ref_locks
 from ..remote.state_files import FILES as REMOTE_FILES
-from ..storm import index as git_index, private_index
+from ..storm import index as git_index, private_index, tree_watch
 from . import harness_install
 
 STORM_REF_ROOTS = ("refs/storm", "refs/notes/storm", REMOTE_TRACKING_PREFIX.rstrip("/"))
@@ -379,6 +384,24 @@ def _harness_hooks(store: Store, fix: bool, out: list[Finding]) -> None:
                            + " (git storm harness install codex --trust writes the entries and shows them)", False))
 
 
+def _tree_watch(store: Store, out: list[Finding]) -> None:
+    """The resident process runs without its watch of the working tree: every
+    snapshot (the shell door, exec, status) walks the tree."""
+    st = tree_watch.read_state(store.commondir)
+    if st is None or st.watching:
+        return
+    try:
+        with open("/proc/sys/fs/inotify/max_user_watches") as fh:
+            limit = f" (fs.inotify.max_user_watches is {fh.read().strip()})"
+    except OSError:
+        limit = ""
+    out.append(Finding("tree_watch_unavailable", os.path.join(".git", "storm", tree_watch.STATE_NAME),
+                       f"the resident process (pid {st.pid}) has no watch of the working tree: {st.why}{limit}; "
+                       "each snapshot walks the tree (correct, slower at many files): raise the limit "
+                       "(sysctl fs.inotify.max_user_watches=N), then stop the process to let the next call "
+                       "start a new one", False))
+
+
 def _worktrees(store: Store, fix: bool, out: list[Finding]) -> None:
     env = git_env()
     r = subprocess.run(["git", "--git-dir", store.commondir, "worktree", "prune", "--dry-run", "-v"],
@@ -419,6 +442,7 @@ def diagnose(store: Store, *, fix: bool = False, forget_agents: list[str] | None
     _private_index(store, fix, rep.findings)
     _index_lock(store, fix, rep.findings)
     _harness_hooks(store, fix, rep.findings)
+    _tree_watch(store, rep.findings)
     _worktrees(store, fix, rep.findings)
     return rep
 

@@ -25,12 +25,15 @@ import importlib
 import io
 import os
 import pkgutil
+import select
 import signal
 import socket
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from ..storm import tree_watch
 from . import hookd_cli, hookd_peer, hookd_place, hookd_wire
 
 IDLE_SECONDS = 600.0
@@ -127,6 +130,8 @@ class Daemon:
         self.ident: tuple[int, int] | None = None
         self.lock_fd = -1
         self.lock_ident: tuple[int, int] | None = None
+        self.watch: tree_watch.TreeWatch | None = None
+        self.wsock: socket.socket | None = None
 
     def take_lock(self) -> bool:
         lock = hookd_place.lock_path(self.common, self.name)
@@ -189,7 +194,8 @@ class Daemon:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                for victim in (path[:-len(".lock")] + ".sock", path):  # a daemon starting now exits on
+                stem = path[:-len(".lock")]
+                for victim in (stem + ".sock", stem + ".w", path):  # a daemon starting now exits on
                     try:  # its first tick, finding its lock file gone
                         os.unlink(victim)
                     except OSError:
@@ -217,17 +223,103 @@ class Daemon:
         pkg = os.path.dirname(os.path.abspath(storm_git.__file__))
         return not changed(self.files) and hookd_place.fingerprint(pkg, storm_git.__version__) == self.fp
 
+    def start_watch(self) -> None:
+        """Watch the main working tree and answer its children's questions about it
+        on a socket of its own (:mod:`storm_git.storm.tree_watch`); without inotify, a
+        working tree or a socket, calls walk."""
+        top = os.path.dirname(os.path.abspath(self.common))
+        if (os.environ.get("STORM_NO_WATCH") or os.path.basename(self.common) != ".git"
+                or not self.path.endswith(".sock") or not tree_watch.available()):
+            return
+        limit = int(os.environ.get("STORM_WATCH_MAX_CHANGED") or tree_watch.MAX_CHANGED)  # tests shrink it
+        w = tree_watch.TreeWatch(top, limit)
+        try:
+            w.start()
+        except OSError as exc:
+            w.close()
+            tree_watch.write_state(self.common, None, f"inotify: {exc.strerror or exc}")
+            return
+        wpath = self.path[:-len(".sock")] + ".w"
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)
+        try:
+            try:
+                os.unlink(wpath)
+            except FileNotFoundError:
+                pass
+            s.bind(wpath)
+            s.listen(64)
+        except OSError:
+            s.close()
+            w.close()
+            return
+        finally:
+            os.umask(old)
+        self.watch, self.wsock = w, s
+        tree_watch.serve_at(wpath, top)
+        tree_watch.write_state(self.common, w)
+
+    def answer_watch(self) -> None:
+        """One child's question: what changed since its token (read the queue first)."""
+        assert self.wsock is not None and self.watch is not None
+        try:
+            conn, _ = self.wsock.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+                if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
+                    return
+                conn.settimeout(2.0)
+                line = b""
+                while not line.endswith(b"\n") and len(line) < 256:
+                    b = conn.recv(256)
+                    if not b:
+                        return
+                    line += b
+                q = tree_watch.parse_query(line)
+                if q is None:
+                    return
+                conn.sendall(tree_watch.encode(self.watch.changed_since(*q)))
+            except OSError:
+                return
+
+    def wait(self, timeout: float) -> list[Any]:
+        """What is ready: the call socket, the watch's socket, the watch's events."""
+        assert self.sock is not None
+        fds: list[Any] = [self.sock]
+        if self.wsock is not None and self.watch is not None and self.watch.fd >= 0:
+            fds += [self.wsock, self.watch.fd]
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:
+            return []
+        return ready
+
     def serve(self) -> None:
         assert self.sock is not None
         self.sock.settimeout(min(TICK_SECONDS, self.idle))
         last = time.monotonic()
         while True:
+            ready = self.wait(min(TICK_SECONDS, self.idle))
+            if self.watch is not None:
+                broken = self.watch.broken
+                if self.watch.fd in ready:
+                    self.watch.drain()  # the queue kept short: an overflow costs the next call a walk
+                if self.wsock is not None and self.wsock in ready:
+                    self.answer_watch()
+                if self.watch.broken != broken:
+                    tree_watch.write_state(self.common, self.watch)  # for git storm doctor
+            if self.sock not in ready:
+                if not ready:
+                    reap()
+                    if time.monotonic() - last > self.idle or not self.still_ours() or not self.current():
+                        return
+                continue
             try:
                 conn, _ = self.sock.accept()
-            except TimeoutError:
-                reap()
-                if time.monotonic() - last > self.idle or not self.still_ours() or not self.current():
-                    return
+            except (TimeoutError, BlockingIOError):
                 continue
             last = time.monotonic()
             reap()
@@ -243,12 +335,20 @@ class Daemon:
                 return
             pid = os.fork()
             if pid == 0:
-                child(conn, self.name, self.peer, Caller(peer_pid, accepted),
-                      [self.sock.detach(), self.lock_fd], self.cli)  # never returns
+                own = [self.sock.detach(), self.lock_fd]
+                if self.watch is not None and self.wsock is not None:
+                    own += [self.wsock.detach(), self.watch.fd]  # the watch stays the daemon's
+                child(conn, self.name, self.peer, Caller(peer_pid, accepted), own, self.cli)  # never returns
             conn.close()
 
     def close(self) -> None:
         """Remove the socket if it is still this daemon's."""
+        if self.wsock is not None:
+            tree_watch.clear_state(self.common)
+            try:
+                os.unlink(self.path[:-len(".sock")] + ".w")
+            except OSError:
+                pass
         try:
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self.ident:
@@ -408,6 +508,7 @@ def main(argv: list[str], cli: hookd_cli.Main | None = None, preload_more: tuple
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         d.bind()
+        d.start_watch()  # before the first call is served: every call has the watch to ask
         d.sweep()
         d.serve()
     finally:

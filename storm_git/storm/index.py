@@ -114,6 +114,9 @@ def reset(store: Store, tree: pygit2.Oid) -> None:
     path = os.path.join(store.gitdir, "index")
     with index_copy(path) as tmp:
         env = git_env(GIT_DIR=store.gitdir, GIT_WORK_TREE=store.top, GIT_INDEX_FILE=tmp)
+        if os.path.exists(tmp) and _reset_changed(store, tree, env):
+            os.replace(tmp, path)
+            return
         for args in (["read-tree", "--reset", str(tree)], ["update-index", "-q", "--refresh"]):
             r = subprocess.run(["git", *args], cwd=store.top, env=env, capture_output=True)
             if r.returncode != 0 and args[0] == "read-tree":
@@ -121,3 +124,41 @@ def reset(store: Store, tree: pygit2.Oid) -> None:
                 raise RepoStateError(f"the commit was made but the index could not be reset: {err}",
                                      hint="run git read-tree HEAD")
         os.replace(tmp, path)
+
+
+def _reset_changed(store: Store, tree: pygit2.Oid, env: dict[str, str]) -> bool:
+    """Make the index at ``GIT_INDEX_FILE`` hold ``tree`` by replacing only the
+    entries that differ from it (``git diff-index --cached``, which skips the
+    subtrees git's cache-tree knows unchanged): every other entry keeps its stat
+    data without a refresh that would lstat every file. False when that cannot be
+    done (a conflicted entry, a git failure, a sparse checkout, whose skip-worktree
+    bits only a read of the tree sets): the caller rebuilds the index."""
+    if store.config_bool("core.sparseCheckout", False):
+        return False
+    r = subprocess.run(["git", "diff-index", "--cached", "-z", "--raw", "--no-renames", "--abbrev=40",
+                        "--ignore-submodules=none", str(tree)], cwd=store.top, env=env, capture_output=True)
+    if r.returncode != 0:
+        return False
+    fields = r.stdout.split(b"\0")
+    lines, kept = [], []
+    for i in range(0, len(fields) - 1, 2):
+        meta, name = fields[i], fields[i + 1]
+        parts = meta.lstrip(b":").split()
+        if len(parts) != 5 or parts[4] == b"U":
+            return False
+        mode, oid = parts[0], parts[2]
+        if set(mode) == {ord("0")}:
+            lines.append(b"0 " + b"0" * 40 + b"\t" + name + b"\0")  # not in the tree: removed
+        else:
+            lines.append(mode + b" " + oid + b"\t" + name + b"\0")
+            if os.path.lexists(os.path.join(os.fsencode(store.top), name)):
+                kept.append(name + b"\0")
+    if lines:
+        u = subprocess.run(["git", "update-index", "-z", "--index-info"], cwd=store.top, env=env,
+                           input=b"".join(lines), capture_output=True)
+        if u.returncode != 0:
+            return False
+    if kept:  # stat data for the replaced entries only (git refuses a path missing on disk)
+        subprocess.run(["git", "--literal-pathspecs", "add", "--refresh", "--pathspec-from-file=-",
+                        "--pathspec-file-nul"], cwd=store.top, env=env, input=b"".join(kept), capture_output=True)
+    return True

@@ -1,4 +1,8 @@
-"""What differs on disk from what storm last put there: one snapshot by stat.
+"""What differs on disk from what storm last put there: one snapshot.
+
+Where the resident process watches the working tree, a snapshot asks it what
+changed since the last one and looks only at those paths (:mod:`.watched`);
+otherwise, and whenever the watch cannot be sure, it walks, as follows.
 
 Storm does not keep git's own index in step with the shared head (that would
 cost a full index write per accepted write at 100k files). To find what differs
@@ -35,7 +39,7 @@ from ..core.tree_diff import tree_changes
 from ..disk import safe_fs, sync as disk_sync
 from ..disk.record import entry_or_none
 from ..disk.safe_fs import TEMP_PREFIX, disk_state, same
-from . import private_index
+from . import private_index, watched
 from .private_index import INDEX_NAME, STATE_NAME
 from .validated_writer import ValidatedWriter
 
@@ -149,6 +153,25 @@ def snapshot(store: Store) -> Snapshot:
     head = synced.head
     tree = store.commit(head).tree
     rtree, _ = disk_sync.record_tree(store)
+    lk = watched.look(store)  # the watch's token is taken before the disk is looked at
+    conv = Conversions(store)
+    found = watched.find(store, rtree, lk, git_env(store, None), conv) if lk is not None else None
+    if found is not None:
+        dirty, nested = found
+        how = watched.WATCHED
+    else:
+        dirty, nested = _walk(store, rtree, conv)
+        how = watched.WALK
+    dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
+    if lk is not None:
+        watched.save_base(store, lk, rtree, dirty, nested, how)
+    _save_missing(store, [p for p, v in dirty.items() if v is None])
+    return Snapshot(head, tree, rtree, dirty, nested)
+
+
+def _walk(store: Store, rtree: pygit2.Tree, conv: Conversions) -> tuple[dict[str, Any], list[str]]:
+    """Every path whose disk state differs from the record ``rtree``, by one ``git
+    status`` against the private index, and the nested repositories."""
     index = _sync_index(store, rtree)
     raw = _git(store, ["-c", "core.untrackedCache=true", "-c", "core.fsmonitor=false",
                        "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=normal",
@@ -169,7 +192,6 @@ def snapshot(store: Store) -> Snapshot:
     dirty: dict[str, Any] = {}
     nested: list[str] = []
     top = store.main_workdir
-    conv = Conversions(store)
     with safe_fs.DirFds(top) as dirs:  # read only: each directory opened once
         for path in candidates:
             have = disk_state(top, path, dirs, conv)
@@ -189,9 +211,7 @@ def snapshot(store: Store) -> Snapshot:
                 elif p:
                     path = p.decode("utf-8", "surrogateescape")
                     dirty[path] = disk_state(top, path, dirs, conv)
-    dirty = {p: v for p, v in dirty.items() if not _storm_temp(p)}
-    _save_missing(store, [p for p, v in dirty.items() if v is None])
-    return Snapshot(head, tree, rtree, dirty, nested)
+    return dirty, nested
 
 
 def _storm_temp(path: str) -> bool:

@@ -61,6 +61,7 @@ class SharedWorkspace(BaseWorkspace):
         self.publication = Publication(store)  # where a validated write goes (storm_git.remote: a server)
         # a door's own default for storm.shellEdits when it is unset (the drop-in: adopt)
         self.shell_edits: str | None = None
+        self._real_top: tuple[tuple[int, int], str] | None = None  # (identity of the top, its real path)
 
     # -- settings --------------------------------------------------------------
     @property
@@ -72,8 +73,22 @@ class SharedWorkspace(BaseWorkspace):
         """Validate a user path (relative to the caller's directory); ``seen`` is shared by
         the paths of one call (see check_on_disk)."""
         p = normalize(raw, self.store.prefix, self.store.top)
+        if seen is None:
+            seen = {}
+        if "" not in seen:
+            seen[""] = self.real_top()
         check_on_disk(p, self.store.main_workdir, for_write=for_write, seen=seen)
         return p
+
+    def real_top(self) -> str:
+        """The working tree's real path, resolved again only when the directory the
+        path leads to is another one (one stat instead of one per component)."""
+        top = self.store.main_workdir
+        st = os.stat(top)
+        ident = (st.st_dev, st.st_ino)
+        if self._real_top is None or self._real_top[0] != ident:
+            self._real_top = (ident, os.path.realpath(top))
+        return self._real_top[1]
 
     def head_ref(self) -> pygit2.Reference:
         ref = self.store.ref(WORKSPACE_REF)

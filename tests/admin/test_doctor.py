@@ -257,3 +257,28 @@ def test_a_corrupt_private_index_is_named_found_and_rebuilt(repo, how):
     assert snapshot_refs(repo) == before
     assert storm_json(repo, "status") == healthy  # rebuilt: the person's edit still listed
     assert "all is well" in storm(repo, "doctor").stdout
+
+
+def test_a_resident_process_without_its_watch_is_reported(repo):
+    """The state a resident process left without a watch (what it writes when the
+    user's inotify watches are all taken) is reported while that process runs,
+    and never once it is gone."""
+    from storm_git.storm import tree_watch
+
+    common = str(repo / ".git")
+    code, rep = storm_json(repo, "doctor")
+    assert code == 0 and not [f for f in rep["findings"] if f["kind"] == "tree_watch_unavailable"]
+    live = subprocess.Popen([sys.executable, "-c", "import sys; from storm_git.storm import tree_watch; "
+                             "tree_watch.write_state(sys.argv[1], None, 'the inotify watch limit is reached'); "
+                             "print('ok', flush=True); sys.stdin.read()", common],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert live.stdout is not None and live.stdout.readline() == b"ok\n"
+        code, rep = storm_json(repo, "doctor")
+        [f] = [f for f in rep["findings"] if f["kind"] == "tree_watch_unavailable"]
+        assert f"pid {live.pid}" in f["detail"] and "watch limit" in f["detail"] and not f["fixable"]
+        assert tree_watch.read_state(common) is not None
+    finally:
+        live.communicate(b"", timeout=30)
+    code, rep = storm_json(repo, "doctor")
+    assert not [f for f in rep["findings"] if f["kind"] == "tree_watch_unavailable"]  # its process is gone

@@ -48,6 +48,23 @@ def test_manager_commit_has_shared_tree_trailers_and_clean_status(repo):
     assert code == 0 and res["commit"] is None and rev(repo, "HEAD") == rev(repo, "HEAD")
 
 
+def test_the_index_after_a_commit_is_the_tree_with_valid_stat_data(repo):
+    """The index is the commit's tree entry for entry (a staged change and a staged
+    new file are gone, a file the agents removed is gone), and the entries that
+    changed carry stat data: git's plumbing, which refreshes nothing, sees a clean tree."""
+    accepted_write(repo, "e1", "src/api.py", "def fetch(url, timeout):\n    pass\n")
+    storm(repo, "rm", "src/util.py", agent="e1")
+    (repo / "staged.txt").write_text("staged\n")
+    git(repo, "add", "staged.txt")
+    git(repo, "update-index", "--add", "--cacheinfo", f"100644,{rev(repo, 'HEAD:README.md')},docs/elsewhere.md")
+    code, res = storm_json(repo, "commit", "-m", "integrate")
+    assert code == 0, res
+    assert git(repo, "ls-files", "-s").stdout == git(repo, "ls-tree", "-r", "--format=%(objectmode) %(objectname) 0\t"
+                                                     "%(path)", "HEAD").stdout
+    assert git(repo, "diff-files", "--quiet", check=False).returncode == 0
+    assert git(repo, "diff-index", "--cached", "--quiet", "HEAD", check=False).returncode == 0
+
+
 def test_commit_warns_about_unmediated_edits_refuses_with_strict_and_adopts(repo):
     accepted_write(repo, "e1", "src/api.py", "x = 1\n")
     (repo / "src/util.py").write_text("edited outside storm\n")
