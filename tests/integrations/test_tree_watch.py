@@ -36,9 +36,11 @@ def served(repo: Path, **extra: str) -> tuple[dict[str, str], int]:
     env = daemon_env(STORM_AGENT="w1", **extra)
     cli(repo, "status", env=env)
     pid = wait_daemon(repo, env=env)
-    r = cli(repo, "status", env=env)  # the daemon's first snapshot: a walk under its token
+    r = cli(repo, "status", env=env)  # a snapshot under the daemon's token from here on
     assert r.code == 0, r.err
-    assert how(repo) == "walk"
+    # a walk, or the watch when the first call, in its own process, already found the
+    # daemon it started up and walked under its token (a slow machine)
+    assert how(repo) in ("walk", "watch")
     return env, pid
 
 
