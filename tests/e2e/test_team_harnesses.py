@@ -5,7 +5,11 @@ the model's session markers. Run with ``pytest -m harness tests/e2e``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import harnesses as hx
@@ -287,3 +291,70 @@ def test_three_claude_code_engineers_in_worktree_mode_a_conflict_handed_back(har
     assert e["engineer_1"]["fix_rounds"] == 0 and e["engineer_3"]["fix_rounds"] == 0
     assert all(x["tokens"] is not None for x in rep["engineers"])
     assert st_states(repo) == ["done", "done", "done"]
+
+
+def test_a_killed_run_of_claude_code_engineers_is_stopped_and_resumed(harness_bin, world, tmp_path):
+    """``team run`` SIGKILLed while a real Claude Code session works: ``status`` names the
+    orphan, ``stop`` ends it by pid, ``--resume`` starts that engineer again and lands
+    everyone's work (the finished engineer's is kept, not redone)."""
+    repo, home, log = world
+    flag = tmp_path / "go"
+    api, util, client = (str(repo / p) for p in ("src/api.py", "src/util.py", "src/client.py"))
+    script = Script({
+        "e1": [{"tool": "Read", "input": {"file_path": util}},
+               {"wait": str(flag), "timeout": 120, "tool": "Bash",
+                "input": {"command": "echo go", "description": "go"}},
+               {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
+                                          "new_string": "def clamp(x, lo=0, hi=1):  # e1"}}],
+        "e2": [{"tool": "Read", "input": {"file_path": api}},
+               {"tool": "Edit", "input": {"file_path": api, "old_string": "return http_get(url)",
+                                          "new_string": "return http_get(url)  # e2"}}],
+        "e3": [{"tool": "Read", "input": {"file_path": client}},
+               {"tool": "Edit", "input": {"file_path": client, "old_string": "return fetch(url)",
+                                          "new_string": "return fetch(url)  # e3"}}],
+    })
+    server, port = serve(script)
+    env = env_for(home, log, port, harness_bin)
+    try:
+        # the runner itself, not `git storm` (git would wait for it as a child a SIGKILL leaves running)
+        proc = subprocess.Popen([sys.executable, "-m", "storm_git", "team", "run", "--plan", str(plan(tmp_path)),
+                                 "--harness", "claude", "--parallel", "3", "--json"],
+                                cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run, deadline = None, time.monotonic() + 120
+        while time.monotonic() < deadline:  # engineer_2 done, engineer_1's session waiting on the model
+            assert proc.poll() is None, proc.communicate()
+            runs = sorted((repo / ".git/storm/team").glob("*/state.json"))
+            if runs:
+                run = runs[0].parent.name
+                st = json.loads(storm(repo, "team", "status", run, "--json", env=env).stdout)
+                e = {x["agent"]: x for x in st["engineers"]}
+                if e["engineer_2"]["state"] == "done" and e["engineer_1"]["state"] == "running" \
+                        and e["engineer_1"].get("alive"):
+                    break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("engineer_2 never finished while engineer_1 worked")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        st = json.loads(storm(repo, "team", "status", run, "--json", env=env).stdout)
+        e1 = st["engineers"][0]
+        assert st["runner"]["alive"] is False and e1["orphaned"] and e1["alive"], st
+        r = storm(repo, "team", "stop", run, "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["ended"] == ["engineer_1"]
+        assert not os.path.exists(f"/proc/{e1['pid']}") or "Z" in Path(f"/proc/{e1['pid']}/stat").read_text()
+        flag.touch()
+        r = run_team(repo, env, "run", "--resume", run)
+    finally:
+        server.shutdown()
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert b"# e1" in hx.workspace(repo, "src/util.py") and b"# e2" in hx.workspace(repo, "src/api.py")
+    assert b"# e3" in hx.workspace(repo, "src/client.py")
+    assert set(hx.writers(log, "src/util.py")) == {"engineer_1"}
+    assert set(hx.writers(log, "src/api.py")) == {"engineer_2"}
+    rep = report(repo, events(r.stdout))
+    assert [(x["agent"], x["attempts"], x["state"]) for x in rep["engineers"]] == \
+        [("engineer_1", 2, "done"), ("engineer_2", 1, "done"), ("engineer_3", 1, "done")]
+    assert rep["phase"] == "landed"
+    msg = git(repo, "log", "-1", "--format=%B", "main").stdout.decode()
+    assert all(f"Storm-Agent: engineer_{n}" in msg for n in (1, 2, 3)), msg
