@@ -23,9 +23,9 @@ def main() -> None:
         from storm_git.integrations.hook_client import main as hook_main
 
         sys.exit(hook_main(args[2:]))
-    if args and args[0] in ("read", "write", "edit", "rm", "status", "log", "release", "forget", "exec"):
-        from storm_git.integrations.cli_client import via_daemon
+    from storm_git.integrations.cli_client import VERBS, via_daemon  # the standard library only
 
+    if args and args[0] in VERBS:
         try:
             code = via_daemon(args)
         except KeyboardInterrupt:
