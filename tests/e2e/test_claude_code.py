@@ -91,8 +91,9 @@ def test_a_stale_dependency_is_denied_with_the_diff_and_the_retry_lands(harness_
               {"tool": "Edit", "input": {"file_path": api, "old_string": "return http_get(url)",
                                          "new_string": "return clamp(http_get(url), 0, 9)"}}],
         "B": [{"tool": "Read", "input": {"file_path": util}},
-              {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
-                                         "new_string": "def clamp(x, lo=0, hi=1):  # B: defaults"}}],
+              {"after": ["A", 2], "tool": "Edit",  # after A's reads: A's view of util.py is the old one
+               "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
+                         "new_string": "def clamp(x, lo=0, hi=1):  # B: defaults"}}],
     })
     out = script.outputs("A")
     denied = out[2]

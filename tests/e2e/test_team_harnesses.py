@@ -44,8 +44,9 @@ def claude_steps(repo: Path) -> dict:
     api, util = str(repo / "src/api.py"), str(repo / "src/util.py")
     return {
         "e1": [{"tool": "Read", "input": {"file_path": util}},
-               {"tool": "Edit", "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
-                                          "new_string": "def clamp(x, lo=0, hi=1):  # e1: defaults"}}],
+               {"after": ["e2", 2], "tool": "Edit",  # after e2's reads
+                "input": {"file_path": util, "old_string": "def clamp(x, lo, hi):",
+                          "new_string": "def clamp(x, lo=0, hi=1):  # e1: defaults"}}],
         # e2 read util.py before e1 changed it: its edit of api.py is a stale dependency
         "e2": [{"tool": "Read", "input": {"file_path": util}},
                {"tool": "Read", "input": {"file_path": api}},
