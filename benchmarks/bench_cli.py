@@ -8,7 +8,7 @@ Not a test: it prints medians and ratios. Each round runs, one after the other:
 * ``daemon``      the installed ``git-storm`` relayed to the resident process
                   (started and warmed before the rounds);
 * ``in-process``  the same with ``STORM_NO_DAEMON=1``: pygit2 and click imported;
-* ``python -S``   ``python3 -S -c pass`` (the issue's baseline);
+* ``python -S``   ``python3 -S -c pass`` (the target's baseline);
 * ``python``      ``python -c pass`` of the interpreter ``git-storm`` runs on,
                   with its site-packages (an editable install's finder included):
                   the floor of any console script;
