@@ -102,16 +102,12 @@ def via_daemon(args: list[str]) -> int | None:
             if hook_client.peer_uid(sock) != os.getuid():
                 sock.close()
                 return None  # another user's socket: never talk to it
-            sock.sendall(hook_client.request(fp, cwd, args, b"", hookd_wire.CLI_MAGIC))
-            sock.settimeout(hook_client.READY_TIMEOUT)
-            if sock.recv(1) != hookd_wire.READY or ints.pending:
+            call = hook_client.request(fp, cwd, args, b"", hookd_wire.CLI_MAGIC)
+            if not hook_client.hand_over(sock, call, lambda: ints.pending):
                 sock.close()
                 if ints.pending:
                     raise KeyboardInterrupt
                 return None  # refused, or closed before taking the call: nothing ran
-            sock.settimeout(None)
-            fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
-            sock.sendmsg([hookd_wire.GO], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         except OSError:  # no READY in time, a reset, a bad descriptor: nothing ran
             sock.close()
             return None

@@ -26,6 +26,10 @@ import sys
 
 from . import hookd_place, hookd_wire, repo_probe
 
+TYPE_CHECKING = False  # typing's own import would cost the hook's fast path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
 CONNECT_TIMEOUT = 2.0  # seconds; a live daemon accepts at once
 READY_TIMEOUT = 2.0  # seconds for the child to take on the call before the client runs it itself
 OFF_WORDS = (b"hookdaemon", b"include")
@@ -100,6 +104,22 @@ def request(fp: str, cwd: str, args: list[str], data: bytes, magic: bytes = hook
     return magic + hookd_wire.pack(fields)
 
 
+def hand_over(sock: "_socket.socket", payload: bytes, stop: "Callable[[], bool] | None" = None) -> bool:
+    """Send the call, wait for the daemon's READY, then pass this process's standard
+    streams with GO. False, with nothing sent past the call, when the daemon does not
+    take it or ``stop()`` says the caller gave up: nothing ran. OSError as the socket's."""
+    sock.sendall(payload)
+    sock.settimeout(READY_TIMEOUT)
+    if sock.recv(1) != hookd_wire.READY or (stop is not None and stop()):
+        return False
+    sock.settimeout(None)
+    # the standard streams go only with GO: a daemon that never takes the call
+    # must not hold the caller's pipes open
+    fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
+    sock.sendmsg([hookd_wire.GO], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    return True
+
+
 def peer_uid(sock: "_socket.socket") -> int:
     creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
     return int.from_bytes(creds[4:8], sys.byteorder)
@@ -137,16 +157,9 @@ def via_daemon(args: list[str], data: bytes) -> int | None:
         if peer_uid(sock) != os.getuid():
             sock.close()
             return None  # another user's socket: never talk to it
-        sock.sendall(request(fp, cwd, args, data))
-        sock.settimeout(READY_TIMEOUT)
-        if sock.recv(1) != hookd_wire.READY:
+        if not hand_over(sock, request(fp, cwd, args, data)):
             sock.close()
             return None  # refused, or closed before taking the call: nothing ran
-        sock.settimeout(None)
-        # the standard streams go only with GO: a daemon that never takes the call
-        # must not hold the harness's pipes open
-        fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
-        sock.sendmsg([hookd_wire.GO], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     except OSError:  # no READY in time, a reset, a bad descriptor: nothing ran
         sock.close()
         return None
