@@ -19,9 +19,9 @@ out of memory) is reported as such, exit 4.
 """
 from __future__ import annotations
 
+import _signal  # the C module: `import signal` builds its enums, a fifth of the client's start
 import _socket
 import os
-import signal
 import sys
 
 from . import hook_client, hookd_place, hookd_wire
@@ -50,7 +50,7 @@ class Interrupts:
 
     def __init__(self, sock: "_socket.socket") -> None:
         self.sock, self.go, self.pending = sock, False, False
-        self.old = signal.signal(signal.SIGINT, self.on_int)
+        self.old = _signal.signal(_signal.SIGINT, self.on_int)
 
     def on_int(self, _signum: int, _frame: object) -> None:
         if self.go:
@@ -70,7 +70,7 @@ class Interrupts:
             self.send()
 
     def restore(self) -> None:
-        signal.signal(signal.SIGINT, self.old)
+        _signal.signal(_signal.SIGINT, self.old)
 
 
 def via_daemon(args: list[str]) -> int | None:
