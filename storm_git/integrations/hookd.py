@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..storm import tree_watch
-from . import hookd_cli, hookd_peer, hookd_place, hookd_wire
+from . import hookd_cli, hookd_peer, hookd_place, hookd_spare, hookd_wire
 
 IDLE_SECONDS = 600.0
 TICK_SECONDS = 5.0
@@ -132,6 +132,7 @@ class Daemon:
         self.lock_ident: tuple[int, int] | None = None
         self.watch: tree_watch.TreeWatch | None = None
         self.wsock: socket.socket | None = None
+        self.spare = hookd_spare.Spare()
 
     def take_lock(self) -> bool:
         lock = hookd_place.lock_path(self.common, self.name)
@@ -331,18 +332,31 @@ class Daemon:
                 continue
             peer_pid = int.from_bytes(creds[0:4], sys.byteorder, signed=True)
             if changed(self.files):  # pygit2 upgraded, say (the child checks storm's own files)
-                conn.close()  # before READY: the client runs the call itself
+                conn.close()  # before READY: the client runs the call itself (and the spare is as stale)
                 return
-            pid = os.fork()
-            if pid == 0:
-                own = [self.sock.detach(), self.lock_fd]
-                if self.watch is not None and self.wsock is not None:
-                    own += [self.wsock.detach(), self.watch.fd]  # the watch stays the daemon's
-                child(conn, self.name, self.peer, Caller(peer_pid, accepted), own, self.cli)  # never returns
+            if not self.spare.hand(conn, peer_pid, accepted) and os.fork() == 0:
+                child(conn, self.name, self.peer, Caller(peer_pid, accepted), self.own_fds(), self.cli)  # never returns
             conn.close()
+            self.fork_spare()
+
+    def own_fds(self) -> list[int]:
+        """In a call's process: the daemon's descriptors, detached, for it to close first."""
+        assert self.sock is not None
+        own = [self.sock.detach(), self.lock_fd]
+        if self.watch is not None and self.wsock is not None:
+            own += [self.wsock.detach(), self.watch.fd]  # the watch stays the daemon's
+        return own
+
+    def fork_spare(self) -> None:
+        """The next call's process, forked now (:mod:`hookd_spare`)."""
+        def run(conn: socket.socket, pid: int, accepted: float) -> None:
+            child(conn, self.name, self.peer, Caller(pid, accepted), [], self.cli)
+
+        self.spare.start(run, self.own_fds)
 
     def close(self) -> None:
         """Remove the socket if it is still this daemon's."""
+        self.spare.retire()
         if self.wsock is not None:
             tree_watch.clear_state(self.common)
             try:
@@ -510,6 +524,7 @@ def main(argv: list[str], cli: hookd_cli.Main | None = None, preload_more: tuple
         d.bind()
         d.start_watch()  # before the first call is served: every call has the watch to ask
         d.sweep()
+        d.fork_spare()
         d.serve()
     finally:
         d.close()

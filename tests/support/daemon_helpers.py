@@ -107,11 +107,35 @@ def wait_gone(pid: int, timeout: float = 30) -> None:
 
 
 def children(pid: int) -> list[int]:
+    """The daemon's calls' processes: its children but the spare waiting for the next call."""
+    return [k for k in all_children(pid) if comm(k) != "storm-spare"]
+
+
+def all_children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
             return [int(x) for x in fh.read().split()]
     except OSError:
         return []
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def spare(pid: int, timeout: float = 30) -> int:
+    """The pid of daemon ``pid``'s spare, once there is one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [k for k in all_children(pid) if comm(k) == "storm-spare" and alive(k)]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"daemon {pid} keeps no spare"
+        time.sleep(0.02)
 
 
 def stop(pid: int) -> None:
