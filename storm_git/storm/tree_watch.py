@@ -89,7 +89,7 @@ class TreeWatch:
                 nested = bool(d) and any(n == ".git" for n, _ in entries)
                 wd = inotify.add_watch(self.fd, os.fsencode(path), NESTED_MASK if nested else MASK)
             except inotify.WatchLimit as exc:
-                self.broken = str(exc)
+                self.broken = exc.strerror or str(exc)
                 return
             except OSError as exc:
                 if exc.errno in (errno.ENOENT, errno.ENOTDIR):

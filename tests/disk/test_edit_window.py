@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,20 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, storm
+from helpers import git, storm, strace_works
 
 DELAY_US = 1_500_000
 
 
-def _strace_works() -> bool:
-    if not shutil.which("strace"):
-        return False
-    r = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "inject=renameat2:delay_enter=1", "true"],
-                       capture_output=True)
-    return r.returncode == 0
-
-
-pytestmark = pytest.mark.skipif(not _strace_works(), reason="needs strace with ptrace allowed")
+pytestmark = pytest.mark.skipif(not strace_works(), reason="needs strace with ptrace allowed")
 
 
 def _delayed_storm(repo: Path, *args: str, input: bytes, syscall: str = "renameat2") -> subprocess.Popen:

@@ -14,12 +14,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from daemon_helpers import cli, daemon_env, daemons_of, stop, wait_daemon, wait_gone
-from helpers import git
+from helpers import git, strace_works
 
 REPO_FILES = {"src/api.py": "def fetch(url):\n    return url\n", "src/util.py": "X = 1\n",
               "docs/a.md": "# a\n", "docs/deep/b.md": "# b\n", ".gitignore": "*.o\nbuild/\n"}
@@ -231,3 +232,41 @@ def test_a_file_become_a_directory_and_links_are_found_as_a_walk_finds_them(drep
     (drepo / "src" / "util.py").write_text("X = 1\n")
     (drepo / "src" / "link.py").unlink()
     assert unmediated(same_as_walk(drepo, env, "watch")) == {"src/docs-link"}
+
+
+def no_watch_answer(repo: Path, env: dict[str, str]) -> dict:
+    """A snapshot that asked the watch, got no answer (it keeps no token base) and
+    walked: what a walk finds."""
+    base = repo / ".git" / "storm" / "exec-watch"
+    base.unlink(missing_ok=True)
+    got = status(repo, env)
+    assert not base.exists() and got == walked(repo)
+    return json.loads(got)
+
+
+@pytest.mark.skipif(not strace_works(), reason="needs strace with ptrace allowed")
+def test_the_watch_limit_reached_makes_snapshots_walk_and_doctor_say_why(drepo: Path):
+    """inotify_add_watch failing with ENOSPC (every watch of the user taken) for a
+    directory made after the start: the watch gives no more answers, each snapshot
+    walks, and doctor names the limit."""
+    env, pid = served(drepo)
+    same_as_walk(drepo, env, "watch")
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-p", str(pid), "-e", "trace=inotify_add_watch",
+                               "-e", "inject=inotify_add_watch:error=ENOSPC"])
+    try:
+        deadline = time.monotonic() + 30
+        while "TracerPid:\t0\n" in Path(f"/proc/{pid}/status").read_text():
+            assert time.monotonic() < deadline and tracer.poll() is None, "strace never attached"
+            time.sleep(0.02)
+        os.makedirs(drepo / "past" / "limit")
+        (drepo / "past" / "limit" / "f.py").write_text("f\n")
+        assert unmediated(no_watch_answer(drepo, env)) == {"past/limit/f.py"}
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=30)
+    (drepo / "past" / "limit" / "g.py").write_text("g\n")  # in the directory never watched
+    assert unmediated(no_watch_answer(drepo, env)) == {"past/limit/f.py", "past/limit/g.py"}
+    r = cli(drepo, "doctor", "--json", env=daemon_env(STORM_NO_DAEMON="1"))
+    found = [f for f in json.loads(r.out)["findings"] if f["kind"] == "tree_watch_unavailable"]
+    assert len(found) == 1 and found[0]["detail"].startswith(
+        "the resident process (pid %d) has no watch of the working tree: the inotify watch limit" % pid), r.out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -415,3 +416,12 @@ def git_commit(cwd: str | Path, *args: str, agent: str | None = None, **extra: s
 def journal(repo: Path, agent: str) -> Path:
     """The agent's read-set journal file (storm_git.core.readsets)."""
     return repo / ".git" / "storm" / "journal" / agent
+
+
+def strace_works() -> bool:
+    """strace is installed and may trace (and inject into) this user's processes."""
+    if not shutil.which("strace"):
+        return False
+    r = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "inject=renameat2:delay_enter=1", "true"],
+                       capture_output=True)
+    return r.returncode == 0
