@@ -86,3 +86,20 @@ def test_three_engineers_conflict_stale_shell_edit_fix_round_and_the_commit(team
     assert [(x["agent"], x["subtask"], x["state"]) for x in st["engineers"]] == \
         [("engineer_1", "s1", "done"), ("engineer_2", "s2", "done"), ("engineer_3", "s3", "done")]
     assert st["phase"] == "landed" and st["runner"]["alive"] is False
+
+
+def test_a_dependents_brief_names_what_its_dependency_wrote_since_the_last_look(team_repo):
+    """The engineers' figures are looked at once a second; a subtask started just
+    after its dependency wrote still hears what it wrote (the brief looks itself)."""
+    from storm_git import open_workspace
+    from storm_git.core.store import Store
+    from storm_git.team import runner
+
+    t = runner.prepare(Store.discover(str(team_repo)), PLAN, runner.Options(harness_cmd="true"))
+    by_sub = {e.subtask: e for e in t.st.engineers}
+    t.tick()  # the last look: nothing written yet
+    ws = open_workspace(str(team_repo))
+    ws.read(["src/api.py"], agent=by_sub["s1"].agent)
+    assert ws.write("src/api.py", b"TIMEOUT = 10\n", agent=by_sub["s1"].agent).accepted
+    brief = t.prompt(by_sub["s3"], "work")
+    assert f"s1 (longer timeout, done by {by_sub['s1'].agent}: src/api.py)" in brief, brief
