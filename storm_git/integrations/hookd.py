@@ -20,6 +20,7 @@ client; a stale socket is replaced by the next daemon.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import importlib
 import io
@@ -133,6 +134,7 @@ class Daemon:
         self.watch: tree_watch.TreeWatch | None = None
         self.wsock: socket.socket | None = None
         self.spare = hookd_spare.Spare()
+        self.pages = hookd_place.pages_path(common, name)  # this daemon's alone: its addresses are its own
 
     def take_lock(self) -> bool:
         lock = hookd_place.lock_path(self.common, self.name)
@@ -162,10 +164,9 @@ class Daemon:
                 pass
             if not hookd_place.dir_is_private(parent):
                 raise SystemExit(0)  # someone else's directory: no daemon, calls run in their own process
-        try:
-            os.unlink(self.path)  # a killed daemon's socket (we hold the lock: no live one uses it)
-        except FileNotFoundError:
-            pass
+        for left in (self.path, self.pages):  # a killed daemon's (we hold the lock: no live one uses them)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(left)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
         try:
@@ -196,7 +197,7 @@ class Daemon:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 stem = path[:-len(".lock")]
-                for victim in (stem + ".sock", stem + ".w", path):  # a daemon starting now exits on
+                for victim in (stem + ".sock", stem + ".w", stem + ".pages", path):  # a daemon starting now exits on
                     try:  # its first tick, finding its lock file gone
                         os.unlink(victim)
                     except OSError:
@@ -335,7 +336,8 @@ class Daemon:
                 conn.close()  # before READY: the client runs the call itself (and the spare is as stale)
                 return
             if not self.spare.hand(conn, peer_pid, accepted) and os.fork() == 0:
-                child(conn, self.name, self.peer, Caller(peer_pid, accepted), self.own_fds(), self.cli)  # never returns
+                child(conn, self.name, self.peer, Caller(peer_pid, accepted), self.own_fds(), self.pages,
+                      self.cli)  # never returns
             conn.close()
             self.fork_spare()
 
@@ -350,13 +352,16 @@ class Daemon:
     def fork_spare(self) -> None:
         """The next call's process, forked now (:mod:`hookd_spare`)."""
         def run(conn: socket.socket, pid: int, accepted: float) -> None:
-            child(conn, self.name, self.peer, Caller(pid, accepted), [], self.cli)
+            child(conn, self.name, self.peer, Caller(pid, accepted), [], self.pages, self.cli)
 
-        self.spare.start(run, self.own_fds)
+        self.spare.start(run, self.own_fds, self.pages)
 
     def close(self) -> None:
         """Remove the socket if it is still this daemon's."""
         self.spare.retire()
+        if self.still_ours():
+            with contextlib.suppress(OSError):
+                os.unlink(self.pages)
         if self.wsock is not None:
             tree_watch.clear_state(self.common)
             try:
@@ -443,10 +448,11 @@ def serves(conn: socket.socket, mine: Peer, caller: Caller, req: Request) -> boo
             and hookd_peer.same_as_peer(conn, caller.pid, mine.confinement, caller.accepted))
 
 
-def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fds: list[int],
+def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fds: list[int], pages: str,
           cli: hookd_cli.Main | None = None) -> None:
     """One call (a hook's, or with ``cli`` a command line's), in the process forked
-    for it. Never returns."""
+    for it (or waiting for it: hookd_spare), then the pages it wrote to, for the
+    next spares. Never returns."""
     code = 0
     try:
         for fd in daemons_fds:  # the listening socket and the daemon's lock are not the call's
@@ -468,7 +474,8 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
             return
         if magic == hookd_wire.CLI_MAGIC:
             assert cli is not None
-            hookd_cli.serve(conn, cli, req.args, req.streams, lambda: become_process(req))
+            if hookd_cli.serve(conn, cli, req.args, req.streams, lambda: become_process(req)):
+                hookd_spare.learn(pages)
             return
         try:
             out, err = become(req)
@@ -489,6 +496,7 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
         for target in (0, 1, 2):
             os.dup2(null, target)
         conn.sendall(hookd_wire.RESULT + hookd_wire.pack([str(status).encode(), out.getvalue(), err.getvalue()]))
+        hookd_spare.learn(pages)
     except BaseException:  # noqa: BLE001 - the client sees the connection end and answers for itself
         code = 1
     finally:

@@ -109,17 +109,18 @@ def interrupt_when_told(conn: socket.socket) -> None:
 
 
 def serve(conn: socket.socket, main: Main, args: list[str], streams: Sequence[tuple[str, str]],
-          become: Callable[[], None]) -> None:
-    """The call from READY to RESULT (its exit code): raises when the client
-    cannot be told (it then sees its connection end)."""
+          become: Callable[[], None]) -> bool:
+    """The call from READY to RESULT (its exit code), True once it ran and the
+    client was told; raises when the client cannot be told (it then sees its
+    connection end)."""
     try:
         become()
     except OSError:
         conn.sendall(hookd_wire.REFUSED)  # its directory is gone, say: the client meets that itself
-        return
+        return False
     conn.sendall(hookd_wire.READY)
     if not receive_streams(conn):
-        return
+        return False
     conn.settimeout(None)
     std_streams(streams)
     interrupt_when_told(conn)
@@ -135,3 +136,4 @@ def serve(conn: socket.socket, main: Main, args: list[str], streams: Sequence[tu
     for target in (0, 1, 2):
         os.dup2(null, target)
     conn.sendall(hookd_wire.RESULT + hookd_wire.pack([str(status).encode()]))
+    return True

@@ -76,6 +76,11 @@ def lock_path(common: str, fp: str) -> str:
     return os.path.join(hookd_dir(common), _short(fp) + ".lock")
 
 
+def pages_path(common: str, fp: str) -> str:
+    """The pages the running daemon's calls wrote to (integrations.hookd_spare)."""
+    return os.path.join(hookd_dir(common), _short(fp) + ".pages")
+
+
 def private_dirs(env: "os._Environ[str] | dict[str, str]") -> list[str]:
     """The user's own directories for sockets whose path in the git dir is too long."""
     runtime = env.get("XDG_RUNTIME_DIR")

@@ -20,6 +20,7 @@ from daemon_helpers import (
     alive,
     children,
     cli,
+    comm,
     daemon_env,
     daemons_of,
     importtime_env,
@@ -104,18 +105,50 @@ def test_the_spare_ends_with_its_daemon(served) -> None:
     wait_gone(waiting, timeout=10)
 
 
-def _private_share(pid: int) -> float:
+def _private_dirty_kb(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as fh:
-        kb = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split()[-1:] == ["kB"]}
-    return kb["Private_Dirty"] / kb["Rss"]
+        return sum(int(line.split()[1]) for line in fh if line.startswith("Private_Dirty:"))
 
 
-def test_the_spare_makes_its_pages_its_own_while_it_waits(served) -> None:
+def _learned_kb(repo: Path) -> int:
+    [f] = (repo / ".git" / "storm" / "hookd").glob("*.pages")
+    return sum(int(b, 16) - int(a, 16) for a, b in (ln.split() for ln in f.read_text().splitlines())) // 1024
+
+
+def test_spares_copy_ahead_the_pages_calls_wrote_to(served) -> None:
     if tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit()) < (5, 14):
         pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
-    _repo, _env, daemon = served
-    waiting = spare(daemon)
+    repo, env, daemon = served
+    assert cli(repo, "read", "src/api.py", env=env).code == 0  # its process lists the pages it wrote to
     deadline = time.monotonic() + 30
-    while _private_share(waiting) < 0.5:  # a spare fresh from fork shares nearly every page
-        assert time.monotonic() < deadline, _private_share(waiting)
+    while children(daemon) or not list((repo / ".git" / "storm" / "hookd").glob("*.pages")):
+        assert time.monotonic() < deadline, "no call listed its pages"
+        time.sleep(0.02)
+    learned = _learned_kb(repo)
+    assert learned > 256  # a call writes to a good part of what the daemon imported
+    assert cli(repo, "read", "src/api.py", env=env).code == 0  # taken by a spare forked before the list
+    waiting = spare(daemon)  # forked after it: copies what is listed
+    while _private_dirty_kb(waiting) < learned * 0.8:
+        assert time.monotonic() < deadline, (_private_dirty_kb(waiting), learned)
         time.sleep(0.05)
+    while children(daemon):  # the calls' processes list their pages after their answer
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    stop(daemon)
+    assert not list((repo / ".git" / "storm" / "hookd").glob("*.pages"))  # the addresses were that daemon's
+
+
+def test_any_page_list_is_safe(served) -> None:
+    """The page list is only ever a spare's hint: garbage, ranges outside any
+    mapping, or one over the whole address space cost time, never a call."""
+    repo, env, daemon = served
+    [lock] = (repo / ".git" / "storm" / "hookd").glob("*.lock")
+    pages = lock.with_suffix(".pages")
+    for content in (b"not hex at all\n\x00\xff\n", b"-1 5\nffffffffffffffff 0\n10 20 30\n", b"0 7fffffffffff\n"):
+        pages.write_bytes(content)
+        assert cli(repo, "read", "src/api.py", env=env).code == 0  # the spare forked after it reads this list
+        after = spare(daemon)
+        time.sleep(0.3)  # long enough to have read the list and copied what it names
+        assert alive(after) and comm(after) == "storm-spare"
+        r = cli(repo, "read", "src/api.py", env=env)
+        assert r.code == 0 and r.served and r.out == b"def fetch(url):\n    return http_get(url)\n", r.err
