@@ -197,6 +197,16 @@ def big_write(repo: str, top: str, mib: int, route: str, daemon: int | None) -> 
     return out
 
 
+def wrapper_imports_re() -> bool:
+    """The console script the installer wrote imports ``re`` (pip before 25.0 does;
+    pip 25 and uv do not): a cost of every call that is the installer's."""
+    try:
+        with open(GIT_STORM, "rb") as fh:
+            return any(line.strip() == b"import re" for line in fh.read(4096).splitlines())
+    except OSError:
+        return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
@@ -220,11 +230,14 @@ def main() -> None:
                        for op in ("read", "write")})
         ratios["read daemon / git show"] = med["read daemon"] / med["git show"]
         report = {"rounds": a.rounds, "load_before": load, "load_after": os.getloadavg(), "median_ms": med,
-                  "ratios": ratios, "big_write_mib": a.big_mib, "big_write": big}
+                  "ratios": ratios, "big_write_mib": a.big_mib, "big_write": big,
+                  "wrapper_imports_re": wrapper_imports_re()}
         if a.json:
             print(json.dumps(report, indent=2))
             return
         print(f"{a.rounds} rounds, load average {load[0]:.2f} before, {report['load_after'][0]:.2f} after")
+        if report["wrapper_imports_re"]:
+            print(f"  ({GIT_STORM} imports re, as the console scripts of pip < 25 do: about 10 ms of every call)")
         for k, v in med.items():
             print(f"  {k:<22} {v:8.1f} ms")
         for k, v in ratios.items():
