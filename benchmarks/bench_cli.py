@@ -8,6 +8,9 @@ Not a test: it prints medians and ratios. Each round runs, one after the other:
 * ``daemon``      the installed ``git-storm`` relayed to the resident process
                   (started and warmed before the rounds);
 * ``in-process``  the same with ``STORM_NO_DAEMON=1``: pygit2 and click imported;
+* ``git storm``   ``git storm read`` as an agent types it: git's own start and its
+                  dispatch to ``git-storm`` added (served by a daemon of its own:
+                  git puts its exec-path first on PATH);
 * ``python -S``   ``python3 -S -c pass`` (the target's baseline);
 * ``python``      ``python -c pass`` of the interpreter ``git-storm`` runs on,
                   with its site-packages (an editable install's finder included):
@@ -109,9 +112,25 @@ def warm(repo: str) -> int:
                 n.endswith(".sock") for n in os.listdir(os.path.join(repo, ".git/storm/hookd"))):
             for _ in range(3):
                 run([GIT_STORM, "read", "src/api.py"], repo, env)
+            warm_git(repo, env)
             return pid
         time.sleep(0.1)
     raise SystemExit("no resident process came up")
+
+
+def warm_git(repo: str, env: dict[str, str]) -> None:
+    """The daemon of ``git storm`` callers: git puts its exec-path first on PATH, so
+    they are served by a daemon of their own (it picks the same programs for them)."""
+    hookd = os.path.join(repo, ".git/storm/hookd")
+    before = {n for n in os.listdir(hookd) if n.endswith(".sock")}
+    run(["git", "storm", "read", "src/api.py"], repo, env)
+    deadline = time.monotonic() + 60
+    while not {n for n in os.listdir(hookd) if n.endswith(".sock")} - before:
+        if time.monotonic() > deadline:
+            raise SystemExit("no resident process came up for git storm")
+        time.sleep(0.1)
+    for _ in range(3):
+        run(["git", "storm", "read", "src/api.py"], repo, env)
 
 
 def rounds(repo: str, n: int) -> dict[str, list[float]]:
@@ -119,6 +138,7 @@ def rounds(repo: str, n: int) -> dict[str, list[float]]:
     routes = {
         "read daemon": lambda i: run([GIT_STORM, "read", "src/api.py"], repo, env_for("daemon")),
         "read in-process": lambda i: run([GIT_STORM, "read", "src/api.py"], repo, env_for("in-process")),
+        "git storm read": lambda i: run(["git", "storm", "read", "src/api.py"], repo, env_for("daemon")),
         "write daemon": lambda i: run([GIT_STORM, "write", "src/api.py", "-m", "bench"], repo, env_for("daemon"),
                                       CONTENT[(2 * i + 1) % 2]),
         "write in-process": lambda i: run([GIT_STORM, "write", "src/api.py", "-m", "bench"], repo,
@@ -229,6 +249,7 @@ def main() -> None:
         ratios.update({f"{op} in-process / daemon": med[f"{op} in-process"] / med[f"{op} daemon"]
                        for op in ("read", "write")})
         ratios["read daemon / git show"] = med["read daemon"] / med["git show"]
+        ratios["git storm read / python3 -S"] = med["git storm read"] / base
         report = {"rounds": a.rounds, "load_before": load, "load_after": os.getloadavg(), "median_ms": med,
                   "ratios": ratios, "big_write_mib": a.big_mib, "big_write": big,
                   "wrapper_imports_re": wrapper_imports_re()}
