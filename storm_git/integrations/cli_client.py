@@ -46,11 +46,15 @@ def wanted(args: list[str]) -> bool:
 
 class Interrupts:
     """Ctrl-C while the call is set up stops the client (nothing ran); once GO is
-    sent it goes to the call's child."""
+    sent it goes to the call's child. A client started with SIGINT ignored (under
+    ``nohup``, or a shell's background job) ignores it, as the verb in its own
+    process would."""
 
     def __init__(self, sock: "_socket.socket") -> None:
         self.sock, self.go, self.pending = sock, False, False
-        self.old = _signal.signal(_signal.SIGINT, self.on_int)
+        self.old = _signal.getsignal(_signal.SIGINT)
+        if self.old != _signal.SIG_IGN:
+            _signal.signal(_signal.SIGINT, self.on_int)
 
     def on_int(self, _signum: int, _frame: object) -> None:
         if self.go:
@@ -70,7 +74,8 @@ class Interrupts:
             self.send()
 
     def restore(self) -> None:
-        _signal.signal(_signal.SIGINT, self.old)
+        if self.old != _signal.SIG_IGN:
+            _signal.signal(_signal.SIGINT, self.old)
 
 
 def via_daemon(args: list[str]) -> int | None:

@@ -146,11 +146,14 @@ def _reader(repo: Path, env: dict[str, str], client: subprocess.Popen) -> int:
         time.sleep(0.02)
 
 
-def _streamed_write(repo: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    """A ``write`` whose stdin has delivered half its content and waits for more."""
+def _streamed_write(repo: Path, env: dict[str, str], sigint=signal.SIG_DFL) -> tuple[subprocess.Popen, int]:
+    """A ``write`` whose stdin has delivered half its content and waits for more.
+    ``sigint``: its SIGINT at start, the default as in a foreground job (this test may
+    run in a background job, whose children start with it ignored)."""
     assert cli(repo, "read", "src/api.py", "--agent", "e1", env=env).code == 0
     client = subprocess.Popen([GIT_STORM, "write", "src/api.py", "-m", "half", "--agent", "e1"], cwd=repo, env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     assert client.stdin is not None
     client.stdin.write(NEW_API[:10])
     client.stdin.flush()
@@ -193,6 +196,17 @@ def test_ctrl_c_during_a_streamed_write_writes_nothing(drepo: Path, path: dict[s
     assert (client.returncode, out, _no_report(err)) == (130, b"", b"\naborted\n")  # click's newline, then main's word
     _children_gone(drepo, daemons_of(drepo))
     assert _unchanged(drepo)
+
+
+def test_a_client_started_with_ctrl_c_ignored_ignores_it_both_ways(drepo: Path, path: dict[str, str]) -> None:
+    """Under nohup (or in a shell's background job) SIGINT is ignored from the start:
+    the verb then ignores a Ctrl-C in its own process, and the client does not
+    forward it to the daemon's child either."""
+    client, _ = _streamed_write(drepo, path, sigint=signal.SIG_IGN)
+    client.send_signal(signal.SIGINT)
+    out, err = _finish(client, NEW_API[10:])
+    assert client.returncode == 0 and out.startswith(b"accepted"), err
+    assert (drepo / "src/api.py").read_bytes() == NEW_API
 
 
 def test_a_client_killed_during_a_streamed_write_leaves_no_write(drepo: Path, path: dict[str, str]) -> None:
