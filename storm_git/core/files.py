@@ -150,8 +150,11 @@ def index_copy(index: str) -> Iterator[str]:
     os.close(fd)
     try:
         if os.path.exists(index):
-            shutil.copyfile(index, tmp)
-            shutil.copymode(index, tmp)  # mkstemp's 0600 would shut the other users of a shared repository out
+            # its mode (mkstemp's 0600 would shut the other users of a shared repository
+            # out) and its time: git trusts an entry's stat data only if it was taken
+            # before the index file's mtime second, so a copy stamped now would pass an
+            # edit made in that second (same size) as unchanged
+            shutil.copy2(index, tmp)
         else:
             os.unlink(tmp)
         yield tmp

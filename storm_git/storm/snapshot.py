@@ -126,7 +126,10 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
         # data of every entry whose content matches.
         main_index = os.path.join(store.commondir, "index")
         if changes is None and not os.path.exists(index) and os.path.exists(main_index):
-            shutil.copyfile(main_index, index)
+            # with its time: git trusts an entry's stat data only if it was taken before
+            # the index file's mtime second, so a copy stamped now would pass an edit
+            # made in the second its entry was taken (same size) as unchanged
+            shutil.copy2(main_index, index)
         if os.path.exists(index):
             _git(store, ["read-tree", "--reset", str(tree.id)], index=index)
         else:

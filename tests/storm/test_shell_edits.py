@@ -205,3 +205,30 @@ def test_attribution_names():
     assert named("python -c \"open('gen.txt','w')\"", ["gen.txt"]) == {"gen.txt"}
     assert named("touch x", ["sub/x"], cwd="sub") == {"sub/x"}
 
+
+
+def test_an_edit_of_the_same_size_in_the_second_git_checked_the_file_out_is_seen(repo):
+    """git compares stat data to the second here (no USE_NSEC) and trusts an entry
+    taken before its index file's mtime second. storm's private index starts as a
+    copy of git's: stamped with the copy's own time, it passed an edit made in the
+    second of the checkout as unchanged. Each round: check the file out, edit it
+    (same size) within that second, then let the first look come a second later."""
+    missed = []
+    for attempt in range(8):
+        (repo / "src/api.py").unlink()
+        git(repo, "checkout", "--", "src/api.py")
+        checked_out = int(os.stat(repo / "src/api.py").st_mtime)
+        before = (repo / "src/api.py").read_bytes()
+        (repo / "src/api.py").write_bytes(before.replace(b"url", b"uri"))  # the same size
+        if int(os.stat(repo / "src/api.py").st_ctime) != checked_out:
+            continue  # the second ended between the two: not this window
+        for name in ("exec-index", "exec-index.tree"):  # its first look: the copy of git's index
+            (repo / ".git/storm" / name).unlink(missing_ok=True)
+        time.sleep(1.05 - time.time() % 1)  # the look in a later second than the edit
+        code, out = storm_json(repo, "status", agent="e1")
+        assert code == 0, out
+        if "src/api.py" not in [u["path"] for u in out["unmediated"]]:
+            missed.append(attempt)
+        (repo / "src/api.py").write_bytes(before)
+        storm(repo, "status", agent="e1")
+    assert not missed, missed
