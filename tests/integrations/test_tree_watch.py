@@ -60,9 +60,9 @@ def walked(repo: Path) -> bytes:
     return status(repo, daemon_env(STORM_AGENT="w1", STORM_NO_DAEMON="1"))
 
 
-def same_as_walk(repo: Path, env: dict[str, str], expect_how: str) -> dict:
+def same_as_walk(repo: Path, env: dict[str, str], expect_how: str | tuple[str, ...]) -> dict:
     got = status(repo, env)
-    assert how(repo) == expect_how
+    assert how(repo) in ((expect_how,) if isinstance(expect_how, str) else expect_how)
     assert got == walked(repo)
     return json.loads(got)
 
@@ -154,7 +154,9 @@ def test_a_change_made_while_no_daemon_runs_is_seen(drepo: Path):
     (drepo / "src" / "util.py").write_text("X = 4\n")
     cli(drepo, "status", env=env)  # runs itself, starts a new daemon: a new watch, another epoch
     wait_daemon(drepo, env=env)
-    assert unmediated(same_as_walk(drepo, env, "walk")) == {"src/util.py"}
+    # a walk under the new epoch; or, when the new daemon was up before that first call
+    # looked (a slow machine), that call walked under its token and this one is the watch's
+    assert unmediated(same_as_walk(drepo, env, ("walk", "watch"))) == {"src/util.py"}
     assert unmediated(same_as_walk(drepo, env, "watch")) == {"src/util.py"}
 
 
