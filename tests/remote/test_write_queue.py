@@ -34,11 +34,13 @@ def waiters(repo: Path) -> int:
 def wait_queued(repo: Path, n: int) -> None:
     """Until ``n`` writers wait for the push in progress, each with its commit queued."""
     deadline = time.monotonic() + 60
-    while waiters(repo) < n:
-        assert time.monotonic() < deadline, f"{waiters(repo)} writer(s) waiting, not {n}"
+    while True:  # (a writer's wait on the lock and its commit on the ref are seen one after the other)
+        waiting = waiters(repo)
+        ahead = git(repo, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip()
+        if waiting >= n and ahead == str(n):
+            return
+        assert time.monotonic() < deadline, f"{waiting} writer(s) waiting, {ahead} commit(s) queued, not {n}"
         time.sleep(0.02)
-    ahead = git(repo, "rev-list", "--count", f"{TRACKED}..{WS}").stdout.decode().strip()
-    assert ahead == str(n), f"{ahead} commit(s) queued on the local ref, not {n}"
 
 
 def finish(p: subprocess.Popen) -> tuple[int, dict]:
