@@ -241,14 +241,18 @@ def start_daemon(common: str, fp: str, path: str) -> None:
             os._exit(127)
 
 
-def main(args: list[str]) -> int:
-    """``git storm harness hook ARGS``: through the daemon when it can, else here."""
+def main(args: list[str], relayed: "Callable[[int], None] | None" = None) -> int:
+    """``git storm harness hook ARGS``: through the daemon when it can, else here.
+    ``relayed`` is given the exit code of a call the daemon answered (the command
+    line ends the process with it at once: nothing of storm's was loaded here)."""
     data = sys.stdin.buffer.read()
     try:
         code = via_daemon(args, data)
     except Exception:  # noqa: BLE001 - only before GO can it raise: nothing ran, so the hook runs here
         code = None
     if code is not None:
+        if relayed is not None:
+            relayed(code)
         return code
     from .hook_main import main as hook_main
 
