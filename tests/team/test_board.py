@@ -20,15 +20,16 @@ def test_status_shows_a_wait_on_a_reservation_and_watch_follows_to_the_end(team_
     subprocess.run(["git", "config", "storm.reservationSeconds", "300"], cwd=team_repo, check=True)
     log = tmp_path / "log"
     log.mkdir()
-    f1, f2 = tmp_path / "e1-holds", tmp_path / "go"
+    f0, f1, f2 = tmp_path / "e1-read", tmp_path / "e1-holds", tmp_path / "go"
     steps = {
         # engineer_1 is rejected on README.md after engineer_2's write: it holds the reservation
-        "a": {"work": [{"read": ["README.md"]}, {"wait_ws": "README.md", "contains": "- x"},
+        "a": {"work": [{"read": ["README.md"]}, {"sh": f"touch {f0}"}, {"wait_ws": "README.md", "contains": "- x"},
                        {"append": "README.md", "text": "- e1\n", "expect": 1}, {"sh": f"touch {f1}"},
                        {"wait_file": str(f2), "timeout": 300}, {"read": ["README.md"]},
                        {"append": "README.md", "text": "- e1\n"}]},
         # engineer_2 then finds README.md reserved (--no-wait: rejected 'reserved') and waits
-        "b": {"work": [{"read": ["README.md"]}, {"append": "README.md", "text": "- x\n"},
+        "b": {"work": [{"read": ["README.md"]}, {"wait_file": str(f0), "timeout": 120},
+                       {"append": "README.md", "text": "- x\n"},
                        {"wait_file": str(f1), "timeout": 300},
                        {"read": ["README.md"]}, {"append": "README.md", "text": "- e2\n", "expect": 1},
                        {"wait_file": str(f2), "timeout": 300}, {"wait_ws": "README.md", "contains": "- e1"},
@@ -95,13 +96,14 @@ def test_waiting_is_shown_while_a_write_waits_inside_storm_and_not_after(team_re
     subprocess.run(["git", "config", "storm.reservationSeconds", "8"], cwd=team_repo, check=True)
     log = tmp_path / "log"
     log.mkdir()
-    f1 = tmp_path / "e1-holds"
+    f0, f1 = tmp_path / "e1-read", tmp_path / "e1-holds"
     steps = {
         # engineer_1's write of README.md is rejected after engineer_2's: it holds README.md for 8 s
-        "a": {"work": [{"read": ["README.md"]}, {"wait_ws": "README.md", "contains": "- x"},
+        "a": {"work": [{"read": ["README.md"]}, {"sh": f"touch {f0}"}, {"wait_ws": "README.md", "contains": "- x"},
                        {"append": "README.md", "text": "- e1\n", "expect": 1}, {"sh": f"touch {f1}"}]},
         # engineer_2 writes README.md again: storm holds that write until the reservation ends
-        "b": {"work": [{"read": ["README.md"]}, {"append": "README.md", "text": "- x\n"},
+        "b": {"work": [{"read": ["README.md"]}, {"wait_file": str(f0), "timeout": 120},
+                       {"append": "README.md", "text": "- x\n"},
                        {"wait_file": str(f1), "timeout": 120}, {"read": ["README.md"]},
                        {"append": "README.md", "text": "- e2\n", "wait": True}]},
     }

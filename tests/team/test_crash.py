@@ -17,15 +17,18 @@ from team_helpers import agent_cmd, plan_file, team
 
 def steps(flag: Path) -> dict:
     return {
-        # engineer_1 is rejected on README.md (so it holds a reservation), then waits for the flag
-        "s1": {"work": [{"read": ["README.md", "src/api.py"]}, {"wait_ws": "README.md", "contains": "- util"},
+        # engineer_1 is rejected on README.md (so it holds a reservation), then waits for the flag;
+        # engineer_2 writes README.md once engineer_1 has read it
+        "s1": {"work": [{"read": ["README.md", "src/api.py"]}, {"sh": f"touch '{flag}.read'"},
+                        {"wait_ws": "README.md", "contains": "- util"},
                         {"append": "README.md", "text": "- api\n", "expect": 1},
                         {"wait_file": str(flag), "timeout": 120},
                         {"read": ["README.md"]}, {"append": "README.md", "text": "- api\n"},
                         {"put": "src/api.py", "text": "TIMEOUT = 10\n"}],
                "work2": [{"read": ["README.md", "src/api.py"]}, {"append": "README.md", "text": "- api\n"},
                          {"put": "src/api.py", "text": "TIMEOUT = 10\n"}]},
-        "s2": {"work": [{"read": ["README.md", "src/util.py"]}, {"append": "README.md", "text": "- util\n"}]},
+        "s2": {"work": [{"wait_file": f"{flag}.read", "timeout": 120}, {"read": ["README.md", "src/util.py"]},
+                        {"append": "README.md", "text": "- util\n"}]},
         "s3": {"work": [{"sh": "grep -q 'TIMEOUT = 10' src/api.py"}, {"read": ["src/client.py"]},
                         {"put": "src/client.py", "text": "def load(url):\n    return url + '!'\n"}]},
     }

@@ -9,31 +9,36 @@ from pathlib import Path
 from helpers import git, show
 from team_helpers import PLAN, plan_file, team
 
-# engineer_2 read README.md and src/api.py before engineer_1 wrote both: its README
-# write is a direct conflict, its retry (README re-read) a stale dependency (api.py),
-# its third try lands; engineer_3 (after s1) edits through the shell with a bug that
-# check.py catches and fixes it in the fix round.
-STEPS = {
-    "s1": {"work": [{"read": ["src/api.py", "README.md"]},
-                    {"put": "src/api.py", "text": "TIMEOUT = 10\n"},
-                    {"append": "README.md", "text": "- api: timeout 10\n"}]},
-    "s2": {"work": [{"read": ["README.md", "src/api.py", "src/util.py"]},
-                    {"wait_ws": "README.md", "contains": "- api"},
-                    {"append": "README.md", "text": "- util: clamp\n", "expect": 1},
-                    {"read": ["README.md"]},
-                    {"append": "README.md", "text": "- util: clamp\n", "expect": 1},
-                    {"read": ["src/api.py"]},
-                    {"append": "README.md", "text": "- util: clamp\n"},
-                    {"put": "src/util.py", "text": "def clamp(x, lo, hi):\n    return min(max(x, lo), hi)\n"}]},
-    "s3": {"work": [{"read": ["src/client.py", "src/api.py"]},
-                    {"exec": "sed -i 's/return url/return url + \"?\"/' src/client.py"}],
-           "fix": [{"read": ["src/client.py"]},
-                   {"edit": "src/client.py", "old": "url + \"?\"", "new": "url + \"!\""}]},
-}
+
+def steps(read_flag: Path) -> dict:
+    """engineer_2 reads README.md and src/api.py before engineer_1 writes both (engineer_1
+    waits for ``read_flag``): engineer_2's README write is a direct conflict, its retry
+    (README re-read) a stale dependency (api.py), its third try lands; engineer_3 (after
+    s1) edits through the shell with a bug that check.py catches and fixes it in the fix
+    round."""
+    return {
+        "s1": {"work": [{"wait_file": str(read_flag), "timeout": 120},
+                        {"read": ["src/api.py", "README.md"]},
+                        {"put": "src/api.py", "text": "TIMEOUT = 10\n"},
+                        {"append": "README.md", "text": "- api: timeout 10\n"}]},
+        "s2": {"work": [{"read": ["README.md", "src/api.py", "src/util.py"]},
+                        {"sh": f"touch '{read_flag}'"},
+                        {"wait_ws": "README.md", "contains": "- api"},
+                        {"append": "README.md", "text": "- util: clamp\n", "expect": 1},
+                        {"read": ["README.md"]},
+                        {"append": "README.md", "text": "- util: clamp\n", "expect": 1},
+                        {"read": ["src/api.py"]},
+                        {"append": "README.md", "text": "- util: clamp\n"},
+                        {"put": "src/util.py", "text": "def clamp(x, lo, hi):\n    return min(max(x, lo), hi)\n"}]},
+        "s3": {"work": [{"read": ["src/client.py", "src/api.py"]},
+                        {"exec": "sed -i 's/return url/return url + \"?\"/' src/client.py"}],
+               "fix": [{"read": ["src/client.py"]},
+                       {"edit": "src/client.py", "old": "url + \"?\"", "new": "url + \"!\""}]},
+    }
 
 
 def test_three_engineers_conflict_stale_shell_edit_fix_round_and_the_commit(team_repo, scenario, tmp_path):
-    cmd, log = scenario(STEPS)
+    cmd, log = scenario(steps(tmp_path / "engineer_2-read"))
     r = team(team_repo, "run", "--plan", str(plan_file(tmp_path)), "--harness-cmd", cmd, "--test",
              "python3 check.py", "--parallel", "3")
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
