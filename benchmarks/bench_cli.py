@@ -21,7 +21,8 @@ Then one ``write`` of ``--big-mib`` MiB (default 100) streamed from ``cat`` on a
 pipe, each way: the client's peak RSS (from wait4; a process started by this
 small script inherits its high-water mark, so it is an upper bound) and, through
 the daemon, the peak RSS of the daemon's child that ran it (VmHWM, polled from
-/proc while it runs; pages it shares with the daemon count in full).
+/proc while it runs; pages it shares with the daemon count in full) and the peak
+of what it holds alone (Private_Clean + Private_Dirty of smaps_rollup, polled).
 
 A shared machine's load moves the medians; the ratios, measured in the same
 loop, move much less.
@@ -165,6 +166,20 @@ def vm_hwm_kb(pid: int) -> int:
     return 0
 
 
+def private_kb(pid: int) -> int:
+    """The memory only ``pid`` holds (Private_Clean + Private_Dirty of smaps_rollup):
+    what a forked child adds beyond the pages it still shares with its parent."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+
 def children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -188,13 +203,14 @@ def big_write(repo: str, top: str, mib: int, route: str, daemon: int | None) -> 
                               stdin=cat.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert cat.stdout is not None
     cat.stdout.close()
-    peak = {"child": 0}
+    peak = {"child": 0, "child_own": 0}
     done = threading.Event()
 
     def poll() -> None:
         while not done.is_set():
             for k in children(daemon) if daemon else []:
                 peak["child"] = max(peak["child"], vm_hwm_kb(k))
+                peak["child_own"] = max(peak["child_own"], private_kb(k))
             time.sleep(0.005)
 
     watcher = threading.Thread(target=poll)
@@ -213,6 +229,7 @@ def big_write(repo: str, top: str, mib: int, route: str, daemon: int | None) -> 
     out = {"seconds": dt, "client_peak_mib": usage.ru_maxrss / 1024}
     if route == "daemon":
         out["child_peak_mib"] = peak["child"] / 1024
+        out["child_own_peak_mib"] = peak["child_own"] / 1024
         out["daemon_rss_mib"] = vm_hwm_kb(daemon) / 1024 if daemon else 0.0
     return out
 
@@ -264,8 +281,8 @@ def main() -> None:
         for k, v in ratios.items():
             print(f"  {k:<34} {v:6.2f}x")
         for route, b in big.items():
-            extra = (f", the daemon's child {b['child_peak_mib']:.0f} MiB (the daemon itself "
-                     f"{b['daemon_rss_mib']:.0f} MiB)") if route == "daemon" else ""
+            extra = (f", the daemon's child {b['child_peak_mib']:.0f} MiB, {b['child_own_peak_mib']:.0f} MiB of "
+                     f"it its own (the daemon itself {b['daemon_rss_mib']:.0f} MiB)") if route == "daemon" else ""
             print(f"  write of {a.big_mib} MiB {route}: {b['seconds']:.2f} s, client peak "
                   f"{b['client_peak_mib']:.0f} MiB{extra}")
     finally:
