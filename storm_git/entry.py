@@ -61,8 +61,8 @@ def _load_frozen() -> "Callable[[], None]":
     """The command line, imported with the collector off and then frozen. What
     start-up imports lives as long as the process: a collection during the
     imports, during the command's own (the library's, inside each command) or at
-    exit would walk all of it again, an eighth of an in-process ``read``
-    (bench_cli.py's in-process rows)."""
+    exit would walk all of it again: about an eighth of an in-process ``read``
+    (docs/performance.md, the agent verbs)."""
     import gc
 
     gc.disable()

@@ -140,6 +140,14 @@ def size_limited() -> int:
     return 0 if soft == resource.RLIM_INFINITY else soft
 
 
+def copy_index(index: str, to: str) -> None:
+    """Copy git's ``index`` file with its mode (a temporary file's 0600 would shut the
+    other users of a shared repository out) and its time: git trusts an entry's stat
+    data only if it was taken before the index file's mtime second, so a copy stamped
+    now would pass an edit made in that second (same size) as unchanged."""
+    shutil.copy2(index, to)
+
+
 @contextlib.contextmanager
 def index_copy(index: str) -> Iterator[str]:
     """A private copy of git's ``index`` beside it (no file when there is no index
@@ -150,11 +158,7 @@ def index_copy(index: str) -> Iterator[str]:
     os.close(fd)
     try:
         if os.path.exists(index):
-            # its mode (mkstemp's 0600 would shut the other users of a shared repository
-            # out) and its time: git trusts an entry's stat data only if it was taken
-            # before the index file's mtime second, so a copy stamped now would pass an
-            # edit made in that second (same size) as unchanged
-            shutil.copy2(index, tmp)
+            copy_index(index, tmp)
         else:
             os.unlink(tmp)
         yield tmp

@@ -21,7 +21,6 @@ Also here: the file-system clock mark a command's changes are dated against
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ import pygit2
 
 from ..core.convert import ConversionFailed, Conversions
 from ..core.errors import BadPath, CorruptState, NotInitialised
-from ..core.files import read_own, replace_file
+from ..core.files import copy_index, read_own, replace_file
 from ..core.gitcmd import GitFailed
 from ..core.paths import check_on_disk, normalize, tree_entry_refusal
 from ..core.store import MODE_BLOB, MODE_LINK, Entry, Store, git_env as store_git_env
@@ -126,10 +125,7 @@ def _sync_index(store: Store, tree: pygit2.Tree) -> str:
         # data of every entry whose content matches.
         main_index = os.path.join(store.commondir, "index")
         if changes is None and not os.path.exists(index) and os.path.exists(main_index):
-            # with its time: git trusts an entry's stat data only if it was taken before
-            # the index file's mtime second, so a copy stamped now would pass an edit
-            # made in the second its entry was taken (same size) as unchanged
-            shutil.copy2(main_index, index)
+            copy_index(main_index, index)
         if os.path.exists(index):
             _git(store, ["read-tree", "--reset", str(tree.id)], index=index)
         else:

@@ -206,7 +206,6 @@ def test_attribution_names():
     assert named("touch x", ["sub/x"], cwd="sub") == {"sub/x"}
 
 
-
 def test_an_edit_of_the_same_size_in_the_second_git_checked_the_file_out_is_seen(repo):
     """git compares stat data to the second here (no USE_NSEC) and trusts an entry
     taken before its index file's mtime second. storm's private index starts as a
