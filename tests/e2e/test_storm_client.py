@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from helpers import git, make_repo
+from helpers import git, make_repo, shared_data
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -38,13 +38,8 @@ def client_dir() -> Path | None:
     git worktree), or $STORM_CLIENT_DIR."""
     if os.environ.get("STORM_CLIENT_DIR"):
         return Path(os.environ["STORM_CLIENT_DIR"])
-    common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    for top in (ROOT, Path(common).parent if common else ROOT):
-        d = top.parent / "shared" / "data" / "storm-client"
-        if (d / "multiagent_sync" / "mgr_tools.py").is_file():
-            return d
-    return None
+    d = shared_data("storm-client")
+    return d if d is not None and (d / "multiagent_sync" / "mgr_tools.py").is_file() else None
 
 
 @pytest.fixture(scope="module")

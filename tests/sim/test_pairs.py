@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, storm
+from helpers import git, shared_data, storm
 from storm_git.core.errors import UsageError
 from storm_git.sim import pairs, pairs_report
 
-CLICK_BUNDLE = Path("/work/shared/data/click.bundle")
-CLICK_PAIRS = Path("/work/shared/data/cooperbench-click")
+CLICK_BUNDLE = shared_data("click.bundle")  # None: the tests that replay it skip
+CLICK_PAIRS = shared_data("cooperbench-click")
 # one test command for the synthetic features: their "tests" are scripts (no pytest start-up)
 SCRIPT_TESTS = 'for f in $STORM_TEST_FILES; do python "$f" || exit 1; done'
 
@@ -228,7 +228,7 @@ def test_click_pair_that_merges_cleanly_fails_a_features_tests(tmp_path):
     """click task 2800, features 1 and 2: git merges them cleanly (the dataset agrees),
     storm's rejection is cleared by one rebased change, nothing is lost, and feature 2's
     tests fail on the clean integration although they pass on the feature alone."""
-    if not (CLICK_BUNDLE.exists() and CLICK_PAIRS.exists()):
+    if CLICK_BUNDLE is None or CLICK_PAIRS is None:
         pytest.skip("the click data is not here")
     repo = tmp_path / "click"
     subprocess.run(["git", "clone", "-q", "-b", "main", str(CLICK_BUNDLE), str(repo)], check=True)
@@ -285,7 +285,7 @@ def test_click_2800_semantic_conflict_is_found_on_the_shared_head_before_the_man
     """The same pair in storm mode with the test runner's rounds on the shared head:
     feature 2's tests fail after the last write, the bisection blames one write of
     each feature (a semantic conflict), before the manager commits; no false alarm."""
-    if not (CLICK_BUNDLE.exists() and CLICK_PAIRS.exists()):
+    if CLICK_BUNDLE is None or CLICK_PAIRS is None:
         pytest.skip("the click data is not here")
     repo = tmp_path / "click"
     subprocess.run(["git", "clone", "-q", "-b", "main", str(CLICK_BUNDLE), str(repo)], check=True)

@@ -25,6 +25,18 @@ DEFAULT_FILES = {
 }
 
 
+def shared_data(name: str) -> Path | None:
+    """``shared/data/NAME`` beside the checkout (or beside the main checkout of a git
+    worktree), or None when it is not there: the real data some tests replay."""
+    common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    for top in (ROOT, Path(common).parent if common else ROOT):
+        d = top.parent / "shared" / "data" / name
+        if d.exists():
+            return d
+    return None
+
+
 def git(repo: str | Path, *args: str, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo, check=check, capture_output=True, input=input)
 
