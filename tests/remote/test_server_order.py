@@ -17,7 +17,7 @@ import pytest
 
 import forge
 from helpers import git, make_repo, read_as, rev, storm, write_as
-from servers import bare, queue, served
+from servers import bare, clone, queue, seed, served
 from storm_git.remote import inbox
 from storm_git.remote.arrival import lock_path, order_dir
 from storm_git.remote.transport import read_push
@@ -32,16 +32,8 @@ def site(request, tmp_path: Path):
     srv, url = served(request, tmp_path, request.param)
     r = storm(srv, "server-hook", "install", str(srv))
     assert r.returncode == 0 and "orders clones' writes" in r.stdout, r.stderr
-    a = make_repo(tmp_path / "a", init_storm=False)
-    git(a, "remote", "add", "origin", url)
-    git(a, "push", "-q", "origin", "main")
-    assert storm(a, "init", "--remote", "origin").returncode == 0
-    clones = [a]
-    for name in ("b", "c"):
-        git(tmp_path, "clone", "-q", url, name)
-        r = storm(tmp_path / name, "join", "origin")
-        assert r.returncode == 0, r.stderr
-        clones.append(tmp_path / name)
+    clones = [seed(tmp_path, url, reservation=None, name="a")]
+    clones += [clone(tmp_path, url, name, reservation=None) for name in ("b", "c")]
     return srv, *clones
 
 

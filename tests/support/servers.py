@@ -3,6 +3,7 @@ repositories, the first clone that creates the shared workspace and the clones
 that join it."""
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pygit2
 
-from helpers import git, make_repo, read_as, storm, write_as
+from helpers import _template_key, _template_root, git, make_repo, read_as, storm, write_as
 from storm_git.core import provenance, readsets
 from storm_git.core.store import Store
 
@@ -59,24 +60,120 @@ def bare(path: Path) -> Path:
     return path
 
 
-def seed(tmp_path: Path, url: str, *, reservation: str = "0.5") -> Path:
-    """The first clone: the project's code, pushed, and the shared workspace created on the remote."""
-    a = make_repo(tmp_path / "seed", init_storm=False)
+def seed(tmp_path: Path, url: str, *, reservation: str | None = "0.5", name: str = "seed") -> Path:
+    """The first clone: the project's code, pushed, and the shared workspace created on the remote.
+
+    A server as ``bare`` (and ``install_guard``) left it is seeded once per worker for
+    each kind of URL and server: later seeds copy that server's and that clone's files
+    (the push runs storm's server hooks, the costliest part of a test's set-up)."""
+    srv = _served_repo(tmp_path, url)
+    key = _seed_key(srv, url, reservation, name) if srv is not None else None
+    done = _SEEDS.get(key) if key is not None else None
+    a = tmp_path / name
+    if done is not None and srv is not None:
+        served_copy, seed_copy, seed_url = done
+        shutil.rmtree(srv)
+        _copy_repo(served_copy, srv, _TEMPLATE_SRV, str(srv))
+        _copy_repo(seed_copy, a, seed_url, url)
+        return a
+    a = make_repo(a, init_storm=False)
     git(a, "remote", "add", "origin", url)
     git(a, "push", "-q", "origin", "main")
     r = storm(a, "init", "--remote", "origin")
     assert r.returncode == 0, r.stderr
-    git(a, "config", "storm.reservationSeconds", reservation)
+    if reservation is not None:
+        git(a, "config", "storm.reservationSeconds", reservation)
+    if key is not None and srv is not None:
+        _SEEDS[key] = (_keep(srv, str(srv)), _keep(a), url)
     return a
 
 
-def clone(tmp_path: Path, url: str, name: str, *, reservation: str = "0.5") -> Path:
-    git(tmp_path, "clone", "-q", url, name)
+def clone(tmp_path: Path, url: str, name: str, *, reservation: str | None = "0.5") -> Path:
+    """A clone that joined the shared workspace; copied from an earlier clone of a
+    server whose refs were the same (a join changes nothing on the server)."""
+    srv = _served_repo(tmp_path, url)
+    key = _clone_key(srv, url, name, reservation) if srv is not None else None
+    done = _CLONES.get(key) if key is not None else None
     c = tmp_path / name
+    if done is not None:
+        _copy_repo(done[0], c, done[1], url)
+        return c
+    git(tmp_path, "clone", "-q", url, name)
     r = storm(c, "join", "origin")
     assert r.returncode == 0, r.stderr
-    git(c, "config", "storm.reservationSeconds", reservation)
+    if reservation is not None:
+        git(c, "config", "storm.reservationSeconds", reservation)
+    if key is not None:
+        _CLONES[key] = (_keep(c), url)
     return c
+
+
+# Set-ups kept for copying (see seed and clone). A copy is exact but for the paths its
+# git config names (the remote's URL, the server's own path), rewritten to the copy's.
+_SEEDS: dict[tuple, tuple[Path, Path, str]] = {}
+_CLONES: dict[tuple, tuple[Path, str]] = {}
+_TEMPLATE_SRV = "@served-repository@"
+
+
+def _served_repo(tmp_path: Path, url: str) -> Path | None:
+    """The bare repository ``url`` names when the test made it under ``tmp_path`` (a path,
+    a file:// URL, or the loopback daemon's ``served`` folder), else None."""
+    if url.startswith("file://"):
+        path = Path(url[len("file://"):])
+    elif url.startswith("git://127.0.0.1:"):
+        path = tmp_path / "served" / url.split("/", 3)[3]
+    elif "://" in url or ":" in url.split("/")[0]:
+        return None
+    else:
+        path = Path(url)
+    return path if path.is_dir() and (path / "HEAD").is_file() and tmp_path in path.parents else None
+
+
+def _transport(url: str) -> str:
+    """A clone or push over a path is git's local copy; file:// and git:// are the pack protocol."""
+    return "pack" if "://" in url else "local"
+
+
+def _tree_files(root: Path) -> tuple:
+    return tuple((p.relative_to(root).as_posix(), p.stat().st_mode & 0o777, p.read_bytes())
+                 for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _seed_key(srv: Path, url: str, reservation: str | None, name: str) -> tuple | None:
+    """What a seed meets on the server (its hooks, config and HEAD, and nothing pushed yet)."""
+    pushed = (p for sub in ("refs", "objects") for p in (srv / sub).rglob("*"))
+    if any(p.is_file() for p in pushed) or (srv / "packed-refs").exists():
+        return None
+    state = tuple(_tree_files(srv / sub) if (srv / sub).is_dir() else None for sub in ("hooks", "storm"))
+    meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
+    return ("seed", _transport(url), reservation, name, state, meta, _template_key({}, False))
+
+
+def _clone_key(srv: Path, url: str, name: str, reservation: str | None) -> tuple:
+    """What a clone and its join read from the server: its refs, HEAD and config."""
+    refs = git(srv, "for-each-ref", "--format=%(objectname) %(refname)").stdout
+    meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
+    return ("clone", _transport(url), name, reservation, refs, meta, _template_key({}, False))
+
+
+def _keep(repo: Path, own_path: str | None = None) -> Path:
+    """A copy of ``repo`` among the kept set-ups (its own path in its config made neutral)."""
+    kept = _template_root() / f"kept{len(_SEEDS) + len(_CLONES)}-{repo.name}"
+    shutil.copytree(repo, kept, symlinks=True)
+    if own_path is not None:
+        config = kept / "config"
+        config.write_bytes(config.read_bytes().replace(own_path.encode(), _TEMPLATE_SRV.encode()))
+    return kept
+
+
+def _copy_repo(kept: Path, to: Path, old: str, new: str) -> None:
+    """``kept`` copied to ``to``, the string ``old`` in its git config (a URL, or the
+    server's neutral path) replaced by ``new``; a working tree's index refreshed."""
+    shutil.copytree(kept, to, symlinks=True, dirs_exist_ok=True)
+    config = to / ".git" / "config" if (to / ".git").is_dir() else to / "config"
+    config.write_bytes(config.read_bytes().replace(old.encode(), new.encode()))
+    if (to / ".git").is_dir():
+        git(to, "update-index", "-q", "--refresh")
 
 
 def server_log(server: Path, since: str | None = None) -> list[str]:
@@ -124,14 +221,8 @@ def ordered_site(tmp_path: Path) -> tuple[Path, Path, Path]:
     srv = bare(tmp_path / "proj.git")
     install_guard(srv)
     url = f"file://{srv}"
-    a = make_repo(tmp_path / "a", init_storm=False)
-    git(a, "remote", "add", "origin", url)
-    git(a, "push", "-q", "origin", "main")
-    assert storm(a, "init", "--remote", "origin").returncode == 0
-    git(tmp_path, "clone", "-q", url, "b")
-    r = storm(tmp_path / "b", "join", "origin")
-    assert r.returncode == 0, r.stderr
-    return srv, a, tmp_path / "b"
+    a = seed(tmp_path, url, reservation=None, name="a")
+    return srv, a, clone(tmp_path, url, "b", reservation=None)
 
 
 def queue(c: Path, agent: str, path: str, content: str) -> tuple[Store, pygit2.Oid, pygit2.Oid]:
