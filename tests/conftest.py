@@ -3,6 +3,7 @@ identity for plain git commands, no inherited STORM_AGENT and no hook daemon."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,15 +12,20 @@ from helpers import make_repo
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Compile storm's bytecode once, before any test starts a `git storm` process.
+    """Write bytecode here and compile storm's once, before any test starts a `git storm`.
 
-    Most tests run storm as real processes. Where PYTHONDONTWRITEBYTECODE is set
-    (CI images often set it) and storm is installed editable, nothing ever writes
-    its .pyc files, so every one of those processes compiled the whole package
-    again: 0.32 s a call instead of 0.18 s, and about a fifth of the suite's time.
-    py_compile writes regardless of that setting; files already current are left.
+    pytest keeps the test modules it rewrote (for its assertion messages) only where
+    bytecode is written: with PYTHONDONTWRITEBYTECODE set, each worker rewrote all of
+    them in every run (~15 s of CPU).
+
+    Most tests run storm as real processes, which keep that setting: installed
+    editable, nothing would write storm's .pyc files, and every one of those
+    processes compiled the whole package again (0.32 s a call instead of 0.18 s,
+    about a fifth of the suite's time). py_compile writes regardless of the setting;
+    files already current are left.
     """
-    if hasattr(config, "workerinput"):  # xdist workers: the controller did it
+    sys.dont_write_bytecode = False
+    if hasattr(config, "workerinput"):  # xdist workers: the controller compiled storm
         return
     import compileall
 
