@@ -150,10 +150,11 @@ def _seed_key(srv: Path, url: str, reservation: str | None, name: str) -> tuple 
 
 
 def _clone_key(srv: Path, url: str, name: str, reservation: str | None) -> tuple:
-    """What a clone and its join read from the server: its refs, HEAD and config."""
+    """What a clone and its join meet on the server: its refs, HEAD, config and hooks."""
     refs = git(srv, "for-each-ref", "--format=%(objectname) %(refname)").stdout
     meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
-    return ("clone", _transport(url), name, reservation, refs, meta, _template_key({}, False))
+    hooks = _tree_files(srv / "hooks") if (srv / "hooks").is_dir() else None
+    return ("clone", _transport(url), name, reservation, refs, meta, hooks, _template_key({}, False))
 
 
 def _keep(repo: Path, own_path: str | None = None) -> Path:
