@@ -140,13 +140,15 @@ def _tree_files(root: Path) -> tuple:
 
 
 def _seed_key(srv: Path, url: str, reservation: str | None, name: str) -> tuple | None:
-    """What a seed meets on the server (its hooks, config and HEAD, and nothing pushed yet)."""
-    pushed = (p for sub in ("refs", "objects") for p in (srv / sub).rglob("*"))
-    if any(p.is_file() for p in pushed) or (srv / "packed-refs").exists():
+    """What a seed meets on the server: nothing pushed yet, its hooks, config, HEAD and
+    what installing storm's guard made (the ordering ref: its tree and subject, as its
+    commit's id carries the time of the install)."""
+    refs = git(srv, "for-each-ref", "--format=%(refname) %(objecttype) %(tree) %(parent) %(subject)").stdout
+    if any(not line.startswith(b"refs/storm/ordering ") for line in refs.splitlines()):
         return None
     state = tuple(_tree_files(srv / sub) if (srv / sub).is_dir() else None for sub in ("hooks", "storm"))
     meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
-    return ("seed", _transport(url), reservation, name, state, meta, _template_key({}, False))
+    return ("seed", _transport(url), reservation, name, refs, state, meta, _template_key({}, False))
 
 
 def _clone_key(srv: Path, url: str, name: str, reservation: str | None) -> tuple:
