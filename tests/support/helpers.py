@@ -62,7 +62,7 @@ def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, 
     """A git repository with ``files`` committed on main (and ``git storm init`` run).
 
     Built once per worker for each set of files and git environment, then copied: a
-    build is seven git and storm processes (~85 ms of CPU) and a copy ~6 ms, over
+    build is seven git and storm processes (~85 ms of CPU) and a copy ~10 ms, over
     more than a thousand repositories a run. The copy's index is refreshed, so git
     sees its files as committed here. A directory that already holds files is built
     in place, as before (its files are committed with the rest)."""
@@ -70,10 +70,10 @@ def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, 
     files = DEFAULT_FILES if files is None else files
     if path.exists() and any(path.iterdir()):
         return _build_repo(path, files, init_storm)
-    key = _template_key(files, init_storm)
+    key = setup_key(files, init_storm)
     template = _TEMPLATES.get(key)
     if template is None:
-        template = _build_repo(_template_root() / str(len(_TEMPLATES)), files, init_storm)
+        template = _build_repo(setup_dir("repo-"), files, init_storm)
         _TEMPLATES[key] = template
     shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
     git(path, "update-index", "-q", "--refresh")
@@ -83,21 +83,22 @@ def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, 
 _TEMPLATES: dict[tuple, Path] = {}
 
 
-def _template_root() -> Path:
+def setup_dir(prefix: str) -> Path:
+    """A new folder for a set-up kept for copying, removed when the worker ends."""
     import atexit
     import tempfile
 
-    global _TEMPLATE_DIR
-    if _TEMPLATE_DIR is None:
-        _TEMPLATE_DIR = Path(tempfile.mkdtemp(prefix="storm-test-repos-"))
-        atexit.register(shutil.rmtree, _TEMPLATE_DIR, True)
-    return _TEMPLATE_DIR
+    global _SETUPS
+    if _SETUPS is None:
+        _SETUPS = Path(tempfile.mkdtemp(prefix="storm-test-setups-"))
+        atexit.register(shutil.rmtree, _SETUPS, True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=_SETUPS))
 
 
-_TEMPLATE_DIR: Path | None = None
+_SETUPS: Path | None = None
 
 
-def _template_key(files: dict[str, str | bytes], init_storm: bool) -> tuple:
+def setup_key(files: dict[str, str | bytes], init_storm: bool) -> tuple:
     """Everything a build reads: the files, storm or not, git's and storm's environment,
     the user's git config files and the umask."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pygit2
 
-from helpers import _template_key, _template_root, git, make_repo, read_as, storm, write_as
+from helpers import git, make_repo, read_as, setup_dir, setup_key, storm, write_as
 from storm_git.core import provenance, readsets
 from storm_git.core.store import Store
 
@@ -70,10 +70,11 @@ def seed(tmp_path: Path, url: str, *, reservation: str | None = "0.5", name: str
     key = _seed_key(srv, url, reservation, name) if srv is not None else None
     done = _SEEDS.get(key) if key is not None else None
     a = tmp_path / name
-    if done is not None and srv is not None:
+    if done is not None:
+        assert srv is not None
         served_copy, seed_copy, seed_url = done
         shutil.rmtree(srv)
-        _copy_repo(served_copy, srv, _TEMPLATE_SRV, str(srv))
+        _copy_repo(served_copy, srv, _SERVER_PATH, str(srv))
         _copy_repo(seed_copy, a, seed_url, url)
         return a
     a = make_repo(a, init_storm=False)
@@ -83,7 +84,8 @@ def seed(tmp_path: Path, url: str, *, reservation: str | None = "0.5", name: str
     assert r.returncode == 0, r.stderr
     if reservation is not None:
         git(a, "config", "storm.reservationSeconds", reservation)
-    if key is not None and srv is not None:
+    if key is not None:
+        assert srv is not None
         _SEEDS[key] = (_keep(srv, str(srv)), _keep(a), url)
     return a
 
@@ -112,7 +114,7 @@ def clone(tmp_path: Path, url: str, name: str, *, reservation: str | None = "0.5
 # git config names (the remote's URL, the server's own path), rewritten to the copy's.
 _SEEDS: dict[tuple, tuple[Path, Path, str]] = {}
 _CLONES: dict[tuple, tuple[Path, str]] = {}
-_TEMPLATE_SRV = "@served-repository@"
+_SERVER_PATH = "@served-repository@"
 
 
 def _served_repo(tmp_path: Path, url: str) -> Path | None:
@@ -147,25 +149,29 @@ def _seed_key(srv: Path, url: str, reservation: str | None, name: str) -> tuple 
     if any(not line.startswith(b"refs/storm/ordering ") for line in refs.splitlines()):
         return None
     state = tuple(_tree_files(srv / sub) if (srv / sub).is_dir() else None for sub in ("hooks", "storm"))
-    meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
-    return ("seed", _transport(url), reservation, name, refs, state, meta, _template_key({}, False))
+    return ("seed", _transport(url), reservation, name, refs, state, _meta(srv), setup_key({}, False))
 
 
 def _clone_key(srv: Path, url: str, name: str, reservation: str | None) -> tuple:
     """What a clone and its join meet on the server: its refs, HEAD, config and hooks."""
     refs = git(srv, "for-each-ref", "--format=%(objectname) %(refname)").stdout
-    meta = tuple((srv / f).read_bytes().replace(str(srv).encode(), _TEMPLATE_SRV.encode()) for f in ("config", "HEAD"))
     hooks = _tree_files(srv / "hooks") if (srv / "hooks").is_dir() else None
-    return ("clone", _transport(url), name, reservation, refs, meta, hooks, _template_key({}, False))
+    return ("clone", _transport(url), name, reservation, refs, _meta(srv), hooks, setup_key({}, False))
+
+
+def _meta(srv: Path) -> tuple[bytes, bytes]:
+    """The server's config and HEAD, its own path in them made neutral."""
+    own, neutral = str(srv).encode(), _SERVER_PATH.encode()
+    return (srv / "config").read_bytes().replace(own, neutral), (srv / "HEAD").read_bytes().replace(own, neutral)
 
 
 def _keep(repo: Path, own_path: str | None = None) -> Path:
     """A copy of ``repo`` among the kept set-ups (its own path in its config made neutral)."""
-    kept = _template_root() / f"kept{len(_SEEDS) + len(_CLONES)}-{repo.name}"
+    kept = setup_dir(f"{repo.name}-") / repo.name
     shutil.copytree(repo, kept, symlinks=True)
     if own_path is not None:
         config = kept / "config"
-        config.write_bytes(config.read_bytes().replace(own_path.encode(), _TEMPLATE_SRV.encode()))
+        config.write_bytes(config.read_bytes().replace(own_path.encode(), _SERVER_PATH.encode()))
     return kept
 
 
