@@ -60,7 +60,8 @@ def test_a_forked_call_that_is_killed_is_reported_as_killed(repo: Path) -> None:
 
 def _state(repo: Path) -> tuple:
     """All but the commit's time (a build made in another second has another commit id)."""
-    return (git(repo, "for-each-ref", "--format=%(tree) %(subject) %(refname)").stdout,
+    return (repo.stat().st_mode, (repo / ".git").stat().st_mode,  # another user reaches it as it would a build
+            git(repo, "for-each-ref", "--format=%(tree) %(subject) %(refname)").stdout,
             git(repo, "config", "--local", "--list").stdout,
             (repo / ".git" / "hooks" / "pre-commit").read_bytes(),
             git(repo, "status", "--porcelain", "--ignored").stdout)

@@ -73,7 +73,7 @@ def make_repo(path: str | Path, files: dict[str, str | bytes] | None = None, *, 
     key = setup_key(files, init_storm)
     template = _TEMPLATES.get(key)
     if template is None:
-        template = _build_repo(setup_dir("repo-"), files, init_storm)
+        template = _build_repo(setup_dir("repo-") / "repo", files, init_storm)  # made with the umask, as a test's
         _TEMPLATES[key] = template
     shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
     git(path, "update-index", "-q", "--refresh")
@@ -84,7 +84,8 @@ _TEMPLATES: dict[tuple, Path] = {}
 
 
 def setup_dir(prefix: str) -> Path:
-    """A new folder for a set-up kept for copying, removed when the worker ends."""
+    """A new folder (mode 0700) to keep a set-up in for copying, removed when the worker
+    ends. Make the set-up below it: a copy takes its top folder's mode."""
     import atexit
     import tempfile
 
