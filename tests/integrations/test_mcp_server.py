@@ -153,7 +153,7 @@ async def _agent_loop(repo: Path, agent: str, path: str, rounds: int, outcomes: 
                 raise AssertionError(f"{agent} never got its write in")
 
 
-@pytest.mark.parametrize("clients,same_file", [(2, True), (4, True), (4, False)],
+@pytest.mark.parametrize("clients,same_file", [(2, True), pytest.param(4, True, marks=pytest.mark.slow), (4, False)],
                          ids=["2-same", "4-same", "4-different"])
 def test_racing_clients_lose_no_update(repo, clients, same_file):
     git(repo, "config", "storm.reservationSeconds", "5")

@@ -26,7 +26,13 @@ WS = "refs/storm/workspace"
 NOTES = "refs/notes/storm/agents/"
 
 
-@pytest.fixture(params=["file", "daemon"])
+# Every scenario runs over file://; over git daemon (the hooks under another process's
+# environment, the answer through git's transport) the three marked BOTH run by default
+# and the rest with the long variants (-m slow).
+BOTH = pytest.mark.parametrize("site", ["file", "daemon"], indirect=True)
+
+
+@pytest.fixture(params=["file", pytest.param("daemon", marks=pytest.mark.slow)])
 def site(request, tmp_path: Path):
     """(server, clone a, clone b, clone c): the server has storm's guard and ordering."""
     srv, url = served(request, tmp_path, request.param)
@@ -72,6 +78,7 @@ def tickets(srv: Path) -> list[str]:
 
 
 # -- verdicts -------------------------------------------------------------------------------
+@BOTH
 def test_write_on_the_head_lands_as_it_is(site) -> None:
     srv, _a, b, _c = site
     st, q, notes = queue(b, "bob", "README.md", "# bob\n")
@@ -142,6 +149,7 @@ def test_a_write_of_a_path_another_agent_reserved_is_not_applied(site, moved: bo
 
 
 # -- order ----------------------------------------------------------------------------------
+@BOTH
 def test_pushes_are_applied_in_arrival_order(site) -> None:
     """The server lock held: b's push arrives, then c's; released, b's write lands
     first and c's is moved onto it, whatever the scheduler wakes first."""
@@ -269,6 +277,7 @@ def test_a_held_ref_lock_makes_the_server_answer_busy_and_change_nothing(site) -
 
 
 # -- hostile inboxes ------------------------------------------------------------------------
+@BOTH
 def test_what_the_guard_refuses_is_refused_in_an_inbox(site) -> None:
     """Through the inbox as on the workspace: a commit that is not a storm write, a
     tree with a link out of it, a file over the server's storm.maxFileBytes, an
