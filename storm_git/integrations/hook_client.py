@@ -91,7 +91,8 @@ def locate(cwd: str, env: "os._Environ[str]") -> tuple[str, str] | None:
 
 def request(fp: str, cwd: str, args: list[str], data: bytes, magic: bytes = hookd_wire.MAGIC) -> bytes:
     """The call as the daemon's child takes it on: this process's storm, working
-    directory, umask, stream encodings, argv, arguments and environment."""
+    directory, umask, stream encodings, argv, arguments, environment and the
+    signals it was started with ignored (a command the call runs inherits them)."""
     streams = []
     for s in (sys.stdin, sys.stdout, sys.stderr):
         streams += [(getattr(s, "encoding", None) or "utf-8").encode(),
@@ -100,7 +101,8 @@ def request(fp: str, cwd: str, args: list[str], data: bytes, magic: bytes = hook
     os.umask(umask)
     fields = [fp.encode("utf-8", "surrogateescape"), os.fsencode(cwd), str(umask).encode(),
               hookd_wire.pack(streams), hookd_wire.pack([os.fsencode(a) for a in sys.argv]),
-              hookd_wire.pack([os.fsencode(a) for a in args]), hookd_wire.env_fields(dict(os.environb)), data]
+              hookd_wire.pack([os.fsencode(a) for a in args]), hookd_wire.env_fields(dict(os.environb)), data,
+              hookd_wire.ignored_field()]
     return magic + hookd_wire.pack(fields)
 
 

@@ -60,14 +60,16 @@ class Request:
     args: list[str]
     env: dict[bytes, bytes]
     data: bytes
+    ignored: frozenset[int]  # of hookd_wire.INHERITED_SIGNALS, those the client ignores
 
 
 def decode_request(fields: list[bytes]) -> Request:
-    fp, cwd, umask, streams, argv, args, env, data = fields
+    fp, cwd, umask, streams, argv, args, env, data, ignored = fields
     s = [x.decode() for x in hookd_wire.unpack(streams[8:])]
     return Request(fp.decode("utf-8", "surrogateescape"), cwd, int(umask), list(zip(s[::2], s[1::2], strict=False)),
                    [os.fsdecode(a) for a in hookd_wire.unpack(argv[8:])],
-                   [os.fsdecode(a) for a in hookd_wire.unpack(args[8:])], hookd_wire.env_from(env), data)
+                   [os.fsdecode(a) for a in hookd_wire.unpack(args[8:])], hookd_wire.env_from(env), data,
+                   hookd_wire.ignored_from(ignored))
 
 
 def preload(more: tuple[str, ...] = ()) -> None:
@@ -399,7 +401,9 @@ def become(req: Request) -> tuple[io.BytesIO, io.BytesIO]:
 
 
 def become_process(req: Request) -> None:
-    """Take on the client's working directory, umask, environment and argv."""
+    """Take on the client's working directory, umask, environment, argv and the
+    signals it ignores (the daemon's own, inherited from whichever client started
+    it, are not the caller's)."""
     import pwd
 
     import pygit2
@@ -407,6 +411,11 @@ def become_process(req: Request) -> None:
 
     os.chdir(req.cwd)
     os.umask(req.umask)
+    for sig in hookd_wire.INHERITED_SIGNALS:
+        if sig in req.ignored:
+            signal.signal(sig, signal.SIG_IGN)
+        else:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     os.environb.clear()
     os.environb.update(req.env)
     time.tzset()
@@ -465,7 +474,7 @@ def child(conn: socket.socket, name: str, mine: Peer, caller: Caller, daemons_fd
         if magic not in (hookd_wire.MAGIC, hookd_wire.CLI_MAGIC):
             return
         fields = hookd_wire.recv_packed(conn)
-        if fields is None or len(fields) != 8:
+        if fields is None or len(fields) != 9:
             return
         req = decode_request(fields)
         if req.fingerprint != name or not serves(conn, mine, caller, req) or (

@@ -88,7 +88,9 @@ def std_streams(streams: Sequence[tuple[str, str]]) -> None:
 
 
 def interrupt_when_told(conn: socket.socket) -> None:
-    """SIGINT to this process when the client sends INTR or its connection ends."""
+    """SIGINT to this process when the client sends INTR or its connection ends. A
+    client that ignores SIGINT sends no INTR, but once it is gone the call stops
+    all the same (KeyboardInterrupt, as the verb in a killed client would not go on)."""
     fd = conn.fileno()
 
     def on_io(_signum: int, _frame: object) -> None:
@@ -100,6 +102,8 @@ def interrupt_when_told(conn: socket.socket) -> None:
             got = b""
         if not got:  # the client is gone: one interrupt, then no more wake-ups
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_ASYNC)
+            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+                raise KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGINT)
 
     signal.signal(signal.SIGIO, on_io)

@@ -25,10 +25,28 @@ this on every hook call.
 """
 from __future__ import annotations
 
+import _signal  # the C module: `import signal` builds its enums, a cost on every hook call
+
 MAGIC = b"STORMHK1"
 CLI_MAGIC = b"STORMCL1"  # a command line call (storm_git.integrations.hookd_cli)
 READY, REFUSED, GO, RESULT = b"R", b"N", b"G", b"X"
 INTR = b"I"  # client -> daemon after GO, on a command line call: Ctrl-C
+
+
+# the dispositions a call's child takes on from its client: a shell's background job
+# and nohup start a process with these ignored, and a command it runs inherits that
+INHERITED_SIGNALS = (_signal.SIGINT, _signal.SIGQUIT)
+
+
+def ignored_field() -> bytes:
+    """Which of :data:`INHERITED_SIGNALS` this process ignores, e.g. ``b"2,3"``."""
+    return b",".join(str(s).encode() for s in INHERITED_SIGNALS if _signal.getsignal(s) == _signal.SIG_IGN)
+
+
+def ignored_from(field: bytes) -> frozenset[int]:
+    """The signals of :func:`ignored_field`; a number that is not one of them is not taken."""
+    wanted = {str(s).encode(): int(s) for s in INHERITED_SIGNALS}
+    return frozenset(wanted[n] for n in field.split(b",") if n in wanted)
 
 
 def pack(fields: list[bytes]) -> bytes:

@@ -209,12 +209,39 @@ def test_a_client_started_with_ctrl_c_ignored_ignores_it_both_ways(drepo: Path, 
     assert (drepo / "src/api.py").read_bytes() == NEW_API
 
 
-def test_a_client_killed_during_a_streamed_write_leaves_no_write(drepo: Path, path: dict[str, str]) -> None:
-    client, reader = _streamed_write(drepo, path)
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["", "sigint-ignored"])
+def test_a_client_killed_during_a_streamed_write_leaves_no_write(drepo: Path, path: dict[str, str],
+                                                                  sigint: signal.Handlers) -> None:
+    """Killed, the client's verb stops, whether or not it ignores Ctrl-C (the daemon's
+    child then ignores it too, and is stopped all the same)."""
+    client, reader = _streamed_write(drepo, path, sigint=sigint)
     client.kill()
     _finish(client, NEW_API[10:])  # the rest arrives after the client died
     wait_gone(reader)
     assert _unchanged(drepo)
+
+
+def _ignored(status: bytes) -> set[int]:
+    """The signals ``/proc/PID/status`` says its process ignores."""
+    mask = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith(b"SigIgn:"))
+    return {sig for sig in (signal.SIGINT, signal.SIGQUIT) if mask & (1 << (sig - 1))}
+
+
+def test_a_command_exec_runs_ignores_the_signals_its_caller_ignores_and_no_others(drepo: Path) -> None:
+    """Under nohup or in a shell's background job a command starts with SIGINT (and
+    there SIGQUIT) ignored; ``git storm exec`` hands that on through the daemon as in
+    its own process. The daemon is started by such a caller here: what it inherited
+    is not handed to the next caller's command."""
+    both = (signal.SIGINT, signal.SIGQUIT)
+    own = importtime_env(daemon_env(STORM_AGENT="e1", STORM_NO_DAEMON="1"))
+    served = importtime_env(daemon_env(STORM_AGENT="e1"))
+    assert cli(drepo, "status", env=served, ignoring=both).code == 0
+    wait_daemon(drepo, env=served)
+    for ignoring in (both, (signal.SIGINT,), ()):
+        for env in (own, served):
+            r = cli(drepo, "exec", "--agent", "e1", "--", "cat", "/proc/self/status", env=env, ignoring=ignoring)
+            assert r.code == 0 and r.served == (env is served), r.err
+            assert _ignored(r.out) == set(ignoring), (ignoring, r.served)
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP])

@@ -241,7 +241,7 @@ def test_the_child_serves_no_caller_that_brings_its_own_programs_or_configuratio
         caller = hookd.Caller(int.from_bytes(creds[:4], sys.byteorder), hookd_peer.boottime())
 
         def req(env: dict[bytes, bytes]) -> hookd.Request:
-            return hookd.Request("", b"/", 0o22, [], [], [], env, b"")
+            return hookd.Request("", b"/", 0o22, [], [], [], env, b"", frozenset())
 
         env = dict(os.environb)
         assert hookd.serves(a, mine, caller, req(env))

@@ -195,10 +195,16 @@ def importtime_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def cli(cwd: Path, *args: str | bytes, env: dict[str, str], input: bytes | None = None,
-        timeout: float = 60) -> Ran:
-    """``git storm ARGS`` as its own process (the installed console script)."""
+        timeout: float = 60, ignoring: tuple[int, ...] = ()) -> Ran:
+    """``git storm ARGS`` as its own process (the installed console script), started
+    with the signals ``ignoring`` ignored (as nohup or a shell's background job does)."""
+
+    def ignore() -> None:
+        for sig in ignoring:
+            signal.signal(sig, signal.SIG_IGN)
+
     r = subprocess.run([GIT_STORM, *args], cwd=cwd, env=env, input=input, capture_output=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL if input is None else None)
+                       stdin=subprocess.DEVNULL if input is None else None, preexec_fn=ignore if ignoring else None)
     kept, imported = [], set()
     for line in r.stderr.splitlines(keepends=True):
         if line.startswith(b"import time:"):
