@@ -195,16 +195,19 @@ def importtime_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def cli(cwd: Path, *args: str | bytes, env: dict[str, str], input: bytes | None = None,
-        timeout: float = 60, ignoring: tuple[int, ...] = ()) -> Ran:
-    """``git storm ARGS`` as its own process (the installed console script), started
-    with the signals ``ignoring`` ignored (as nohup or a shell's background job does)."""
+        timeout: float = 60, ignoring: tuple[int, ...] | None = None) -> Ran:
+    """``git storm ARGS`` as its own process (the installed console script). With
+    ``ignoring``, it starts with those of SIGINT and SIGQUIT ignored (as nohup or a
+    shell's background job does) and the other at its default, whatever the test's
+    own process has (a suite run in a background job starts with both ignored)."""
 
-    def ignore() -> None:
-        for sig in ignoring:
-            signal.signal(sig, signal.SIG_IGN)
+    def dispositions() -> None:
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN if sig in (ignoring or ()) else signal.SIG_DFL)
 
     r = subprocess.run([GIT_STORM, *args], cwd=cwd, env=env, input=input, capture_output=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL if input is None else None, preexec_fn=ignore if ignoring else None)
+                       stdin=subprocess.DEVNULL if input is None else None,
+                       preexec_fn=None if ignoring is None else dispositions)
     kept, imported = [], set()
     for line in r.stderr.splitlines(keepends=True):
         if line.startswith(b"import time:"):
